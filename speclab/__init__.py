@@ -1,0 +1,23 @@
+"""speclab: the companion package of the speculative decoding course.
+
+The public surface the book, the labs and outside checks rely on:
+    generate, speculative_generate   the decode loop (target only, and speculative)
+    verify                           the rejection rule for one round on explicit distributions
+    logits_to_probs                  the one sampler: logits to the served distribution
+    load_pair, load_model            the bundled stdlib pair, hub pairs, local directories
+    theory                           the speedup model
+"""
+from speclab import theory
+from speclab.decoding import generate, speculative_generate
+from speclab.drafters import Draft, Drafter, ModelDrafter, PromptLookupDrafter
+from speclab.models import HUB_PAIRS, Pair, check_same_tokenizer, load_model, load_pair
+from speclab.sampling import SamplingParams, logits_to_probs, sample
+from speclab.stats import GenerationResult, GenerationStats
+from speclab.verification import residual_distribution, verify
+
+__version__ = "0.1.0"
+__all__ = [
+    "generate", "speculative_generate", "verify", "residual_distribution", "logits_to_probs", "sample",
+    "SamplingParams", "Draft", "Drafter", "ModelDrafter", "PromptLookupDrafter", "load_pair", "load_model",
+    "check_same_tokenizer", "HUB_PAIRS", "Pair", "GenerationResult", "GenerationStats", "theory",
+]

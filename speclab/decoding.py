@@ -1,0 +1,165 @@
+"""The decode loop: target-only generation and speculative generation on one engine and one sampler.
+
+Both functions take a batch of one sequence. The target keeps a KV cache holding every token but the
+last one (the "pending" token); each speculative round feeds [pending, d_1, ..., d_K] in one forward
+pass, which yields the K + 1 target distributions the rule needs (K checks and the bonus).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from speclab.devices import synchronize, timer
+from speclab.drafters import Drafter, ModelDrafter
+from speclab.runner import ModelRunner, context_length, model_device
+from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
+from speclab.stats import GenerationResult, GenerationStats, Round
+from speclab.verification import verify
+
+
+# ---------------------------------------------------------------- input checks
+def as_prompt(input_ids: torch.Tensor | Sequence[int], device: torch.device, vocab_size: int | None) -> torch.Tensor:
+    """The prompt as a 1-D long tensor on `device`, or a ValueError that says what to change."""
+    ids = torch.as_tensor(input_ids)
+    if ids.dim() == 2:
+        if ids.shape[0] != 1:
+            raise ValueError(f"speclab decodes one sequence at a time: pass input_ids of shape (1, n) or (n,), "
+                             f"got {tuple(ids.shape)}")
+        ids = ids[0]
+    if ids.dim() != 1:
+        raise ValueError(f"input_ids must have shape (n,) or (1, n); got {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise ValueError("the prompt is empty: pass at least one token id (for example the tokenizer's BOS or EOS)")
+    if ids.is_floating_point() or ids.is_complex():
+        raise ValueError(f"input_ids must be integer token ids, got dtype {ids.dtype}")
+    if ids.min() < 0 or (vocab_size is not None and ids.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}); the prompt has {int(ids.min())}..{int(ids.max())}")
+    return ids.long().to(device)
+
+
+def check_length(model: torch.nn.Module, prompt_len: int, max_new_tokens: int) -> None:
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    limit = context_length(model)
+    if limit is not None and prompt_len + max_new_tokens > limit:
+        what = "the prompt alone" if prompt_len > limit else "prompt + max_new_tokens"
+        raise ValueError(f"{what} ({prompt_len} + {max_new_tokens} tokens) is longer than the model's context "
+                         f"of {limit} positions: shorten the prompt or lower max_new_tokens")
+
+
+def stop_ids(eos_token_id: int | Iterable[int] | None) -> set[int]:
+    if eos_token_id is None:
+        return set()
+    return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(t) for t in eos_token_id}
+
+
+def vocab_size(model: torch.nn.Module) -> int:
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def make_generator(seed: int | None, device: torch.device) -> torch.Generator | None:
+    return None if seed is None else torch.Generator(device=device).manual_seed(seed)
+
+
+def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
+    """tokens up to and including the first stop token, and whether one was found."""
+    for i, t in enumerate(tokens):
+        if t in stops:
+            return tokens[:i + 1], True
+    return tokens, False
+
+
+# ---------------------------------------------------------------- target-only decoding
+def generate(target: torch.nn.Module, input_ids: torch.Tensor | Sequence[int], *, max_new_tokens: int,
+             temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+             seed: int | None = None, eos_token_id: int | Iterable[int] | None = None) -> GenerationResult:
+    """Autoregressive decoding with the target alone: the baseline every speedup is measured against."""
+    sampling = SamplingParams(temperature, top_k, top_p)
+    runner = ModelRunner(target, who="target model")
+    prompt = as_prompt(input_ids, runner.device, vocab_size(target))
+    check_length(target, len(prompt), max_new_tokens)
+    stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
+    stats = GenerationStats(method="target only", device=str(runner.device))
+    out: list[int] = []
+    with timer(runner.device) as total:
+        with timer(runner.device) as prefill:
+            logits = runner.forward(prompt, last_only=True)[-1]
+        stats.target_calls = 1
+        while True:
+            check_finite(logits, "target model")
+            token = sample(sampling.probs(logits), generator)
+            out.append(int(token))
+            stats.rounds += 1
+            if len(out) == max_new_tokens or out[-1] in stops:
+                break
+            logits = runner.forward(token.view(1), last_only=True)[-1]
+            stats.target_calls += 1
+    stats.prefill_s, stats.wall_s, stats.new_tokens = prefill["seconds"], total["seconds"], len(out)
+    return GenerationResult(torch.tensor(out, dtype=torch.long), stats)
+
+
+# ---------------------------------------------------------------- speculative decoding
+def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Drafter,
+                         input_ids: torch.Tensor | Sequence[int], *, k: int, max_new_tokens: int,
+                         temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+                         seed: int | None = None, eos_token_id: int | Iterable[int] | None = None) -> GenerationResult:
+    """Speculative decoding: `draft` (a model sharing the target's tokenizer, or any Drafter) proposes
+    up to k tokens, the target checks them all in one forward pass, and the rejection rule decides.
+    Greedy output equals `generate`'s; sampled output has the same distribution."""
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k (draft tokens per round) must be an integer >= 1, got {k!r}")
+    sampling = SamplingParams(temperature, top_k, top_p)
+    runner = ModelRunner(target, who="target model")
+    drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
+    if isinstance(drafter, ModelDrafter) and model_device(drafter.model) != runner.device:
+        raise ValueError(f"target is on {runner.device} but the draft is on {model_device(drafter.model)}: "
+                         "move both to the same device (model.to(device))")
+    vocab = vocab_size(target)
+    prompt = as_prompt(input_ids, runner.device, vocab)
+    check_length(target, len(prompt), max_new_tokens)
+    stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
+    stats = GenerationStats(method=f"speculative ({drafter.name})", k=k, device=str(runner.device),
+                            accepted_lengths=[0] * (k + 1))
+    trace: list[Round] = []
+    ids = prompt
+    out: list[int] = []
+    with timer(runner.device) as total:
+        with timer(runner.device) as prefill:
+            drafter.start(prompt)
+            if len(prompt) > 1:  # the cache holds all but the pending last token
+                runner.forward(prompt[:-1], last_only=True)
+                stats.target_calls += 1
+        while True:
+            k_round = min(k, max_new_tokens - len(out) - 1)  # never produce more than asked
+            proposal = drafter.propose(ids, k_round, sampling, generator) if k_round > 0 else None
+            drafted = proposal.tokens[:k_round] if proposal is not None else ids.new_empty(0)
+            n_drafted = len(drafted)
+
+            logits = runner.forward(torch.cat([ids[-1:], drafted]))  # K + 1 rows: K checks and the bonus
+            stats.target_calls += 1
+            check_finite(logits, "target model")
+            width = max(logits.shape[-1], proposal.vocab_width if n_drafted else 0)
+            p = pad_vocab(sampling.probs(logits), width)
+            q = proposal.proposal_probs(width)[:n_drafted] if n_drafted else p.new_empty(0, width)
+            n, next_token = verify(p, q, drafted, generator)
+
+            runner.rollback(len(ids) + n)  # keep the prefix and the accepted drafts; drop the rest
+            new = drafted[:n].tolist() + [next_token]
+            ids = torch.cat([ids, torch.tensor(new, dtype=torch.long, device=ids.device)])
+            drafter.update(ids, n)
+
+            stats.rounds += 1
+            stats.drafted += n_drafted
+            stats.accepted += n
+            stats.rejections += int(n < n_drafted)
+            stats.accepted_lengths[n] += 1
+            trace.append(Round(drafted.tolist(), n, next_token))
+            new, stopped = cut_at_stop(new, stops)
+            out.extend(new)
+            if stopped or len(out) >= max_new_tokens:
+                break
+    stats.prefill_s, stats.wall_s, stats.new_tokens = prefill["seconds"], total["seconds"], len(out)
+    stats.draft_calls = getattr(drafter, "forward_calls", 0)
+    synchronize(runner.device)
+    return GenerationResult(torch.tensor(out, dtype=torch.long), stats, trace)

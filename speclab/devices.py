@@ -1,0 +1,59 @@
+"""Where models run and in which precision: one place for every device decision."""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    """The requested device, or the best one present: cuda, then mps, then cpu."""
+    if device is not None and str(device) != "auto":
+        dev = torch.device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} was asked for but CUDA is not available here; use 'cpu' or 'auto'")
+        if dev.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r} was asked for but MPS is not available here; use 'cpu' or 'auto'")
+        return dev
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def default_dtype(device: torch.device, cuda_bf16: bool | None = None) -> torch.dtype:
+    """bf16 on GPUs that support it (fp16 on older ones such as the T4), fp32 on CPU.
+
+    CPU kernels for half precision are slow and less exact, so the CPU keeps fp32.
+    """
+    if device.type == "cuda":
+        if cuda_bf16 is None:
+            cuda_bf16 = torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait for queued GPU work, so that a timer read afterwards measures it."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
+
+
+@contextmanager
+def timer(device: torch.device | str):
+    """Wall time of a block, synchronised with the device at both ends. Yields a dict with 'seconds'."""
+    result = {"seconds": 0.0}
+    synchronize(device)
+    start = time.perf_counter()
+    try:
+        yield result
+    finally:
+        synchronize(device)
+        result["seconds"] = time.perf_counter() - start

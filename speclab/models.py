@@ -1,0 +1,136 @@
+"""Loading models and pairs: the bundled stdlib pair, hub pairs, or any local directory.
+
+A pair is usable only if both models read and write the same token ids, so `load_pair` checks the
+tokenizers up front (pieces and ids) and refuses a mismatch, naming the first pieces that differ.
+Embedding matrices may be padded beyond the tokenizer (Qwen pads to a multiple of 128, to different
+widths per size); the decode loop gives the padding ids zero probability, which keeps it exact.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from speclab.devices import default_dtype, pick_device
+
+BUNDLED_DIR = Path(__file__).parent / "pairs" / "stdlib"
+
+
+@dataclass(frozen=True)
+class HubPair:
+    target: str
+    draft: str
+    target_params_b: float  # billions of parameters, from the model cards
+    draft_params_b: float
+
+    @property
+    def weights_gb(self) -> float:
+        """Weights of both models in 16-bit precision (2 bytes per parameter), in GB."""
+        return 2 * (self.target_params_b + self.draft_params_b)
+
+    @property
+    def fits_t4(self) -> bool:
+        """Fits a 16 GB Colab T4 in fp16 with about 2 GB left for the CUDA context, KV caches and activations
+        (the T4 has no bf16)."""
+        return self.weights_gb + 2 <= 15
+
+
+# Same-tokenizer families; parameter counts from each model's card on the Hugging Face hub.
+HUB_PAIRS: dict[str, HubPair] = {
+    "qwen2.5-1.5b": HubPair("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 1.54, 0.49),
+    "qwen2.5-3b": HubPair("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 3.09, 0.49),
+    "qwen2.5-7b": HubPair("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct", 7.61, 0.49),
+    "qwen3-4b": HubPair("Qwen/Qwen3-4B", "Qwen/Qwen3-0.6B", 4.02, 0.60),
+    "qwen3-8b": HubPair("Qwen/Qwen3-8B", "Qwen/Qwen3-0.6B", 8.19, 0.60),
+    "smollm2-1.7b": HubPair("HuggingFaceTB/SmolLM2-1.7B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct", 1.71, 0.135),
+}
+
+
+class Pair(NamedTuple):
+    target: torch.nn.Module
+    draft: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+
+
+def load_model(name_or_path: str | Path, device: str | torch.device | None = None,
+               dtype: torch.dtype | None = None) -> torch.nn.Module:
+    """A causal LM in eval mode on `device` (auto-picked) in `dtype` (the device's default)."""
+    dev = pick_device(device)
+    dtype = dtype or default_dtype(dev)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+    except OSError as err:
+        raise OSError(
+            f"could not load {str(name_or_path)!r}: it is not a local model directory, and the Hugging Face "
+            "hub could not provide it (offline, or the name is wrong). Download it where the hub is reachable "
+            "(model.save_pretrained(dir)) and pass that directory, or use the bundled pair: load_pair()"
+        ) from err
+    return model.to(dev).eval()
+
+
+def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
+    try:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    except OSError as err:
+        raise OSError(f"could not load a tokenizer from {str(name_or_path)!r} (not a local directory with "
+                      "tokenizer files, and the hub is unreachable or has no such model)") from err
+
+
+def check_same_tokenizer(target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase,
+                         show: int = 5) -> None:
+    """Refuse a pair whose tokenizers map pieces to ids differently: the draft's ids would mean
+    other text to the target, and acceptance would be meaningless."""
+    a, b = target_tok.get_vocab(), draft_tok.get_vocab()
+    if a == b:
+        return
+    by_id_a = {i: s for s, i in a.items()}
+    by_id_b = {i: s for s, i in b.items()}
+    differing = [i for i in sorted(set(by_id_a) | set(by_id_b)) if by_id_a.get(i) != by_id_b.get(i)]
+    examples = ", ".join(f"id {i}: target {by_id_a.get(i)!r} vs draft {by_id_b.get(i)!r}" for i in differing[:show])
+    raise ValueError(f"the target and draft tokenizers differ ({len(a)} vs {len(b)} pieces, {len(differing)} ids "
+                     f"differ; first: {examples}). Speculative decoding needs one shared tokenizer: pick a draft "
+                     "from the target's model family.")
+
+
+def check_embeddings_cover(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, who: str) -> None:
+    rows = model.get_output_embeddings().weight.shape[0]
+    if rows < len(tokenizer):
+        raise ValueError(f"the {who} has {rows} output rows but the tokenizer has {len(tokenizer)} pieces: "
+                         "this model was not built for this tokenizer")
+
+
+def load_pair(name: str | None = None, device: str | torch.device | None = None,
+              dtype: torch.dtype | None = None, draft: str | Path | None = None) -> Pair:
+    """(target, draft, tokenizer, device).
+
+    name None: the bundled pair trained by speclab on the Python standard library. A key of
+    HUB_PAIRS: that hub pair (needs network the first time). A local directory: a target saved with
+    save_pretrained, with `draft` the draft's directory. `draft` also overrides a pair's draft, e.g.
+    load_pair(draft=BUNDLED_DIR / "draft-plain") for the bundled plainly trained draft.
+    """
+    if name is None:
+        target_path: str | Path = BUNDLED_DIR / "target"
+        draft_path = draft or BUNDLED_DIR / "draft"
+        if not (BUNDLED_DIR / "target" / "config.json").exists():
+            raise FileNotFoundError(f"the bundled pair is missing from {BUNDLED_DIR}; reinstall speclab or train it: "
+                                    "python -m speclab.train pair --out DIR")
+    elif name in HUB_PAIRS:
+        target_path, draft_path = HUB_PAIRS[name].target, draft or HUB_PAIRS[name].draft
+    elif Path(name).is_dir():
+        if draft is None:
+            raise ValueError("a local target directory needs a draft: load_pair(target_dir, draft=draft_dir)")
+        target_path, draft_path = name, draft
+    else:
+        raise ValueError(f"unknown pair {name!r}: use None (bundled), a local directory, or one of {sorted(HUB_PAIRS)}")
+    tokenizer = load_tokenizer(target_path)
+    check_same_tokenizer(tokenizer, load_tokenizer(draft_path))
+    dev = pick_device(device)
+    target_model = load_model(target_path, dev, dtype)
+    draft_model = load_model(draft_path, dev, dtype)
+    check_embeddings_cover(target_model, tokenizer, "target")
+    check_embeddings_cover(draft_model, tokenizer, "draft")
+    return Pair(target_model, draft_model, tokenizer, dev)

@@ -1,0 +1,89 @@
+"""What every generation run reports: one result object, easy to print and to plot."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+@dataclass
+class Round:
+    """One draft-verify round: what was proposed, how many were kept, and the target's own token."""
+
+    drafted: list[int]
+    accepted: int
+    next_token: int
+
+    @property
+    def new_tokens(self) -> list[int]:
+        return self.drafted[:self.accepted] + [self.next_token]
+
+
+@dataclass
+class GenerationStats:
+    method: str = "target only"
+    k: int = 0
+    new_tokens: int = 0
+    target_calls: int = 0       # target forward passes, the prefill included
+    draft_calls: int = 0        # draft model forward passes (0 for model-free drafters)
+    rounds: int = 0             # verify rounds (for target-only decoding: decode steps)
+    drafted: int = 0
+    accepted: int = 0
+    rejections: int = 0         # rounds that ended with a draft refused
+    accepted_lengths: list[int] = field(default_factory=list)  # histogram: rounds that kept 0, 1, ..., K drafts
+    prefill_s: float = 0.0
+    wall_s: float = 0.0
+    device: str = "cpu"
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts / drafted tokens (the fraction of the target's checking that paid off)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance estimated as the theory defines it: each draft is tested only while all
+        before it passed, so alpha = accepted / (accepted + rejections). With this alpha,
+        theory.expected_tokens(alpha, K) is the geometric model's tokens per round."""
+        tested = self.accepted + self.rejections
+        return self.accepted / tested if tested else 0.0
+
+    @property
+    def mean_tokens_per_round(self) -> float:
+        return self.new_tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000 * self.wall_s / self.new_tokens if self.new_tokens else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s else float("nan")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, alpha=self.alpha,
+                 mean_tokens_per_round=self.mean_tokens_per_round, ms_per_token=self.ms_per_token,
+                 tokens_per_s=self.tokens_per_s)
+        return d
+
+    def __str__(self) -> str:
+        lines = [f"{self.method}: {self.new_tokens} new tokens in {self.wall_s * 1000:.1f} ms "
+                 f"({self.ms_per_token:.2f} ms/token, {self.tokens_per_s:.1f} tokens/s) on {self.device}",
+                 f"  target forward calls {self.target_calls}"]
+        if self.k:
+            lines += [f"  K={self.k}: drafted {self.drafted}, accepted {self.accepted} "
+                      f"(acceptance rate {self.acceptance_rate:.3f}, alpha {self.alpha:.3f}), "
+                      f"{self.mean_tokens_per_round:.2f} tokens per round, draft calls {self.draft_calls}",
+                      f"  accepted-length histogram (0..K): {self.accepted_lengths}"]
+        return "\n".join(lines)
+
+
+@dataclass
+class GenerationResult:
+    tokens: torch.Tensor            # the new token ids (1-D), prompt excluded
+    stats: GenerationStats
+    trace: list[Round] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return str(self.stats)

@@ -1,0 +1,75 @@
+"""Speculative sampling is lossless, end to end: the joint distribution of the first two generated
+tokens matches the target's served distribution, checked with a chi-square test."""
+import numpy as np
+import pytest
+import torch
+
+from speclab import speculative_generate
+from speclab.drafters import ModelDrafter
+from speclab.sampling import logits_to_probs
+from tests.conftest import tiny_model
+from tests.stats_helpers import chi_square_pvalue
+
+VOCAB, SAMPLES = 8, 2500
+PROMPT = torch.tensor([3, 1, 4, 1, 5])
+SETTINGS = {"temperature 1": dict(temperature=1.0), "temperature 0.7, top-k 4": dict(temperature=0.7, top_k=4),
+            "top-p 0.8": dict(temperature=1.0, top_p=0.8)}
+
+
+@pytest.fixture(scope="module")
+def small_pair():
+    # Different seeds and depths: the draft disagrees with the target often, so a wrong residual shows.
+    return (tiny_model("llama", layers=2, vocab=VOCAB, seed=10, init=0.2),
+            tiny_model("llama", layers=1, vocab=VOCAB, seed=11, init=0.2))
+
+
+@torch.no_grad()
+def exact_joint(target, settings) -> np.ndarray:
+    """P(t1, t2) under target-only sampling with these settings, by enumerating t1."""
+    first = logits_to_probs(target(PROMPT.view(1, -1)).logits[0, -1], **settings)
+    rows = [first[t1] * logits_to_probs(target(torch.cat([PROMPT, torch.tensor([t1])]).view(1, -1)).logits[0, -1],
+                                        **settings) for t1 in range(VOCAB)]
+    return torch.stack(rows).numpy()
+
+
+def sampled_joint(target, draft, settings, k=2) -> np.ndarray:
+    counts = np.zeros((VOCAB, VOCAB))
+    for seed in range(SAMPLES):
+        t1, t2 = speculative_generate(target, draft, PROMPT, k=k, max_new_tokens=2, seed=seed, **settings).tokens.tolist()
+        counts[t1, t2] += 1
+    return counts
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_speculative_sampling_matches_the_target(small_pair, name):
+    target, draft = small_pair
+    settings = SETTINGS[name]
+    p_value = chi_square_pvalue(sampled_joint(target, draft, settings), exact_joint(target, settings))
+    assert p_value > 1e-3, f"{name}: p = {p_value:.2e}"
+
+
+def test_the_check_catches_a_rule_without_residual(small_pair, monkeypatch):
+    """Shown once: with the residual replaced by p, the same test fails decisively."""
+    import speclab.verification as verification
+    monkeypatch.setattr(verification, "residual_distribution", lambda p, q: p)
+    target, draft = small_pair
+    settings = SETTINGS["temperature 1"]
+    assert chi_square_pvalue(sampled_joint(target, draft, settings), exact_joint(target, settings)) < 1e-6
+
+
+def test_the_check_catches_raw_instead_of_served_draft_probabilities(small_pair):
+    """Shown once: a draft that samples from its served distribution (temperature 0.5) but hands the
+    rule its raw softmax as q biases the output, and the same test sees it."""
+    target, draft = small_pair
+    settings = dict(temperature=0.5)
+
+    class RawQ(ModelDrafter):
+        def propose(self, ids, k, sampling, generator=None):
+            served = super().propose(ids, k, sampling, generator)
+            seq = torch.cat([ids, served.tokens[:-1]]).view(1, -1)
+            with torch.no_grad():
+                raw = torch.softmax(self.model(seq).logits[0, -k:].float(), -1)  # the bug: no temperature
+            return type(served)(served.tokens, raw)
+
+    counts = sampled_joint(target, RawQ(draft), settings)
+    assert chi_square_pvalue(counts, exact_joint(target, settings)) < 1e-6
