@@ -42,10 +42,12 @@ def check_length(model: torch.nn.Module, prompt_len: int, max_new_tokens: int) -
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     limit = context_length(model)
+    if limit is not None and prompt_len > limit:
+        raise ValueError(f"the prompt ({prompt_len} tokens) is longer than the model's context of {limit} positions: "
+                         "shorten the prompt")
     if limit is not None and prompt_len + max_new_tokens > limit:
-        what = "the prompt alone" if prompt_len > limit else "prompt + max_new_tokens"
-        raise ValueError(f"{what} ({prompt_len} + {max_new_tokens} tokens) is longer than the model's context "
-                         f"of {limit} positions: shorten the prompt or lower max_new_tokens")
+        raise ValueError(f"prompt + max_new_tokens ({prompt_len} + {max_new_tokens}) exceeds the model's context of "
+                         f"{limit} positions: lower max_new_tokens to at most {limit - prompt_len}")
 
 
 def stop_ids(eos_token_id: int | Iterable[int] | None) -> set[int]:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from speclab.devices import default_dtype, pick_device
 
@@ -61,6 +62,7 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
     """A causal LM in eval mode on `device` (auto-picked) in `dtype` (the device's default)."""
     dev = pick_device(device)
     dtype = dtype or default_dtype(dev)
+    hf_logging.disable_progress_bar()  # a bar per load clutters notebooks and logs
     try:
         model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
     except OSError as err:

@@ -122,7 +122,7 @@ def test_a_custom_drafter_plugs_in_unchanged(pair, prompt):
     (dict(input_ids=[]), ValueError, "empty"),
     (dict(input_ids=torch.zeros(2, 4, dtype=torch.long)), ValueError, "one sequence"),
     (dict(input_ids=[1, 2, 500]), ValueError, "token ids"),
-    (dict(input_ids=torch.ones(300, dtype=torch.long)), ValueError, "prompt alone"),
+    (dict(input_ids=torch.ones(300, dtype=torch.long)), ValueError, "prompt .300 tokens. is longer"),
 ])
 def test_bad_input_is_refused_with_a_clear_error(pair, prompt, kwargs, error, message):
     target, draft = pair

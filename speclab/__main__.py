@@ -1,0 +1,194 @@
+"""python -m speclab: the map of what speclab can do.
+
+  generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
+  bench      target-only vs speculative vs transformers' assisted generation, side by side
+  profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
+  evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts
+  theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
+  train      train the bundled pair (python -m speclab train pair --out DIR)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+
+def add_pair_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default=None, help="hub pair name (see --list-pairs) or a local target directory; "
+                   "default: the bundled stdlib pair")
+    p.add_argument("--draft", default=None, help="draft model directory or hub id (overrides the pair's draft)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k", type=int, default=4, help="draft tokens per round")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def load(args):
+    from speclab.models import load_pair
+    return load_pair(args.pair, device=args.device, draft=args.draft)
+
+
+def prompts_for(args, tokenizer) -> list[torch.Tensor]:
+    from speclab.corpus import heldout_prompts
+    texts = [args.prompt] if getattr(args, "prompt", None) else heldout_prompts(args.workload, args.num_prompts)
+    return [tokenizer(t, return_tensors="pt").input_ids[0] for t in texts]
+
+
+def cmd_generate(args) -> None:
+    from speclab import PromptLookupDrafter, generate, speculative_generate
+    target, draft, tok, device = load(args)
+    text = args.prompt if args.prompt is not None else open(args.prompt_file).read()
+    ids = tok(text, return_tensors="pt").input_ids[0].to(device)
+    common = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                  top_p=args.top_p, seed=args.seed, eos_token_id=tok.eos_token_id)
+    if args.drafter == "none":
+        result = generate(target, ids, **common)
+    else:
+        drafter = draft if args.drafter == "model" else PromptLookupDrafter()
+        result = speculative_generate(target, drafter, ids, k=args.k, **common)
+    print(text + tok.decode(result.tokens), end="\n\n")
+    print(result.stats)
+
+
+def cmd_bench(args) -> None:
+    from speclab import theory
+    from speclab.bench import METHODS, format_table, run_bench
+    from speclab.profiling import cost_ratio
+    target, draft, tok, device = load(args)
+    prompts = [p.to(device) for p in prompts_for(args, tok)]
+    methods = tuple(args.methods.split(",")) if args.methods else METHODS
+    print(f"device {device}, {len(prompts)} {args.workload} prompts, K={args.k}, {args.max_new_tokens} new tokens, "
+          f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+    rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods)
+    print(format_table(rows))
+    c = cost_ratio(target, draft)
+    spec = next((r for r in rows if r.method == "speclab speculative"), None)
+    base = next((r for r in rows if r.method == "speclab target-only"), None)
+    summary = {"device": str(device), "k": args.k, "c": c, "rows": [dict(vars(r), tokens_per_s=r.tokens_per_s) for r in rows]}
+    if spec and base and spec.tokens_per_round:
+        measured = spec.tokens_per_s / base.tokens_per_s
+        alpha = theory.alpha_from_tokens_per_round(min(spec.tokens_per_round, args.k + 1), args.k)
+        predicted = theory.speedup(alpha, args.k, c)
+        print(f"cost ratio c = {c:.3f}; alpha from tokens/round = {alpha:.3f}; "
+              f"speedup measured {measured:.2f}x, modelled {predicted:.2f}x (measured/modelled {measured / predicted:.2f})")
+        summary.update(alpha=alpha, measured_speedup=measured, modelled_speedup=predicted)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+
+
+def cmd_profile(args) -> None:
+    from speclab.profiling import copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms, parameter_bytes
+    target, draft, tok, device = load(args)
+    print(f"device {device}; target {parameter_bytes(target) / 1e6:.1f} MB of weights, draft {parameter_bytes(draft) / 1e6:.1f} MB")
+    print(f"{'positions':>9} {'target ms':>10} {'draft ms':>9}")
+    results = {}
+    for n in [1, 2, 4, 8, 16, 32, 64]:
+        t, d = forward_ms(target, n), forward_ms(draft, n)
+        results[n] = (t, d)
+        print(f"{n:9d} {t:10.2f} {d:9.2f}")
+    c = results[1][1] / results[1][0]
+    peak = copy_bandwidth_gbs(device)
+    used = decode_bandwidth_gbs(target, results[1][0])
+    print(f"cost ratio c = {c:.3f}; copy bandwidth {peak:.1f} GB/s; target decode step reads weights at "
+          f"{used:.1f} GB/s ({100 * used / peak:.1f}% of it)")
+
+
+def cmd_evaluate(args) -> None:
+    from speclab.evaluate import acceptance_table, format_acceptance_table
+    target, draft, tok, device = load(args)
+    prompts = [p.to(device) for p in prompts_for(args, tok)]
+    rows = acceptance_table(target, draft, prompts, ks=range(1, args.k_max + 1), temperatures=(0.0, 1.0),
+                            max_new_tokens=args.max_new_tokens)
+    print(format_acceptance_table(rows))
+
+
+def cmd_theory(args) -> None:
+    from speclab import theory
+    print(f"c = {args.c}")
+    print(f"{'K':>3} {'breakeven a':>12} " + " ".join(f"{'S(a=' + str(a) + ')':>10}" for a in args.alpha))
+    for k in range(1, args.k_max + 1):
+        be = theory.breakeven_alpha(k, args.c)
+        print(f"{k:3d} {be:12.3f} " + " ".join(f"{theory.speedup(a, k, args.c):10.2f}" for a in args.alpha))
+    for a in args.alpha:
+        print(f"best K at a={a}: {theory.best_k(a, args.c, args.k_max)}")
+
+
+def cmd_pairs(_args) -> None:
+    from speclab.models import BUNDLED_DIR, HUB_PAIRS
+    print(f"bundled (default): {BUNDLED_DIR}")
+    for name, p in HUB_PAIRS.items():
+        print(f"{name:14} target {p.target:38} draft {p.draft:38} ~{p.weights_gb:.1f} GB weights (16-bit), "
+              f"fits a 16 GB T4: {'yes' if p.fits_t4 else 'no'}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m speclab", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="decode a prompt and print the text and statistics")
+    add_pair_args(g)
+    add_sampling_args(g)
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", help="file holding the prompt text")
+    g.add_argument("--drafter", choices=["model", "prompt-lookup", "none"], default="model",
+                   help="none = target-only decoding")
+    g.set_defaults(func=cmd_generate)
+
+    b = sub.add_parser("bench", help="speclab vs transformers, target-only vs speculative, one process")
+    add_pair_args(b)
+    add_sampling_args(b)
+    b.add_argument("--workload", choices=["code", "prose"], default="code", help="held-out prompts to use")
+    b.add_argument("--num-prompts", type=int, default=4)
+    b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
+    b.add_argument("--methods", default=None, help="comma-separated subset of: " + ", ".join(
+        ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf target-only", "hf assisted",
+         "hf prompt-lookup")))
+    b.add_argument("--json", default=None, help="also write the results to this JSON file")
+    b.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("profile", help="forward time vs positions, c, bandwidth")
+    add_pair_args(p)
+    p.set_defaults(func=cmd_profile)
+
+    e = sub.add_parser("evaluate", help="acceptance by K and temperature on held-out prompts")
+    add_pair_args(e)
+    e.add_argument("--workload", choices=["code", "prose"], default="code")
+    e.add_argument("--num-prompts", type=int, default=4)
+    e.add_argument("--k-max", type=int, default=8)
+    e.add_argument("--max-new-tokens", type=int, default=128)
+    e.set_defaults(func=cmd_evaluate)
+
+    t = sub.add_parser("theory", help="the speedup model for a given cost ratio")
+    t.add_argument("--c", type=float, required=True, help="draft step cost / target step cost")
+    t.add_argument("--alpha", type=float, nargs="+", default=[0.6, 0.7, 0.8, 0.9])
+    t.add_argument("--k-max", type=int, default=8)
+    t.set_defaults(func=cmd_theory)
+
+    sub.add_parser("pairs", help="list the bundled and hub pairs").set_defaults(func=cmd_pairs)
+    sub.add_parser("train", help="train the bundled pair: python -m speclab train pair --out DIR ...", add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        from speclab.train import main as train_main
+        return train_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
