@@ -4,6 +4,7 @@
   bench      target-only vs speculative vs transformers' assisted generation, side by side
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
   evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts
+  card       measure the bundled pair and write its model card
   theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
   train      train the bundled pair (python -m speclab train pair --out DIR)
 """
@@ -112,6 +113,19 @@ def cmd_evaluate(args) -> None:
     print(format_acceptance_table(rows))
 
 
+def cmd_card(args) -> None:
+    from pathlib import Path
+
+    from speclab.evaluate import model_card
+    from speclab.models import BUNDLED_DIR
+    pair_dir = Path(args.pair_dir) if args.pair_dir else BUNDLED_DIR
+    card = model_card(pair_dir, args.num_prompts, args.max_new_tokens)
+    out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
+    out.write_text(card)
+    print(card)
+    print(f"written to {out}")
+
+
 def cmd_theory(args) -> None:
     from speclab import theory
     print(f"c = {args.c}")
@@ -169,6 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--k-max", type=int, default=8)
     e.add_argument("--max-new-tokens", type=int, default=128)
     e.set_defaults(func=cmd_evaluate)
+
+    c = sub.add_parser("card", help="measure the bundled pair and write its model card")
+    c.add_argument("--pair-dir", default=None, help="folder with target/, draft/, draft-plain/, training.json "
+                   "(default: the bundled pair)")
+    c.add_argument("--num-prompts", type=int, default=4)
+    c.add_argument("--max-new-tokens", type=int, default=128)
+    c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
+    c.set_defaults(func=cmd_card)
 
     t = sub.add_parser("theory", help="the speedup model for a given cost ratio")
     t.add_argument("--c", type=float, required=True, help="draft step cost / target step cost")

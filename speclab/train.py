@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -275,8 +277,23 @@ def train_pair(out: Path, preset: str = "stdlib", device: str | None = None, see
         report["draft_plain"] = train_stage("draft-plain", plain, train, heldout, p, p.draft_steps, out, dev,
                                             seed + 1, deadline=deadline, amp=amp)
         export(plain, tokenizer, out / "draft-plain")
+    report["hardware"] = f"{platform.machine()}, {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else \
+        torch.cuda.get_device_name(dev) if dev.type == "cuda" else str(dev)
     (out / "training.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def install_pair(out: Path, dest: Path | None = None) -> Path:
+    """Copy a trained pair (target/, draft/, draft-plain/, training.json) into the package, where
+    load_pair() finds it."""
+    from speclab.models import BUNDLED_DIR
+    dest = dest or BUNDLED_DIR
+    for name in ("target", "draft", "draft-plain"):
+        if (out / name).exists():
+            shutil.rmtree(dest / name, ignore_errors=True)
+            shutil.copytree(out / name, dest / name)
+    shutil.copy(out / "training.json", dest / "training.json")
+    return dest
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -293,11 +310,19 @@ def main(argv: list[str] | None = None) -> None:
     pair.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
     pair.add_argument("--no-amp", action="store_true", help="train in fp32 even where bf16 autocast is supported")
     pair.add_argument("--no-plain-draft", action="store_true", help="skip the plainly trained comparison draft")
+    pair.add_argument("--install", action="store_true",
+                      help="when done, copy the pair into the package (speclab/pairs/stdlib), where load_pair() finds it")
     args = parser.parse_args(argv)
     report = train_pair(args.out, args.preset, args.device, args.seed, args.stop_after_minutes,
                         plain_draft=not args.no_plain_draft, amp=False if args.no_amp else None, target_steps=args.target_steps,
                         draft_steps=args.draft_steps)
-    print(json.dumps({k: report[k] for k in ("target", "draft") if k in report}, indent=1))
+    for stage in ("target", "draft", "draft_plain"):
+        if stage in report:
+            last = report[stage]["evals"][-1]
+            print(f"{stage}: held-out loss {last['heldout_loss']:.3f} after {last['step']} steps, "
+                  f"{report[stage]['seconds'] / 60:.1f} min, {report[stage]['tokens_per_s']:.0f} tokens/s")
+    if args.install:
+        print(f"installed into {install_pair(args.out)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""Device placement, dtype and synchronisation: the CUDA paths, exercised on a CPU-only machine."""
+from unittest import mock
+
+import pytest
+import torch
+
+from speclab import devices
+
+
+def test_auto_picks_cuda_then_mps_then_cpu():
+    with mock.patch("torch.cuda.is_available", return_value=True):
+        assert devices.pick_device("auto").type == "cuda"
+    with mock.patch("torch.cuda.is_available", return_value=False), \
+            mock.patch("torch.backends.mps.is_available", return_value=True):
+        assert devices.pick_device(None).type == "mps"
+    with mock.patch("torch.cuda.is_available", return_value=False), \
+            mock.patch("torch.backends.mps.is_available", return_value=False):
+        assert devices.pick_device().type == "cpu"
+
+
+def test_asking_for_a_missing_gpu_says_so():
+    with mock.patch("torch.cuda.is_available", return_value=False):
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            devices.pick_device("cuda")
+
+
+def test_default_dtypes():
+    assert devices.default_dtype(torch.device("cpu")) == torch.float32
+    assert devices.default_dtype(torch.device("cuda"), cuda_bf16=True) == torch.bfloat16
+    assert devices.default_dtype(torch.device("cuda"), cuda_bf16=False) == torch.float16  # a T4
+    assert devices.default_dtype(torch.device("mps")) == torch.float16
+
+
+def test_timer_synchronises_the_gpu_before_reading_the_clock():
+    with mock.patch("torch.cuda.synchronize") as sync:
+        with devices.timer("cuda") as t:
+            pass
+    assert sync.call_count == 2 and t["seconds"] >= 0
+    with mock.patch("torch.cuda.synchronize") as sync:
+        with devices.timer("cpu"):
+            pass
+    sync.assert_not_called()
+
+
+def test_decode_loop_times_with_device_synchronisation(pair, prompt):
+    """The decode loop's timers go through devices.synchronize with the model's device."""
+    import speclab
+    target, draft = pair
+    with mock.patch("speclab.devices.synchronize", wraps=devices.synchronize) as sync:
+        result = speclab.speculative_generate(target, draft, prompt, k=2, max_new_tokens=5)
+    assert sync.call_count >= 4 and all(str(c.args[0]) == "cpu" for c in sync.call_args_list)
+    assert result.stats.device == "cpu"

@@ -1,0 +1,78 @@
+"""Loading pairs: local save_pretrained directories (the hub path, offline), tokenizer checks."""
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+import speclab
+from speclab.models import HUB_PAIRS, check_same_tokenizer, load_model, load_pair
+from tests.conftest import tiny_model
+
+
+def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
+    vocab = {w: i for i, w in enumerate(["<eos>"] + words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+
+
+WORDS = [f"w{i}" for i in range(60)]
+
+
+@pytest.fixture(scope="module")
+def saved_pair(tmp_path_factory):
+    """A target and a draft written with save_pretrained, as a learner would download them."""
+    root = tmp_path_factory.mktemp("pair")
+    tok = word_tokenizer(WORDS)
+    for name, layers, seed in [("target", 2, 0), ("draft", 1, 1)]:
+        model = tiny_model("llama", layers=layers, seed=seed, vocab=64)
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    return root
+
+
+def test_load_pair_from_local_directories_and_generate(saved_pair):
+    target, draft, tok, device = load_pair(str(saved_pair / "target"), draft=saved_pair / "draft", device="cpu")
+    assert device.type == "cpu" and target.dtype == torch.float32 and not target.training
+    ids = tok("w1 w2 w3 w4", return_tensors="pt").input_ids[0]
+    ref = speclab.generate(target, ids, max_new_tokens=12)
+    out = speclab.speculative_generate(target, draft, ids, k=3, max_new_tokens=12)
+    assert out.tokens.tolist() == ref.tokens.tolist()
+
+
+def test_mismatched_tokenizers_are_refused_naming_the_pieces(saved_pair, tmp_path):
+    other = word_tokenizer(WORDS[:10] + ["zz"] + WORDS[11:])  # id 11 differs
+    tiny_model("llama", layers=1, vocab=64).save_pretrained(tmp_path / "draft")
+    other.save_pretrained(tmp_path / "draft")
+    with pytest.raises(ValueError, match=r"id 11: target 'w10' vs draft 'zz'"):
+        load_pair(str(saved_pair / "target"), draft=tmp_path / "draft")
+    with pytest.raises(ValueError, match="share one tokenizer|tokenizers differ"):
+        check_same_tokenizer(word_tokenizer(WORDS), word_tokenizer(WORDS[:30]))
+    check_same_tokenizer(word_tokenizer(WORDS), word_tokenizer(WORDS))  # the same: no error
+
+
+def test_model_narrower_than_its_tokenizer_is_refused(saved_pair, tmp_path):
+    big_tok = word_tokenizer(WORDS + [f"x{i}" for i in range(40)])  # 101 pieces > 64 rows
+    for name in ("target", "draft"):
+        tiny_model("llama", layers=1, vocab=64).save_pretrained(tmp_path / name)
+        big_tok.save_pretrained(tmp_path / name)
+    with pytest.raises(ValueError, match="output rows"):
+        load_pair(str(tmp_path / "target"), draft=tmp_path / "draft")
+
+
+def test_unreachable_hub_model_fails_with_a_clear_message(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError, match="save_pretrained|not a local"):
+        load_model("no-such-org/no-such-model-speclab", device="cpu")
+
+
+def test_unknown_pair_name_lists_the_known_ones():
+    with pytest.raises(ValueError, match="qwen2.5-1.5b"):
+        load_pair("no-such-pair")
+
+
+def test_hub_pairs_share_a_family_and_say_whether_they_fit_a_t4():
+    for name, pair in HUB_PAIRS.items():
+        assert pair.target.split("/")[0] == pair.draft.split("/")[0], name
+        assert pair.weights_gb == pytest.approx(2 * (pair.target_params_b + pair.draft_params_b))
+    assert HUB_PAIRS["qwen2.5-1.5b"].fits_t4 and not HUB_PAIRS["qwen2.5-7b"].fits_t4
