@@ -42,8 +42,8 @@ class Preset:
     context: int = 1024
     seq_len: int = 256
     batch: int = 16
-    target_steps: int = 2400
-    draft_steps: int = 1200
+    target_steps: int = 1800
+    draft_steps: int = 900
     lr: float = 1e-3
     warmup: int = 100
     eval_batches: int = 16

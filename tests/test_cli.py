@@ -1,0 +1,41 @@
+"""The command line: `python -m speclab --help` is the map, and each command runs."""
+import subprocess
+import sys
+
+import pytest
+
+from speclab.__main__ import main
+
+
+def test_help_lists_every_command():
+    out = subprocess.run([sys.executable, "-m", "speclab", "--help"], capture_output=True, text=True, check=True).stdout
+    for command in ("generate", "bench", "profile", "evaluate", "card", "theory", "pairs", "train"):
+        assert command in out
+
+
+def test_theory_prints_breakeven_and_best_k(capsys):
+    main(["theory", "--c", "0.1", "--alpha", "0.7", "--k-max", "4"])
+    out = capsys.readouterr().out
+    assert "breakeven" in out and "best K at a=0.7: 4" in out
+
+
+def test_generate_and_bench_on_a_local_pair(tmp_path, capsys):
+    from speclab.train import main as train_main
+    out = tmp_path / "micro"
+    train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    capsys.readouterr()
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu"])
+    text = capsys.readouterr().out
+    assert text.startswith("import os\n") and "acceptance rate" in text
+    main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--json", str(tmp_path / "bench.json")])
+    table = capsys.readouterr().out
+    for method in ("speclab target-only", "speclab speculative", "hf assisted", "hf prompt-lookup"):
+        assert method in table
+    assert (tmp_path / "bench.json").exists()
+
+
+def test_generate_refuses_a_bad_k(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["generate", "--prompt", "x", "--k", "not-a-number"])
