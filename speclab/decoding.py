@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from speclab.devices import synchronize, timer
+from speclab.devices import timer
 from speclab.drafters import Drafter, ModelDrafter
 from speclab.runner import ModelRunner, context_length, model_device
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
@@ -163,5 +163,4 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                 break
     stats.prefill_s, stats.wall_s, stats.new_tokens = prefill["seconds"], total["seconds"], len(out)
     stats.draft_calls = getattr(drafter, "forward_calls", 0)
-    synchronize(runner.device)
     return GenerationResult(torch.tensor(out, dtype=torch.long), stats, trace)
