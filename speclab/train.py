@@ -43,7 +43,7 @@ class Preset:
     seq_len: int = 256
     batch: int = 16
     target_steps: int = 1800
-    draft_steps: int = 900
+    draft_steps: int = 600
     lr: float = 1e-3
     warmup: int = 100
     eval_batches: int = 16
