@@ -63,7 +63,7 @@ def cmd_generate(args) -> None:
 def cmd_bench(args) -> None:
     from speclab import theory
     from speclab.bench import METHODS, format_table, run_bench
-    from speclab.profiling import cost_ratio
+    from speclab.profiling import cost_ratio, forward_ms
     target, draft, tok, device = load(args)
     prompts = [p.to(device) for p in prompts_for(args, tok)]
     methods = tuple(args.methods.split(",")) if args.methods else METHODS
@@ -72,16 +72,23 @@ def cmd_bench(args) -> None:
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods)
     print(format_table(rows))
     c = cost_ratio(target, draft)
+    verify_cost = forward_ms(target, args.k + 1) / forward_ms(target, 1)
     spec = next((r for r in rows if r.method == "speclab speculative"), None)
     base = next((r for r in rows if r.method == "speclab target-only"), None)
-    summary = {"device": str(device), "k": args.k, "c": c, "rows": [dict(vars(r), tokens_per_s=r.tokens_per_s) for r in rows]}
+    summary = {"device": str(device), "k": args.k, "c": c, "verify_cost": verify_cost,
+               "rows": [dict(vars(r), tokens_per_s=r.tokens_per_s) for r in rows]}
     if spec and base and spec.tokens_per_round:
         measured = spec.tokens_per_s / base.tokens_per_s
         alpha = theory.alpha_from_tokens_per_round(min(spec.tokens_per_round, args.k + 1), args.k)
-        predicted = theory.speedup(alpha, args.k, c)
-        print(f"cost ratio c = {c:.3f}; alpha from tokens/round = {alpha:.3f}; "
-              f"speedup measured {measured:.2f}x, modelled {predicted:.2f}x (measured/modelled {measured / predicted:.2f})")
-        summary.update(alpha=alpha, measured_speedup=measured, modelled_speedup=predicted)
+        classic = theory.speedup(alpha, args.k, c)
+        refined = theory.speedup(alpha, args.k, c, verify_cost)
+        print(f"cost ratio c = {c:.3f}; a {args.k + 1}-position target pass costs {verify_cost:.2f} one-token steps; "
+              f"alpha from tokens/round = {alpha:.3f}")
+        print(f"speedup: measured {measured:.2f}x; modelled {classic:.2f}x (verify cost 1, measured/modelled "
+              f"{measured / classic:.2f}); modelled with the measured verify cost {refined:.2f}x "
+              f"(measured/modelled {measured / refined:.2f})")
+        summary.update(alpha=alpha, measured_speedup=measured, modelled_speedup=classic,
+                       modelled_speedup_with_verify_cost=refined)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)

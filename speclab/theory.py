@@ -36,11 +36,18 @@ def expected_accepted(alpha: float, k: int) -> float:
     return expected_tokens(alpha, k) - 1
 
 
-def speedup(alpha: float, k: int, c: float) -> float:
+def speedup(alpha: float, k: int, c: float, verify_cost: float = 1.0) -> float:
     """Modelled wall-clock speedup over target-only decoding: tokens per round over the cost of a
-    round (K draft steps at c each, plus one target pass) in target-step units."""
+    round (K draft steps at c each, plus one target pass over K + 1 positions) in target-step units.
+
+    verify_cost is that pass's time over a one-token step's. The classic model takes 1 (a memory-bound
+    pass costs the same for 1 or K + 1 positions); chapter 1 measures it, and where it is above 1
+    (small models on a CPU) passing it makes the prediction honest.
+    """
     _check(alpha, k, c)
-    return expected_tokens(alpha, k) / (1 + k * c)
+    if verify_cost <= 0:
+        raise ValueError(f"verify_cost (K+1-position pass / one-token step) must be > 0, got {verify_cost}")
+    return expected_tokens(alpha, k) / (verify_cost + k * c)
 
 
 def breakeven_alpha(k: int, c: float) -> float:

@@ -54,3 +54,11 @@ def test_alpha_from_tokens_per_round_inverts_expected_tokens():
 def test_bad_arguments_are_refused(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_verify_cost_lowers_the_speedup_in_proportion():
+    base = theory.speedup(0.8, 4, 0.1)
+    assert math.isclose(theory.speedup(0.8, 4, 0.1, verify_cost=1.0), base)
+    assert math.isclose(theory.speedup(0.8, 4, 0.1, verify_cost=1.4), theory.expected_tokens(0.8, 4) / (1.4 + 0.4))
+    with pytest.raises(ValueError):
+        theory.speedup(0.8, 4, 0.1, verify_cost=0)
