@@ -22,6 +22,8 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
                    "default: the bundled stdlib pair")
     p.add_argument("--draft", default=None, help="draft model directory or hub id (overrides the pair's draft)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (batch-1 decode of small models is often fastest with 1)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -35,6 +37,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def load(args):
     from speclab.models import load_pair
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
     return load_pair(args.pair, device=args.device, draft=args.draft)
 
 
@@ -69,7 +73,8 @@ def cmd_bench(args) -> None:
     methods = tuple(args.methods.split(",")) if args.methods else METHODS
     print(f"device {device}, {len(prompts)} {args.workload} prompts, K={args.k}, {args.max_new_tokens} new tokens, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}")
-    rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods)
+    rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
+                     repeats=args.repeats)
     print(format_table(rows))
     c = cost_ratio(target, draft)
     verify_cost = forward_ms(target, args.k + 1) / forward_ms(target, 1)
@@ -125,6 +130,8 @@ def cmd_card(args) -> None:
 
     from speclab.evaluate import model_card
     from speclab.models import BUNDLED_DIR
+    if args.threads:
+        torch.set_num_threads(args.threads)
     pair_dir = Path(args.pair_dir) if args.pair_dir else BUNDLED_DIR
     card = model_card(pair_dir, args.num_prompts, args.max_new_tokens)
     out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
@@ -176,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", default=None, help="comma-separated subset of: " + ", ".join(
         ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf target-only", "hf assisted",
          "hf prompt-lookup")))
+    b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.set_defaults(func=cmd_bench)
 
@@ -192,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_evaluate)
 
     c = sub.add_parser("card", help="measure the bundled pair and write its model card")
+    c.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     c.add_argument("--pair-dir", default=None, help="folder with target/, draft/, draft-plain/, training.json "
                    "(default: the bundled pair)")
     c.add_argument("--num-prompts", type=int, default=4)

@@ -77,8 +77,11 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
 
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
-              warmup: bool = True) -> list[BenchRow]:
-    """Each method over every prompt; returns one row per method, totals over the prompts."""
+              warmup: bool = True, repeats: int = 1) -> list[BenchRow]:
+    """Each method over every prompt, `repeats` times; one row per method with the totals over the
+    prompts and the median time of the repeats (robust to a busy machine)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
     rows = []
     reference: list[list[int]] = []
     for method in methods:
@@ -87,14 +90,21 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         row = BenchRow(method, 0, 0.0)
         accepted = drafted = rounds = rejections = 0
         outputs = []
-        for i, prompt in enumerate(prompts):
-            tokens, seconds, stats = run_method(method, target, draft, prompt, k, max_new_tokens, temperature, seed + i)
-            row.new_tokens += len(tokens)
-            row.seconds += seconds
-            outputs.append(tokens.tolist())
-            if stats is not None and stats.k:
-                accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
-                rounds, rejections = rounds + stats.rounds, rejections + stats.rejections
+        times = []
+        for rep in range(repeats):
+            seconds_total = 0.0
+            for i, prompt in enumerate(prompts):
+                tokens, seconds, stats = run_method(method, target, draft, prompt, k, max_new_tokens, temperature, seed + i)
+                seconds_total += seconds
+                if rep:
+                    continue
+                row.new_tokens += len(tokens)
+                outputs.append(tokens.tolist())
+                if stats is not None and stats.k:
+                    accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
+                    rounds, rejections = rounds + stats.rounds, rejections + stats.rejections
+            times.append(seconds_total)
+        row.seconds = sorted(times)[len(times) // 2]
         if drafted:
             row.acceptance_rate = accepted / drafted
             row.alpha = accepted / (accepted + rejections) if accepted + rejections else 0.0

@@ -71,6 +71,7 @@ def heldout_windows(tokenizer, n: int = 8, length: int = 256, seed: int = 0) -> 
 def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     """The bundled pair's model card, measured now on this machine (see `python -m speclab card`)."""
     import json
+    import os
     import platform
     from pathlib import Path
 
@@ -122,12 +123,14 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     for name in ("draft", "draft-plain"):
         o = overlap[name][1.0]
         lines.append(f"| {name} | {o['greedy_agreement']:.3f} | {o['expected_acceptance']:.3f} |")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines += ["", f"## Acceptance in speculative decoding ({num_prompts} held-out code prompts, {max_new_tokens} new tokens each)",
               "acceptance rate = accepted / drafted; alpha = per-token acceptance (accepted / tested).", "",
               format_acceptance_table(rows), "",
               f"draft-plain at temperature 0, K=4: acceptance rate {plain_rows[0].acceptance_rate:.3f}, "
               f"alpha {plain_rows[0].alpha:.3f}, {plain_rows[0].tokens_per_round:.2f} tokens/round.", "",
-              f"## Cost here ({platform.machine()}, {torch.get_num_threads()} threads, {device})",
+              f"## Cost here ({platform.machine()}, {torch.get_num_threads()} threads, {device}; "
+              f"1-minute load average {load:.1f} when measured: other work on the machine inflates these times)",
               f"- target {ms['target']:.2f} ms per decode step, draft {ms['draft']:.2f} ms: cost ratio c = "
               f"{ms['draft'] / ms['target']:.3f}.", ""]
     return "\n".join(lines)
