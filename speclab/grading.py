@@ -163,7 +163,7 @@ def expect_allclose(got: Any, want: Any, call: str, atol: float = 1e-5, why: str
                           f"{show(float(g[idx]))}, expected {show(float(w[idx]))}" + (f" ({why})" if why else ""))
 
 
-def expect_distribution(counts: Any, probs: Any, what: str, p_min: float = 1e-3, why: str = "") -> None:
+def expect_distribution(counts: Any, probs: Any, what: str, p_min: float = 1e-4, why: str = "") -> None:
     """Observed counts must be a plausible sample of `probs` (chi-square test, p-value >= p_min; with
     the fixed seeds of a case a correct answer passes every time). Mass where probs is 0 fails at once."""
     from scipy.stats import chisquare
@@ -584,7 +584,7 @@ def learner_notebook(source_nb, lab: str, keep_solutions: bool = False):
     return nb
 
 
-def test_source(source_nb, hidden: bool) -> str:
+def checks_source(source_nb, hidden: bool) -> str:
     """The code of the public test cells (hidden=False) or of all test cells in notebook order."""
     kinds = ("public", "hidden") if hidden else ("public",)
     parts = [cell["source"].rstrip() + "\n" for cell in source_nb.cells if cell_kind(cell) in kinds]
@@ -598,7 +598,7 @@ def public_module(source_nb, lab: str) -> str:
               'if "lab" not in globals():  # imported as a module rather than run by speclab.grading.Lab\n'
               "    from speclab.grading import Lab\n"
               f"    lab = Lab({lab!r}, public_tests=False)\n\n")
-    return header + test_source(source_nb, hidden=False)
+    return header + checks_source(source_nb, hidden=False)
 
 
 def find_root(root: str | Path | None = None) -> Path:
@@ -797,9 +797,12 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
             line = next((ln for ln in text.splitlines() if ln.startswith(nonce)), None)
             if line is not None:
                 payload = json.loads(line[len(nonce):])
-            if executed_dir is not None:
+            if executed_dir is not None:  # for the instructor: the run with the grader's feedback at the end
+                for o in executed.cells[-1].get("outputs", []):
+                    if o.get("output_type") == "stream":
+                        o["text"] = "".join(ln for ln in o["text"].splitlines(True) if not ln.startswith(nonce))
                 executed_dir.mkdir(parents=True, exist_ok=True)
-                shutil.copy(out, executed_dir / path.name)
+                nbformat.write(executed, executed_dir / path.name)
         if payload is None:
             if grade.status == "ok":
                 last = [ln for ln in (log or "").strip().splitlines() if ln.strip()][-1:] or ["no output"]
@@ -824,7 +827,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
     tests, points = {}, {}
     for name, path in labs.items():
         nb = nbformat.read(path, as_version=4)
-        tests[name] = test_source(nb, hidden=True)
+        tests[name] = checks_source(nb, hidden=True)
         probe = Lab(name, public_tests=False)
         probe.load_tests(tests[name], f"<{name} tests>")
         points[name] = {q.qid: q.points for q in probe.questions.values()}
@@ -833,6 +836,10 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
     keep = Path(executed_dir) if executed_dir is not None else None
 
     def one(path: Path) -> Grade:
+        try:
+            nbformat.read(path, as_version=4)
+        except Exception as err:  # noqa: BLE001 (an unreadable file is a row in the table, not a crash)
+            return Grade(path.name, status=f"unreadable notebook: {type(err).__name__}: {err}"[:200])
         which = lab or detect_lab(path, labs)
         if which is None:
             return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
@@ -853,12 +860,13 @@ def write_csv(grades: list[Grade], out_csv: str | Path, isolated: bool = True) -
     with open(out_csv, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["submission", "lab", "score", "max_score", "percent", *qids, "status", "seconds", "network"])
+        network = "cut" if isolated else "allowed"
         for g in grades:
             maximum = sum(p for _, p in g.questions.values())
             percent = round(100 * g.score / maximum, 1) if maximum else 0.0
             cells = [f"{g.questions[q][0]:.2f}" if q in g.questions else "" for q in qids]
             w.writerow([g.submission, g.lab, f"{g.score:.2f}", f"{maximum:g}", f"{percent:g}", *cells, g.status,
-                        g.seconds, "off" if isolated else "on"])
+                        g.seconds, network])
 
 
 # ================================================================ command line

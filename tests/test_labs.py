@@ -1,0 +1,202 @@
+"""The graded labs (labs/): the solutions pass every check, the learner stubs fail every one, plausible
+mistakes are caught, the notebooks run in kernels as learners and the grader run them, and the committed
+learner versions are what `python -m speclab.grading build` writes.
+
+The kernel runs (one per instructor source and one per learner version, two at a time) go through the
+grader itself, so they also show that `grade` scores each instructor source 100% and each untouched
+learner version 0%.
+"""
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from speclab.grading import Lab, cell_kind, checks_source, grade_folder, stale, strip_solutions
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted((ROOT / "labs" / "source").glob("lab*.ipynb"))
+LABS = [p.stem for p in SOURCES]
+
+
+def read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def answers(lab: str, keep: bool) -> dict:
+    """A namespace with the lab's answer cells run in process: the solutions (keep=True) or the stubs."""
+    ns: dict = {"__name__": "__main__"}
+    for cell in read(ROOT / "labs" / "source" / f"{lab}.ipynb").cells:
+        if cell.cell_type == "code" and cell_kind(cell) == "content" and ("SOLUTION" in cell.source or "Lab(" in cell.source):
+            exec(compile(strip_solutions(cell.source, keep), f"<{lab} answers>", "exec"), ns)
+    return ns
+
+
+def all_checks(lab: str) -> Lab:
+    checker = Lab(lab, public_tests=False)
+    checker.load_tests(checks_source(read(ROOT / "labs" / "source" / f"{lab}.ipynb"), hidden=True), f"<{lab} tests>")
+    return checker
+
+
+def test_there_is_one_lab_per_chapter_of_part_one():
+    assert LABS == ["lab01", "lab02", "lab03", "lab04", "lab05"]
+
+
+# ---------------------------------------------------------------- in process: every case can pass and can fail
+@pytest.mark.parametrize("lab", LABS)
+def test_every_check_passes_on_the_solutions_and_fails_on_the_stubs(lab):
+    checker = all_checks(lab)
+    solved, stubs = answers(lab, keep=True), answers(lab, keep=False)
+    assert len(checker.questions) >= 4
+    for qid, question in checker.questions.items():
+        cases = [c for c in checker.cases if c.question == qid]
+        assert any(not c.hidden for c in cases) and any(c.hidden for c in cases), f"{lab} {qid}: public and hidden cases"
+        good = checker.run(qid, solved)
+        assert good.passed, f"{lab} {qid} fails on the solution:\n{good.report()}"
+        bad = checker.run(qid, stubs)
+        passing = [c.name for c in bad.cases if c.passed]
+        assert not passing, f"{lab} {qid}: these cases pass on the untouched stub, so they cannot fail: {passing}"
+        assert all(c.message for c in bad.cases)
+
+
+# Plausible mistakes, each with the case that must catch it. Each replaces one answer of the solved lab.
+MISTAKES = [
+    ("lab01", "q1", "tied embeddings", "def weight_bytes(model):\n"
+     "    return sum(t.numel() * t.element_size() for t in model.state_dict().values())"),
+    ("lab01", "q2", "Qwen3-0.6B", "def kv_bytes_per_token(config, b):\n"
+     "    return 2 * config.num_hidden_layers * config.num_key_value_heads * "
+     "(config.hidden_size // config.num_attention_heads) * b"),
+    ("lab01", "q4", "memory-bound", "def attainable_tflops(i, peak, bw):\n    return min(peak, i * bw)"),
+    ("lab02", "q1", "mismatch in the middle", "def accepted_prefix_length(choices, drafts):\n"
+     "    return int((choices[:len(drafts)] == drafts).sum())"),
+    ("lab02", "q2", "all drafts accepted", "def round_tokens(logits, drafts):\n"
+     "    choices = logits.argmax(-1)\n    n = accepted_prefix_length(choices, drafts)\n"
+     "    return [int(t) for t in drafts[:n]] + [int(choices[min(n, len(drafts) - 1)])]"),
+    ("lab02", "q3", "first draft rejected", "def verify_and_rollback(runner, pending, drafts):\n"
+     "    logits = runner.forward(torch.cat([drafts.new_tensor([pending]), drafts]))\n"
+     "    return round_tokens(logits, drafts)  # forgets to roll the cache back"),
+    ("lab03", "q1", "top-p = 0.8", "def served_probs(logits, t, top_k=None, top_p=None):\n"
+     "    probs = speclab.logits_to_probs(logits, t, top_k, None)\n"
+     "    if top_p is not None and top_p < 1:\n"
+     "        s, order = torch.sort(probs, descending=True)\n"
+     "        s = s.masked_fill(s.cumsum(-1) > top_p, 0.0)  # drops the token that crosses top_p\n"
+     "        probs = torch.zeros_like(probs).scatter(-1, order, s)\n"
+     "        probs = probs / probs.sum(-1, keepdim=True)\n"
+     "    return probs"),
+    ("lab03", "q3", "renormalised", "def residual(p, q):\n    r = torch.clamp(p - q, min=0)\n"
+     "    return r if r.sum() > 0 else p"),
+    ("lab03", "q4", "lossless", "def verify_round(p, q, drafts, generator=None):\n"
+     "    for i in range(len(drafts)):\n"
+     "        if torch.rand((), generator=generator) >= accept_probability(p[i], q[i], int(drafts[i])):\n"
+     "            return i, int(torch.multinomial(p[i], 1, generator=generator))  # p instead of the residual\n"
+     "    return len(drafts), int(torch.multinomial(p[len(drafts)], 1, generator=generator))"),
+    ("lab03", "q5", "top-k = 2", "def served_acceptance(tl, dl, x, t, top_k=None, top_p=None):\n"
+     "    return accept_probability(served_probs(tl, t, top_k, top_p), torch.softmax(dl, -1), x)  # raw q"),
+    ("lab04", "q1", "alpha = 1", "def expected_tokens(alpha, k):\n    return (1 - alpha ** (k + 1)) / (1 - alpha)"),
+    ("lab04", "q3", "no breakeven", "def breakeven_alpha(k, c):\n"
+     "    from scipy.optimize import brentq\n    return brentq(lambda a: speedup(a, k, c) - 1, 0, 1)"),
+    ("lab04", "q4", "ties go to the smaller K", "def best_k(alpha, c, k_max=16):\n"
+     "    return max(range(k_max, 0, -1), key=lambda k: speedup(alpha, k, c))  # the largest K wins ties"),
+    ("lab05", "q1", "histogram [21, 15, 3, 1, 0]", "def alpha_from_histogram(h):\n"
+     "    k = len(h) - 1\n    return sum(j * c for j, c in enumerate(h)) / (k * sum(h))  # accepted / drafted"),
+    ("lab05", "q4", "averaging speedups", "def choose_k(workloads, c, k_max=8):\n"
+     "    return max(range(1, k_max + 1), key=lambda k: sum(s * theory.speedup(a, k, c) for s, a in workloads))"),
+]
+
+
+@pytest.mark.parametrize("lab,qid,case,wrong", MISTAKES, ids=[f"{m[0]}-{m[1]}" for m in MISTAKES])
+def test_a_plausible_mistake_is_caught_by_the_case_written_for_it(lab, qid, case, wrong, capsys):
+    ns = answers(lab, keep=True)
+    exec(compile(wrong, f"<{lab} mistake>", "exec"), ns)
+    result = all_checks(lab).check(qid, ns)
+    failed = [c.name for c in result.cases if not c.passed]
+    assert any(case in name for name in failed), f"{lab} {qid}: no failing case mentions {case!r}; failed: {failed}"
+    out = capsys.readouterr().out
+    assert "First failing check:" in out and "What happened:" in out and "Hint:" in out
+
+
+# ---------------------------------------------------------------- the committed files
+def test_learner_versions_and_public_checks_are_not_stale():
+    """CI fails here when a source changed without `python -m speclab.grading build`."""
+    assert stale(ROOT) == [], "run `python -m speclab.grading build` and commit the result"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_learner_versions_hold_no_solution_and_no_test(lab):
+    learner = (ROOT / "labs" / f"{lab}.ipynb").read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "# SOLUTION", "# TESTS", "HIDDEN", "NBVAL_CHECK_OUTPUT"):
+        assert marker not in learner, f"{lab}.ipynb contains {marker!r}"
+    nb = read(ROOT / "labs" / f"{lab}.ipynb")
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    public = (ROOT / "speclab" / "labs" / f"{lab}.py").read_text()
+    assert "hidden=True" not in public and "BEGIN SOLUTION" not in public
+    checks = [c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith("check(")]
+    assert checks == [f'check("{q}")' for q in all_checks(lab).questions]
+
+
+def test_the_readme_links_every_lab_on_colab_from_the_configured_repository():
+    import yaml
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    slug = url.removeprefix("https://github.com/")
+    readme = (ROOT / "labs" / "README.md").read_text()
+    for lab in LABS:
+        assert f"https://colab.research.google.com/github/{slug}/blob/main/labs/{lab}.ipynb" in readme
+    assert set(re.findall(r"colab\.research\.google\.com/github/([^/]+/[^/]+)/", readme)) == {slug}
+
+
+# ---------------------------------------------------------------- in kernels, through the grader
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every instructor source and every learner version, run by the grader, two at a time."""
+    tmp = tmp_path_factory.mktemp("labs")
+    subs = tmp / "submissions"
+    subs.mkdir()
+    for lab in LABS:
+        shutil.copy(ROOT / "labs" / "source" / f"{lab}.ipynb", subs / f"instructor_{lab}.ipynb")
+        shutil.copy(ROOT / "labs" / f"{lab}.ipynb", subs / f"learner_{lab}.ipynb")
+    grade_folder(subs, tmp / "scores.csv", timeout=300, jobs=2, executed_dir=tmp / "executed")
+    rows = {r["submission"]: r for r in csv.DictReader((tmp / "scores.csv").open())}
+    return rows, tmp / "executed"
+
+
+def cell_outputs(nb, start: str) -> list[tuple[str, str]]:
+    return [(c.source, "".join(o.get("text", "") for o in c.outputs)) for c in nb.cells
+            if c.cell_type == "code" and c.source.lstrip().startswith(start)]
+
+
+def errors(nb) -> list[str]:
+    return [f"{c.source[:60]!r}: {o.ename}: {o.evalue}" for c in nb.cells[:-1] if c.cell_type == "code"
+            for o in c.outputs if o.output_type == "error"]
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_instructor_version_runs_and_every_check_passes(lab, graded):
+    rows, executed = graded
+    row = rows[f"instructor_{lab}.ipynb"]
+    assert row["status"] == "ok" and row["lab"] == lab, row
+    nb = read(executed / f"instructor_{lab}.ipynb")
+    assert not errors(nb)
+    checks = cell_outputs(nb, "# NBVAL_CHECK_OUTPUT\ncheck(")
+    assert checks and all(out.startswith("✓ q") and "passed." in out for _, out in checks), checks
+    assert row["percent"] == "100", row
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_learner_version_runs_unchanged_and_every_check_fails_with_its_message(lab, graded):
+    rows, executed = graded
+    row = rows[f"learner_{lab}.ipynb"]
+    assert row["status"] == "ok" and row["lab"] == lab, row
+    nb = read(executed / f"learner_{lab}.ipynb")
+    assert not errors(nb), errors(nb)
+    checks = cell_outputs(nb, "check(")
+    assert len(checks) == len(all_checks(lab).questions)
+    for source, out in checks:
+        qid = re.search(r'check\("(q\d+)"\)', source).group(1)
+        assert out.startswith(f"✗ {qid} · "), out
+        for part in ("First failing check:", "What happened:", "Hint:"):
+            assert part in out, f"{lab} {qid}: {part!r} missing from\n{out}"
+    assert row["percent"] == "0", row
