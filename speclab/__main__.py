@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import torch
 
@@ -114,6 +115,17 @@ def cmd_profile(args) -> None:
     used = decode_bandwidth_gbs(target, results[1][0])
     print(f"cost ratio c = {c:.3f}; copy bandwidth {peak:.1f} GB/s; target decode step reads weights at "
           f"{used:.1f} GB/s ({100 * used / peak:.1f}% of it)")
+    if args.json:
+        import platform
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.machine()} cpu"
+        record = {"device_name": name, "device": str(device), "torch": torch.__version__,
+                  "threads": torch.get_num_threads(), "positions": list(results),
+                  "target_ms": [t for t, _ in results.values()], "draft_ms": [d for _, d in results.values()],
+                  "parameter_bytes": parameter_bytes(target), "copy_bandwidth_gbs": peak, "cost_ratio": c}
+        path = Path(args.json.replace("{device}", name.replace(" ", "-")))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1))
+        print(f"written to {path}")
 
 
 def cmd_evaluate(args) -> None:
@@ -189,6 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="forward time vs positions, c, bandwidth")
     add_pair_args(p)
+    p.add_argument("--json", default=None, help="also write the measurements here; {device} is replaced by the "
+                   "device's name (chapter 1 reads book/measurements/profile-{device}.json)")
     p.set_defaults(func=cmd_profile)
 
     e = sub.add_parser("evaluate", help="acceptance by K and temperature on held-out prompts")

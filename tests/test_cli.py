@@ -39,3 +39,16 @@ def test_generate_and_bench_on_a_local_pair(tmp_path, capsys):
 def test_generate_refuses_a_bad_k(tmp_path):
     with pytest.raises(SystemExit):
         main(["generate", "--prompt", "x", "--k", "not-a-number"])
+
+
+def test_profile_writes_a_measurement_file_named_with_the_device(tmp_path, capsys):
+    from speclab.train import main as train_main
+    out = tmp_path / "micro"
+    train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    main(["profile", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--device", "cpu",
+          "--json", str(tmp_path / "profile-{device}.json")])
+    import json
+    written = list(tmp_path.glob("profile-*cpu.json"))
+    assert len(written) == 1
+    record = json.loads(written[0].read_text())
+    assert record["positions"][:2] == [1, 2] and len(record["target_ms"]) == len(record["positions"])
