@@ -7,6 +7,8 @@
   card       measure the bundled pair and write its model card
   theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
   train      train the bundled pair (python -m speclab train pair --out DIR)
+  labs       build learner labs from their sources, grade a folder of submissions
+             (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 """
 from __future__ import annotations
 
@@ -230,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("pairs", help="list the bundled and hub pairs").set_defaults(func=cmd_pairs)
     sub.add_parser("train", help="train the bundled pair: python -m speclab train pair --out DIR ...", add_help=False)
+    sub.add_parser("labs", help="python -m speclab labs build | grade DIR --out scores.csv", add_help=False)
     return parser
 
 
@@ -238,6 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["train"]:
         from speclab.train import main as train_main
         return train_main(argv[1:])
+    if argv[:1] == ["labs"]:
+        from speclab.grading import main as grading_main
+        return grading_main(argv[1:])
     args = build_parser().parse_args(argv)
     args.func(args)
 

@@ -9,7 +9,7 @@ from speclab.__main__ import main
 
 def test_help_lists_every_command():
     out = subprocess.run([sys.executable, "-m", "speclab", "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("generate", "bench", "profile", "evaluate", "card", "theory", "pairs", "train"):
+    for command in ("generate", "bench", "profile", "evaluate", "card", "theory", "pairs", "train", "labs"):
         assert command in out
 
 
