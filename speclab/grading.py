@@ -752,7 +752,7 @@ class Grade:
 
 
 def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], timeout: float,
-              isolate: list[str], executed_dir: Path | None = None) -> Grade:
+              isolate: list[str], executed_dir: Path | None = None, threads: int | None = None) -> Grade:
     import nbformat
     grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
     nonce = RESULT_MARK + secrets.token_hex(8) + ":"
@@ -771,6 +771,8 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
         env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
                "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
                "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        if threads:  # notebooks graded side by side share the cores instead of each taking all of them
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "VIRTUAL_ENV", "PYTHONPATH"):
             if var in os.environ:
                 env[var] = os.environ[var]
@@ -834,6 +836,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
     paths = sorted(p for p in Path(submissions).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     isolate = [] if network else _network_wrapper()
     keep = Path(executed_dir) if executed_dir is not None else None
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
     def one(path: Path) -> Grade:
         try:
@@ -843,7 +846,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         which = lab or detect_lab(path, labs)
         if which is None:
             return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
-        return grade_one(path, which, tests[which], points[which], timeout, isolate, keep)
+        return grade_one(path, which, tests[which], points[which], timeout, isolate, keep, threads)
 
     if jobs > 1:
         from concurrent.futures import ThreadPoolExecutor

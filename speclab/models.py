@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from speclab.devices import default_dtype, pick_device
@@ -74,7 +74,11 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
     return model.to(dev).eval()
 
 
-def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
+def load_tokenizer(name_or_path: str | Path, plain_fast: bool = False) -> PreTrainedTokenizerBase:
+    """AutoTokenizer, or with plain_fast the tokenizer.json read directly (the bundled pair's
+    tokenizer is a plain byte-level BPE; this skips AutoTokenizer's 2-3 s of imports)."""
+    if plain_fast:
+        return PreTrainedTokenizerFast.from_pretrained(name_or_path)
     try:
         return AutoTokenizer.from_pretrained(name_or_path)
     except OSError as err:
@@ -128,8 +132,9 @@ def load_pair(name: str | None = None, device: str | torch.device | None = None,
         target_path, draft_path = name, draft
     else:
         raise ValueError(f"unknown pair {name!r}: use None (bundled), a local directory, or one of {sorted(HUB_PAIRS)}")
-    tokenizer = load_tokenizer(target_path)
-    check_same_tokenizer(tokenizer, load_tokenizer(draft_path))
+    bundled = name is None
+    tokenizer = load_tokenizer(target_path, plain_fast=bundled)
+    check_same_tokenizer(tokenizer, load_tokenizer(draft_path, plain_fast=bundled))
     dev = pick_device(device)
     target_model = load_model(target_path, dev, dtype)
     draft_model = load_model(draft_path, dev, dtype)
