@@ -11,11 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.drafters import PromptLookupDrafter
-from speclab.profiling import cost_ratio
 from speclab.runner import model_device
 
 METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup",
@@ -127,12 +125,3 @@ def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") ->
         lines.append(f"{r.method:24} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
                      f"{accept:>7} {tpr:>9} {same:>11}")
     return "\n".join(lines)
-
-
-def predicted_speedup(row: BenchRow, k: int, c: float) -> float:
-    """What the speedup model predicts from the measured alpha and cost ratio."""
-    return theory.speedup(row.alpha or 0.0, k, c)
-
-
-def measure_cost_ratio(target, draft) -> float:
-    return cost_ratio(target, draft)
