@@ -69,34 +69,30 @@ def cmd_generate(args) -> None:
 
 def cmd_bench(args) -> None:
     from speclab import theory
-    from speclab.bench import METHODS, format_table, run_bench
+    from speclab.bench import METHODS, format_table, model_check, run_bench
     from speclab.profiling import cost_ratio, forward_ms
     target, draft, tok, device = load(args)
     prompts = [p.to(device) for p in prompts_for(args, tok)]
     methods = tuple(args.methods.split(",")) if args.methods else METHODS
     print(f"device {device}, {len(prompts)} {args.workload} prompts, K={args.k}, {args.max_new_tokens} new tokens, "
-          f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+          f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"median of {args.repeats} interleaved repeats")
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
                      repeats=args.repeats)
     print(format_table(rows))
-    c = cost_ratio(target, draft)
-    verify_cost = forward_ms(target, args.k + 1) / forward_ms(target, 1)
-    spec = next((r for r in rows if r.method == "speclab speculative"), None)
-    base = next((r for r in rows if r.method == "speclab target-only"), None)
-    summary = {"device": str(device), "k": args.k, "c": c, "verify_cost": verify_cost,
-               "rows": [dict(vars(r), tokens_per_s=r.tokens_per_s) for r in rows]}
-    if spec and base and spec.tokens_per_round:
-        measured = spec.tokens_per_s / base.tokens_per_s
-        alpha = theory.alpha_from_tokens_per_round(min(spec.tokens_per_round, args.k + 1), args.k)
-        classic = theory.speedup(alpha, args.k, c)
-        refined = theory.speedup(alpha, args.k, c, verify_cost)
-        print(f"cost ratio c = {c:.3f}; a {args.k + 1}-position target pass costs {verify_cost:.2f} one-token steps; "
-              f"alpha from tokens/round = {alpha:.3f}")
-        print(f"speedup: measured {measured:.2f}x; modelled {classic:.2f}x (verify cost 1, measured/modelled "
-              f"{measured / classic:.2f}); modelled with the measured verify cost {refined:.2f}x "
-              f"(measured/modelled {measured / refined:.2f})")
-        summary.update(alpha=alpha, measured_speedup=measured, modelled_speedup=classic,
-                       modelled_speedup_with_verify_cost=refined)
+    summary = {"device": str(device), "k": args.k, "threads": torch.get_num_threads(),
+               "rows": [dict(vars(r), tokens_per_s=r.tokens_per_s, alpha=r.alpha) for r in rows]}
+    by_name = {r.method: r for r in rows}
+    base, spec = by_name.get("speclab target-only"), by_name.get("speclab speculative")
+    if base and spec and spec.drafted:
+        check = model_check(base, spec, args.k)
+        c_alone = cost_ratio(target, draft)
+        verify_alone = forward_ms(target, args.k + 1) / forward_ms(target, 1)
+        print(check)
+        print(f"measured alone (one model at a time, warm caches): c = {c_alone:.3f}, verify pass {verify_alone:.2f} "
+              f"-> modelled {theory.speedup(check.alpha, args.k, c_alone, verify_alone):.2f}x")
+        summary.update(model_check=dict(vars(check), modelled=check.modelled, ratio=check.ratio),
+                       c_alone=c_alone, verify_cost_alone=verify_alone)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)

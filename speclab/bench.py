@@ -3,14 +3,21 @@ speclab target-only, speclab speculative (draft model and prompt lookup), and tr
 own generate: target-only, assisted generation (assistant_model) and prompt lookup.
 
 Every method decodes the same prompts for the same number of new tokens (EOS is ignored, so all
-produce max_new_tokens); the table reports tokens/s and the ratio to speclab target-only.
+produce max_new_tokens); the table reports tokens/s and the ratio to speclab target-only. Repeats
+are interleaved (method A, B, C, then A, B, C again), so a machine that slows down for a while
+slows every method alike instead of biasing one ratio; each method's time is the median repeat.
+
+`model_check` then compares the measured speedup with `theory.speedup`, from the acceptance and the
+costs measured in the same runs (see its docstring).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 
 import torch
 
+from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.drafters import PromptLookupDrafter
@@ -23,16 +30,35 @@ METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup"
 @dataclass
 class BenchRow:
     method: str
-    new_tokens: int
-    seconds: float
-    acceptance_rate: float | None = None
-    alpha: float | None = None
-    tokens_per_round: float | None = None
+    new_tokens: int = 0
+    seconds: float = 0.0            # median over repeats of the total over prompts
+    rounds: int = 0                 # speclab methods: target passes after the prefill
+    drafted: int = 0
+    accepted: int = 0
+    rejections: int = 0
+    prefill_s: float = 0.0          # speclab methods, from the median repeat
+    draft_s: float = 0.0
+    target_s: float = 0.0
     matches_target_only: bool | None = None
+    repeat_seconds: list[float] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.seconds
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def alpha(self) -> float | None:
+        """Per-token acceptance: accepted / (accepted + rejections), as GenerationStats.alpha."""
+        tested = self.accepted + self.rejections
+        return self.accepted / tested if self.drafted and tested else None
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        return self.new_tokens / self.rounds if self.drafted else None
 
 
 def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int, **extra):
@@ -76,40 +102,42 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
               warmup: bool = True, repeats: int = 1) -> list[BenchRow]:
-    """Each method over every prompt, `repeats` times; one row per method with the totals over the
-    prompts and the median time of the repeats (robust to a busy machine)."""
+    """Each method over every prompt, `repeats` times, interleaved; one row per method with the
+    totals over the prompts from the median repeat."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    rows = []
-    reference: list[list[int]] = []
-    for method in methods:
-        if warmup:
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
+    if warmup:
+        for method in methods:
             run_method(method, target, draft, prompts[0], k, min(16, max_new_tokens), temperature, seed)
-        row = BenchRow(method, 0, 0.0)
-        accepted = drafted = rounds = rejections = 0
-        outputs = []
-        times = []
-        for rep in range(repeats):
-            seconds_total = 0.0
+    # per method, per repeat: (seconds, token lists, stats list)
+    runs: dict[str, list[tuple[float, list[list[int]], list]]] = {m: [] for m in methods}
+    for _ in range(repeats):
+        for method in methods:
+            seconds, outputs, stats = 0.0, [], []
             for i, prompt in enumerate(prompts):
-                tokens, seconds, stats = run_method(method, target, draft, prompt, k, max_new_tokens, temperature, seed + i)
-                seconds_total += seconds
-                if rep:
-                    continue
-                row.new_tokens += len(tokens)
+                tokens, s, st = run_method(method, target, draft, prompt, k, max_new_tokens, temperature, seed + i)
+                seconds += s
                 outputs.append(tokens.tolist())
-                if stats is not None and stats.k:
-                    accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
-                    rounds, rejections = rounds + stats.rounds, rejections + stats.rejections
-            times.append(seconds_total)
-        row.seconds = sorted(times)[len(times) // 2]
-        if drafted:
-            row.acceptance_rate = accepted / drafted
-            row.alpha = accepted / (accepted + rejections) if accepted + rejections else 0.0
-            row.tokens_per_round = row.new_tokens / rounds
-        if method == "speclab target-only":
-            reference = outputs
-        elif reference and temperature == 0:
+                stats.append(st)
+            runs[method].append((seconds, outputs, stats))
+    rows = []
+    reference = runs["speclab target-only"][0][1] if "speclab target-only" in runs else None
+    for method in methods:
+        times = [r[0] for r in runs[method]]
+        median = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
+        seconds, outputs, stats = runs[method][median]
+        row = BenchRow(method, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times)
+        for s in stats:
+            if s is not None:
+                row.rounds += s.rounds
+                row.drafted, row.accepted, row.rejections = row.drafted + s.drafted, row.accepted + s.accepted, \
+                    row.rejections + s.rejections
+                row.prefill_s, row.draft_s, row.target_s = row.prefill_s + s.prefill_s, row.draft_s + s.draft_s, \
+                    row.target_s + s.target_s
+        if reference is not None and method != "speclab target-only" and temperature == 0:
             row.matches_target_only = outputs == reference
         rows.append(row)
     return rows
@@ -117,11 +145,64 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
 
 def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
     base = next((r for r in rows if r.method == baseline), rows[0])
-    lines = [f"{'method':24} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'accept':>7} {'tok/round':>9} {'same output':>11}"]
+    lines = [f"{'method':24} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'accept':>7} {'alpha':>6} "
+             f"{'tok/round':>9} {'same output':>11}"]
     for r in rows:
         accept = f"{r.acceptance_rate:.3f}" if r.acceptance_rate is not None else "-"
+        alpha = f"{r.alpha:.3f}" if r.alpha is not None else "-"
         tpr = f"{r.tokens_per_round:.2f}" if r.tokens_per_round is not None else "-"
         same = "-" if r.matches_target_only is None else ("yes" if r.matches_target_only else "no")
         lines.append(f"{r.method:24} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
-                     f"{accept:>7} {tpr:>9} {same:>11}")
+                     f"{accept:>7} {alpha:>6} {tpr:>9} {same:>11}")
     return "\n".join(lines)
+
+
+@dataclass
+class ModelCheck:
+    """The speedup model against a measured run, every cost in units of one target-only token."""
+
+    k: int
+    unit_ms: float        # target-only wall time per token (decode steps and their sampling)
+    alpha: float          # measured per-token acceptance
+    verify_cost: float    # one verification pass (K + 1 positions), in the loop
+    c: float              # one draft step, in the loop
+    other: float          # per round: everything else (the rule, sampling the correction, rollback)
+    measured: float       # measured speedup (decode phase: prefill excluded on both sides)
+    tokens_per_round: float
+
+    @property
+    def modelled(self) -> float:
+        """theory.speedup from the measured alpha, c and verify cost."""
+        return theory.speedup(self.alpha, self.k, self.c, self.verify_cost)
+
+    @property
+    def ratio(self) -> float:
+        return self.measured / self.modelled
+
+    def __str__(self) -> str:
+        return (f"model check (costs in target-only tokens of {self.unit_ms:.2f} ms, measured in the loop): "
+                f"alpha {self.alpha:.3f} -> E(alpha, K={self.k}) = {theory.expected_tokens(self.alpha, self.k):.2f} "
+                f"tokens/round (measured {self.tokens_per_round:.2f}); verify pass {self.verify_cost:.2f}, "
+                f"draft step c = {self.c:.3f}, other {self.other:.2f} per round\n"
+                f"speedup: measured {self.measured:.2f}x, modelled {self.modelled:.2f}x "
+                f"(measured/modelled {self.ratio:.2f})")
+
+
+def model_check(base: BenchRow, spec: BenchRow, k: int) -> ModelCheck:
+    """Measured speedup of `spec` over `base` against theory.speedup(alpha, K, c, verify_cost).
+
+    Costs come from the same runs: one target-only token (decode step plus its sampling) is the unit;
+    the verify pass is the target's time per round, c the drafter's time per drafted token. What the
+    model leaves out (the rule, rollback, Python between passes) shows up as `other` and in the ratio.
+    The prefill is excluded on both sides (it is the same work for both methods).
+    """
+    if not spec.drafted or base.new_tokens == 0:
+        raise ValueError("model_check needs a target-only row and a speculative row that drafted tokens")
+    unit = (base.seconds - base.prefill_s) / base.new_tokens
+    spec_decode = spec.seconds - spec.prefill_s
+    return ModelCheck(
+        k=k, unit_ms=1000 * unit, alpha=spec.alpha, verify_cost=spec.target_s / spec.rounds / unit,
+        c=spec.draft_s / spec.drafted / unit,
+        other=(spec_decode - spec.target_s - spec.draft_s) / spec.rounds / unit,
+        measured=(base.seconds - base.prefill_s) / spec_decode * spec.new_tokens / base.new_tokens,
+        tokens_per_round=spec.tokens_per_round)

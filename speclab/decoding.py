@@ -95,7 +95,9 @@ def generate(target: torch.nn.Module, input_ids: torch.Tensor | Sequence[int], *
             stats.rounds += 1
             if len(out) == max_new_tokens or out[-1] in stops:
                 break
-            logits = runner.forward(token.view(1), last_only=True)[-1]
+            with timer(runner.device) as step:
+                logits = runner.forward(token.view(1), last_only=True)[-1]
+            stats.target_s += step["seconds"]
             stats.target_calls += 1
     stats.prefill_s, stats.wall_s, stats.new_tokens = prefill["seconds"], total["seconds"], len(out)
     return GenerationResult(torch.tensor(out, dtype=torch.long), stats)
@@ -134,11 +136,15 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                 stats.target_calls += 1
         while True:
             k_round = min(k, max_new_tokens - len(out) - 1)  # never produce more than asked
-            proposal = drafter.propose(ids, k_round, sampling, generator) if k_round > 0 else None
+            with timer(runner.device) as drafting:
+                proposal = drafter.propose(ids, k_round, sampling, generator) if k_round > 0 else None
             drafted = proposal.tokens[:k_round] if proposal is not None else ids.new_empty(0)
             n_drafted = len(drafted)
 
-            logits = runner.forward(torch.cat([ids[-1:], drafted]))  # K + 1 rows: K checks and the bonus
+            with timer(runner.device) as verifying:
+                logits = runner.forward(torch.cat([ids[-1:], drafted]))  # K + 1 rows: K checks and the bonus
+            stats.draft_s += drafting["seconds"]
+            stats.target_s += verifying["seconds"]
             stats.target_calls += 1
             check_finite(logits, "target model")
             width = max(logits.shape[-1], proposal.vocab_width if n_drafted else 0)

@@ -32,7 +32,9 @@ class GenerationStats:
     rejections: int = 0         # rounds that ended with a draft refused
     accepted_lengths: list[int] = field(default_factory=list)  # histogram: rounds that kept 0, 1, ..., K drafts
     prefill_s: float = 0.0
-    wall_s: float = 0.0
+    draft_s: float = 0.0        # time in the drafter after the prefill (its forward passes and sampling)
+    target_s: float = 0.0       # time in target forward passes after the prefill
+    wall_s: float = 0.0         # everything, the prefill included
     device: str = "cpu"
 
     @property
@@ -53,6 +55,11 @@ class GenerationStats:
         return self.new_tokens / self.rounds if self.rounds else 0.0
 
     @property
+    def other_s(self) -> float:
+        """Time outside the prefill and the models' passes: sampling, the rule, cache rollback, Python."""
+        return self.wall_s - self.prefill_s - self.draft_s - self.target_s
+
+    @property
     def ms_per_token(self) -> float:
         return 1000 * self.wall_s / self.new_tokens if self.new_tokens else float("nan")
 
@@ -64,13 +71,15 @@ class GenerationStats:
         d = asdict(self)
         d.update(acceptance_rate=self.acceptance_rate, alpha=self.alpha,
                  mean_tokens_per_round=self.mean_tokens_per_round, ms_per_token=self.ms_per_token,
-                 tokens_per_s=self.tokens_per_s)
+                 tokens_per_s=self.tokens_per_s, other_s=self.other_s)
         return d
 
     def __str__(self) -> str:
         lines = [f"{self.method}: {self.new_tokens} new tokens in {self.wall_s * 1000:.1f} ms "
                  f"({self.ms_per_token:.2f} ms/token, {self.tokens_per_s:.1f} tokens/s) on {self.device}",
-                 f"  target forward calls {self.target_calls}"]
+                 f"  target forward calls {self.target_calls}; time: prefill {1000 * self.prefill_s:.1f} ms, "
+                 f"target {1000 * self.target_s:.1f} ms, drafting {1000 * self.draft_s:.1f} ms, "
+                 f"other {1000 * self.other_s:.1f} ms"]
         if self.k:
             lines += [f"  K={self.k}: drafted {self.drafted}, accepted {self.accepted} "
                       f"(acceptance rate {self.acceptance_rate:.3f}, alpha {self.alpha:.3f}), "

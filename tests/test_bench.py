@@ -1,0 +1,46 @@
+"""The benchmark: interleaved repeats, exact outputs, and the model check's arithmetic."""
+import pytest
+
+from speclab import theory
+from speclab.bench import BenchRow, model_check, run_bench
+
+
+def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
+    target, draft = pair
+    methods = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf target-only")
+    rows = run_bench(target, draft, [prompt, prompt[:5]], k=3, max_new_tokens=12, methods=methods, repeats=3)
+    assert [r.method for r in rows] == list(methods)
+    for r in rows:
+        assert r.new_tokens == 24 and len(r.repeat_seconds) == 3
+        assert min(r.repeat_seconds) <= r.seconds <= max(r.repeat_seconds)
+    base, spec = rows[0], rows[1]
+    assert spec.matches_target_only and rows[3].matches_target_only
+    assert spec.drafted > 0 and 0 <= spec.acceptance_rate <= 1 and spec.rounds >= 24 / 4
+    assert spec.draft_s > 0 and spec.target_s > 0 and spec.prefill_s + spec.draft_s + spec.target_s < spec.seconds
+    assert base.draft_s == 0 and base.target_s > 0 and base.alpha is None
+
+
+def test_bench_refuses_an_unknown_method(pair, prompt):
+    with pytest.raises(ValueError, match="unknown method"):
+        run_bench(*pair, [prompt], methods=("speclab target-only", "vllm"))
+
+
+def test_model_check_puts_costs_in_target_token_units():
+    # target-only: 100 tokens in 1.0 s after a 0.1 s prefill -> 9 ms per token
+    base = BenchRow("speclab target-only", new_tokens=100, seconds=1.0, prefill_s=0.1, target_s=0.8, rounds=100)
+    # speculative, K = 4: 25 rounds, 100 drafted, 75 accepted, 20 rejections
+    spec = BenchRow("speclab speculative", new_tokens=100, seconds=0.6, prefill_s=0.1, rounds=25, drafted=100,
+                    accepted=75, rejections=20, target_s=0.3, draft_s=0.18)
+    check = model_check(base, spec, k=4)
+    unit = 0.9 / 100
+    assert check.unit_ms == pytest.approx(9.0)
+    assert check.alpha == pytest.approx(75 / 95)
+    assert check.verify_cost == pytest.approx(0.3 / 25 / unit)
+    assert check.c == pytest.approx(0.18 / 100 / unit)
+    assert check.other == pytest.approx((0.5 - 0.3 - 0.18) / 25 / unit)
+    assert check.measured == pytest.approx(0.9 / 0.5)
+    assert check.modelled == pytest.approx(theory.speedup(75 / 95, 4, check.c, check.verify_cost))
+    assert check.ratio == pytest.approx(check.measured / check.modelled)
+    assert "measured/modelled" in str(check)
+    with pytest.raises(ValueError, match="drafted"):
+        model_check(base, base, k=4)
