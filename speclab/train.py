@@ -1,7 +1,8 @@
 """Train the course's bundled pair: a tokenizer, a target, and a draft distilled from the target.
 
-    python -m speclab.train pair --out runs/stdlib          # the shipped pair (resumable)
-    python -m speclab.train pair --out /tmp/micro --preset micro   # a few-second smoke run
+    python -m speclab train pair --out runs/stdlib          # target and drafts (resumable)
+    python -m speclab train pair --out /tmp/micro --preset micro   # a few-second smoke run
+    python -m speclab train draft --target DIR --out runs/draft   # a new draft for an existing target
 
 Every stage saves a checkpoint and is skipped or resumed when the command is run again, so a long
 run can be stopped (Ctrl-C, or --stop-after-minutes) and continued later, on CPU or CUDA.
@@ -11,6 +12,7 @@ uninterrupted one.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -22,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from speclab import corpus
 from speclab.devices import pick_device
@@ -49,6 +51,12 @@ class Preset:
     eval_batches: int = 16
     eval_every: int = 400
     max_files: int | None = None  # None: the whole library
+    # Distillation data: besides corpus windows, the target's own continuations of corpus prompts (half
+    # greedy, half sampled at temperature 1), because in speculative decoding the draft reads contexts
+    # the target wrote (sequence-level distillation, Kim & Rush 2016; on-policy data, DistillSpec).
+    generated: int = 2048          # continuations of seq_len + 1 tokens
+    generated_share: float = 0.67  # share of a distillation batch's rows taken from them
+    prompt_len: int = 64           # corpus tokens each continuation starts from
 
 
 PRESETS = {
@@ -56,7 +64,7 @@ PRESETS = {
     # A pair that trains in seconds, for the CI smoke test and for trying the command out.
     "micro": Preset(vocab_size=512, hidden=32, intermediate=64, heads=2, target_layers=2, context=128,
                     seq_len=32, batch=4, target_steps=6, draft_steps=4, warmup=2, eval_batches=2,
-                    eval_every=3, max_files=200),
+                    eval_every=3, max_files=200, generated=8, prompt_len=8),
 }
 
 
@@ -96,14 +104,17 @@ def encode(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> torch.Tensor
     return torch.tensor(ids, dtype=torch.int32)
 
 
-def prepare_data(out: Path, p: Preset) -> tuple[PreTrainedTokenizerFast, torch.Tensor, torch.Tensor]:
-    """Tokenizer and encoded train/held-out streams, built once and cached in out/."""
+def prepare_data(out: Path, p: Preset, tokenizer: PreTrainedTokenizerBase | None = None
+                 ) -> tuple[PreTrainedTokenizerBase, torch.Tensor, torch.Tensor]:
+    """Tokenizer (trained here unless one is given, e.g. an existing target's) and the encoded
+    train/held-out streams, built once and cached in out/."""
     data_file = out / "data.pt"
     train_texts = heldout_texts = None
-    if not (out / "tokenizer" / "tokenizer.json").exists():
-        train_texts, heldout_texts = corpus.split_texts(max_files=p.max_files)
-        train_tokenizer(train_texts, p.vocab_size, out / "tokenizer")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "tokenizer")
+    if tokenizer is None:
+        if not (out / "tokenizer" / "tokenizer.json").exists():
+            train_texts, heldout_texts = corpus.split_texts(max_files=p.max_files)
+            train_tokenizer(train_texts, p.vocab_size, out / "tokenizer")
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "tokenizer")
     if not data_file.exists():
         if train_texts is None:
             train_texts, heldout_texts = corpus.split_texts(max_files=p.max_files)
@@ -112,12 +123,50 @@ def prepare_data(out: Path, p: Preset) -> tuple[PreTrainedTokenizerFast, torch.T
     return tokenizer, data["train"], data["heldout"]
 
 
-def get_batch(stream: torch.Tensor, p: Preset, seed: int, step: int, device: torch.device) -> torch.Tensor:
-    """batch x (seq_len + 1) windows at positions drawn from a generator seeded by (seed, step)."""
+def get_batch(stream: torch.Tensor, p: Preset, seed: int, step: int, device: torch.device,
+              generated: torch.Tensor | None = None) -> torch.Tensor:
+    """batch x (seq_len + 1) windows at positions drawn from a generator seeded by (seed, step).
+    With `generated` (rows of seq_len + 1 ids), a share p.generated_share of the rows come from it."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     starts = torch.randint(0, len(stream) - p.seq_len - 1, (p.batch,), generator=g)
     rows = torch.stack([stream[s: s + p.seq_len + 1] for s in starts.tolist()])
+    if generated is not None and len(generated):
+        use = torch.rand(p.batch, generator=g) < p.generated_share
+        picks = torch.randint(0, len(generated), (p.batch,), generator=g)
+        rows[use] = generated[picks[use]].to(rows.dtype)
     return rows.long().to(device)
+
+
+@torch.inference_mode()
+def generate_continuations(target: PreTrainedModel, train: torch.Tensor, p: Preset, out: Path,
+                           device: torch.device, seed: int, deadline: float | None = None,
+                           chunk: int = 64) -> torch.Tensor:
+    """p.generated continuations by the target of corpus prompts (p.prompt_len tokens each, continued to
+    seq_len + 1), alternately greedy and sampled at temperature 1, chunk by chunk; saved after each
+    chunk in out/generated.pt, so an interrupted run resumes where it stopped."""
+    path = out / "generated.pt"
+    done = torch.load(path) if path.exists() else torch.empty(0, p.seq_len + 1, dtype=torch.int32)
+    new = p.seq_len + 1 - p.prompt_len
+    target.eval()
+    bar = tqdm(total=p.generated, initial=min(len(done), p.generated), desc="generated", mininterval=5)
+    while len(done) < p.generated:
+        if deadline is not None and time.time() > deadline:
+            raise SystemExit(f"generated: stopped at {len(done)}/{p.generated}; run the same command again to resume.")
+        index = len(done) // chunk
+        n = min(chunk, p.generated - len(done))
+        g = torch.Generator().manual_seed(seed * 1_000_003 + index)
+        starts = torch.randint(0, len(train) - p.prompt_len, (n,), generator=g).tolist()
+        prompts = torch.stack([train[s: s + p.prompt_len] for s in starts]).long().to(device)
+        sampled = index % 2 == 1
+        torch.manual_seed(seed * 1_000_003 + index)
+        rows = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new,
+                               min_new_tokens=new, do_sample=sampled, temperature=1.0 if sampled else None,
+                               top_k=None, top_p=None, pad_token_id=0)
+        done = torch.cat([done, rows.cpu().to(torch.int32)])
+        torch.save(done, path)
+        bar.update(n)
+    bar.close()
+    return done[:p.generated]
 
 
 # ---------------------------------------------------------------- training
@@ -162,11 +211,12 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
     return F.kl_div(s, t, log_target=True, reduction="batchmean")
 
 
-def train_stage(name: str, model: LlamaForCausalLM, train: torch.Tensor, heldout: torch.Tensor, p: Preset,
-                steps: int, out: Path, device: torch.device, seed: int, teacher: LlamaForCausalLM | None = None,
-                deadline: float | None = None, amp: bool = False) -> dict:
-    """Train `model` for `steps` steps (cross-entropy, or distillation from `teacher`), resuming from
-    out/name.ckpt. Returns the log: held-out loss per evaluation, tokens/s, seconds spent."""
+def train_stage(name: str, model: PreTrainedModel, train: torch.Tensor, heldout: torch.Tensor, p: Preset,
+                steps: int, out: Path, device: torch.device, seed: int, teacher: PreTrainedModel | None = None,
+                deadline: float | None = None, amp: bool = False, generated: torch.Tensor | None = None) -> dict:
+    """Train `model` for `steps` steps (cross-entropy, or distillation from `teacher` on corpus windows
+    mixed with `generated` rows), resuming from out/name.ckpt. Returns the log: held-out loss per
+    evaluation, tokens/s, seconds spent."""
     ckpt_file = out / f"{name}.ckpt"
     opt = torch.optim.AdamW(model.parameters(), lr=p.lr, betas=(0.9, 0.95), weight_decay=0.1)
     log = {"evals": [], "seconds": 0.0, "steps": steps}
@@ -191,7 +241,7 @@ def train_stage(name: str, model: LlamaForCausalLM, train: torch.Tensor, heldout
                 break
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, p, steps)
-            batch = get_batch(train, p, seed, step, device)
+            batch = get_batch(train, p, seed, step, device, generated)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                 logits = model(batch[:, :-1]).logits
                 if teacher is None:
@@ -226,30 +276,81 @@ def train_stage(name: str, model: LlamaForCausalLM, train: torch.Tensor, heldout
     return log
 
 
-def draft_from_target(target: LlamaForCausalLM, p: Preset) -> LlamaForCausalLM:
-    """A draft that starts as the target's embedding, first layers and head: it begins where the
-    target's early layers already are, so distillation needs fewer steps to agree with it."""
-    draft = LlamaForCausalLM(llama_config(p, p.draft_layers))
+def shallow_config(config, layers: int):
+    """The target's configuration with fewer decoder layers (same width, vocabulary and kind)."""
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):  # per-layer attention kinds (Qwen2/3, Gemma) follow the depth
+        config.layer_types = config.layer_types[:layers]
+    return config
+
+
+def draft_from_target(target: PreTrainedModel, layers: int) -> PreTrainedModel:
+    """A draft of the target's own kind and width that starts as its embedding, first `layers` decoder
+    layers and head: it begins where the target's early layers already are, so distillation needs
+    fewer steps to agree with it. Works for any model whose layers live under model.layers."""
+    if layers >= target.config.num_hidden_layers:
+        raise ValueError(f"a draft needs fewer layers than the target's {target.config.num_hidden_layers}; got {layers}")
+    draft = type(target)(shallow_config(target.config, layers))
     state = {k: v for k, v in target.state_dict().items() if not k.startswith("model.layers.")
-             or int(k.split(".")[2]) < p.draft_layers}
-    draft.load_state_dict(state, strict=False)
-    return draft
+             or int(k.split(".")[2]) < layers}
+    missing, _ = draft.load_state_dict(state, strict=False)
+    if missing:
+        raise ValueError(f"could not copy the target's weights into the draft (missing {missing[:3]}...): "
+                         "draft_from_target expects a decoder whose layers are model.layers.N")
+    return draft.to(next(target.parameters()).device, torch.float32)
 
 
-def export(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
+def export(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path) -> None:
     """Hugging Face format, half precision: loads with AutoModelForCausalLM.from_pretrained(path)."""
     model.to(torch.float16).save_pretrained(path)
     tokenizer.save_pretrained(path)
     model.to(torch.float32)
 
 
-# ---------------------------------------------------------------- the pair command
+# ---------------------------------------------------------------- the commands
+def resolve_preset(preset: str, overrides: dict) -> Preset:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    return Preset(**{**asdict(PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
+
+
+def hardware(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    return f"{platform.machine()}, {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else str(dev)
+
+
+def train_drafts(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, train: torch.Tensor,
+                 heldout: torch.Tensor, p: Preset, out: Path, dev: torch.device, seed: int,
+                 deadline: float | None, amp: bool, plain_draft: bool) -> dict:
+    """The target's continuations, a draft distilled from the target (initialised from its first
+    layers), and optionally a plainly trained draft of the same shape for comparison."""
+    target.eval().requires_grad_(False)
+    report = {"draft_layers": p.draft_layers}
+    generated = generate_continuations(target, train, p, out, dev, seed + 3, deadline)
+    report["generated"] = {"sequences": len(generated), "prompt_tokens": p.prompt_len,
+                           "share_of_distillation_rows": p.generated_share}
+    torch.manual_seed(seed + 1)
+    draft = draft_from_target(target, p.draft_layers)
+    report["draft"] = train_stage("draft", draft, train, heldout, p, p.draft_steps, out, dev, seed + 1,
+                                  teacher=target, deadline=deadline, amp=amp, generated=generated)
+    export(draft, tokenizer, out / "draft")
+    if plain_draft:
+        torch.manual_seed(seed + 2)
+        plain = type(target)(shallow_config(target.config, p.draft_layers)).to(dev)
+        report["draft_plain"] = train_stage("draft-plain", plain, train, heldout, p, p.draft_steps, out, dev,
+                                            seed + 1, deadline=deadline, amp=amp)
+        export(plain, tokenizer, out / "draft-plain")
+    return report
+
+
 def train_pair(out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
                stop_after_minutes: float | None = None, plain_draft: bool = True, amp: bool | None = None,
                **overrides) -> dict:
     """Tokenizer, target (cross-entropy), distilled draft and, for comparison, a plainly trained
     draft of the same shape. Writes out/{target,draft,draft-plain}/ and out/training.json."""
-    p = Preset(**{**asdict(PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
+    p = resolve_preset(preset, overrides)
     out.mkdir(parents=True, exist_ok=True)
     dev = pick_device(device)
     torch.manual_seed(seed)
@@ -264,58 +365,85 @@ def train_pair(out: Path, preset: str = "stdlib", device: str | None = None, see
     report["target"] = train_stage("target", target, train, heldout, p, p.target_steps, out, dev, seed,
                                    deadline=deadline, amp=amp)
     export(target, tokenizer, out / "target")
-    target.eval().requires_grad_(False)
+    report.update(train_drafts(target, tokenizer, train, heldout, p, out, dev, seed, deadline, amp, plain_draft))
+    report["hardware"] = hardware(dev)
+    (out / "training.json").write_text(json.dumps(report, indent=1))
+    return report
 
-    torch.manual_seed(seed + 1)
-    draft = draft_from_target(target, p).to(dev)
-    report["draft"] = train_stage("draft", draft, train, heldout, p, p.draft_steps, out, dev, seed + 1,
-                                  teacher=target, deadline=deadline, amp=amp)
-    export(draft, tokenizer, out / "draft")
-    if plain_draft:
-        torch.manual_seed(seed + 2)
-        plain = LlamaForCausalLM(llama_config(p, p.draft_layers)).to(dev)
-        report["draft_plain"] = train_stage("draft-plain", plain, train, heldout, p, p.draft_steps, out, dev,
-                                            seed + 1, deadline=deadline, amp=amp)
-        export(plain, tokenizer, out / "draft-plain")
-    report["hardware"] = f"{platform.machine()}, {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else \
-        torch.cuda.get_device_name(dev) if dev.type == "cuda" else str(dev)
+
+def train_draft(target_dir: str | Path, out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
+                stop_after_minutes: float | None = None, plain_draft: bool = True, amp: bool | None = None,
+                **overrides) -> dict:
+    """A draft (and a plain comparison draft) for an existing target: the bundled one, a local
+    directory or a hub model, distilled on the standard library tokenized with the target's own
+    tokenizer. Writes out/{draft,draft-plain}/ and out/training.json."""
+    from speclab.models import load_model, load_tokenizer
+    p = resolve_preset(preset, overrides)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = pick_device(device)
+    amp = bf16_autocast_supported(dev) if amp is None else amp
+    deadline = time.time() + 60 * stop_after_minutes if stop_after_minutes else None
+    tokenizer = load_tokenizer(target_dir)
+    target = load_model(target_dir, dev, torch.float32)
+    tokenizer, train, heldout = prepare_data(out, p, tokenizer)
+    report = {"preset": asdict(p), "target_from": str(target_dir), "device": str(dev), "torch": torch.__version__,
+              "seed": seed, "bf16_autocast": amp, "train_tokens": len(train), "heldout_tokens": len(heldout)}
+    print(f"target {target_dir}; corpus: {len(train):,} training tokens; device {dev}, bf16 autocast {amp}")
+    report.update(train_drafts(target, tokenizer, train, heldout, p, out, dev, seed, deadline, amp, plain_draft))
+    report["hardware"] = hardware(dev)
     (out / "training.json").write_text(json.dumps(report, indent=1))
     return report
 
 
 def install_pair(out: Path, dest: Path | None = None) -> Path:
-    """Copy a trained pair (target/, draft/, draft-plain/, training.json) into the package, where
-    load_pair() finds it."""
+    """Copy what a run trained (target/, draft/, draft-plain/) into the package, where load_pair() finds
+    it, and merge its training.json into the package's: a draft-only run keeps the target's record."""
     from speclab.models import BUNDLED_DIR
     dest = dest or BUNDLED_DIR
     for name in ("target", "draft", "draft-plain"):
         if (out / name).exists():
             shutil.rmtree(dest / name, ignore_errors=True)
             shutil.copytree(out / name, dest / name)
-    shutil.copy(out / "training.json", dest / "training.json")
+    report = json.loads((out / "training.json").read_text())
+    record = dest / "training.json"
+    if "target_from" in report and record.exists():  # draft-only run: keep how the target was trained
+        old = json.loads(record.read_text())
+        report = {**report, "target": old["target"], "target_preset": old["preset"],
+                  "target_device": old["device"], "target_hardware": old.get("hardware"),
+                  "target_history": old.get("history")}
+    record.write_text(json.dumps(report, indent=1))
     return dest
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m speclab.train", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m speclab train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    pair = sub.add_parser("pair", help="train tokenizer, target and draft (resumable)")
-    pair.add_argument("--out", type=Path, required=True, help="output folder (checkpoints and exported models)")
-    pair.add_argument("--preset", choices=sorted(PRESETS), default="stdlib")
-    pair.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
-    pair.add_argument("--seed", type=int, default=0)
+    pair = sub.add_parser("pair", help="train tokenizer, target and drafts (resumable)")
+    draft = sub.add_parser("draft", help="train drafts for an existing target (resumable)")
+    draft.add_argument("--target", required=True, help="target model: a local directory (the bundled one is "
+                       "speclab/pairs/stdlib/target) or a hub id")
+    for cmd in (pair, draft):
+        cmd.add_argument("--out", type=Path, required=True, help="output folder (checkpoints and exported models)")
+        cmd.add_argument("--preset", choices=sorted(PRESETS), default="stdlib")
+        cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+        cmd.add_argument("--seed", type=int, default=0)
+        cmd.add_argument("--draft-steps", type=int, help="override the preset's draft steps")
+        cmd.add_argument("--draft-layers", type=int, help="override the preset's draft depth")
+        cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+        cmd.add_argument("--no-amp", action="store_true", help="train in fp32 even where bf16 autocast is supported")
+        cmd.add_argument("--no-plain-draft", action="store_true", help="skip the plainly trained comparison draft")
+        cmd.add_argument("--install", action="store_true", help="when done, copy the result into the package "
+                         "(speclab/pairs/stdlib), where load_pair() finds it")
     pair.add_argument("--target-steps", type=int, help="override the preset's target steps")
-    pair.add_argument("--draft-steps", type=int, help="override the preset's draft steps")
-    pair.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
-    pair.add_argument("--no-amp", action="store_true", help="train in fp32 even where bf16 autocast is supported")
-    pair.add_argument("--no-plain-draft", action="store_true", help="skip the plainly trained comparison draft")
-    pair.add_argument("--install", action="store_true",
-                      help="when done, copy the pair into the package (speclab/pairs/stdlib), where load_pair() finds it")
     args = parser.parse_args(argv)
-    report = train_pair(args.out, args.preset, args.device, args.seed, args.stop_after_minutes,
-                        plain_draft=not args.no_plain_draft, amp=False if args.no_amp else None, target_steps=args.target_steps,
-                        draft_steps=args.draft_steps)
+    common = dict(preset=args.preset, device=args.device, seed=args.seed, stop_after_minutes=args.stop_after_minutes,
+                  plain_draft=not args.no_plain_draft, amp=False if args.no_amp else None,
+                  draft_steps=args.draft_steps, draft_layers=args.draft_layers)
+    if args.command == "pair":
+        report = train_pair(args.out, target_steps=args.target_steps, **common)
+    else:
+        report = train_draft(args.target, args.out, **common)
     for stage in ("target", "draft", "draft_plain"):
         if stage in report:
             last = report[stage]["evals"][-1]
