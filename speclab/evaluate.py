@@ -4,10 +4,32 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from scipy.stats import chisquare
 
 from speclab.decoding import speculative_generate
 from speclab.sampling import logits_to_probs
+
+
+def chi_square_pvalue(counts, probs, min_expected: float = 5.0) -> float:
+    """Pearson chi-square p-value of observed counts against exact probabilities: is this what p
+    would produce? Cells expected fewer than min_expected times are pooled into one (the test's
+    approximation needs it); a count in a zero-probability cell is an outright failure (p = 0)."""
+    counts = np.asarray(counts, float).ravel()
+    probs = np.asarray(probs.double().cpu() if torch.is_tensor(probs) else probs, float).ravel()
+    if len(counts) != len(probs):
+        raise ValueError(f"counts ({len(counts)} cells) and probs ({len(probs)}) must cover the same outcomes")
+    if counts[probs == 0].sum() > 0:
+        return 0.0
+    expected = probs / probs.sum() * counts.sum()  # float32 probabilities sum to 1 only up to rounding
+    big = expected >= min_expected
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    if keep.sum() < 2:  # one possible outcome: nothing to test beyond the zero cells above
+        return 1.0
+    return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
 
 
 @torch.inference_mode()

@@ -24,6 +24,22 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return residual / mass if mass > 0 else p
 
 
+def emitted_distribution(target_probs: torch.Tensor, sampled_probs: torch.Tensor,
+                         reported_probs: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact distribution of the token one position of the rule emits, for a target row p and a draft
+    that samples from `sampled_probs` but tells the rule `reported_probs` (by default the truth).
+
+    accepted: q_s(x) min(1, p(x) / q_r(x)); otherwise the residual of (p, q_r). With q_r = q_s this is
+    p exactly, the lemma behind losslessness; with q_r != q_s (a draft reporting its raw softmax while
+    sampling from top-k, say) it is not, and the difference is the bias. Same edge rule as
+    accepted_mask: a token reported with q = 0 is accepted wherever p > 0.
+    """
+    q_r = sampled_probs if reported_probs is None else reported_probs
+    ratio = torch.where(q_r > 0, (target_probs / q_r.clamp(min=1e-30)).clamp(max=1), (target_probs > 0).to(q_r.dtype))
+    accepted = sampled_probs * ratio
+    return accepted + (1 - accepted.sum(-1, keepdim=True)) * residual_distribution(target_probs, q_r)
+
+
 def accepted_mask(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
                   generator: torch.Generator | None = None) -> torch.Tensor:
     """For each draft position, whether its token passes the test u < p(x) / q(x), u ~ U[0, 1).

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import torch
 
+from speclab.evaluate import chi_square_pvalue
 from speclab.sampling import logits_to_probs, sample
 from speclab.verification import residual_distribution, verify
-from tests.stats_helpers import chi_square_pvalue
 
 V = 6
 
@@ -107,3 +107,21 @@ def test_a_rule_without_the_residual_is_caught(monkeypatch):
 def test_bad_shapes_are_refused(tp, dp, dt, message):
     with pytest.raises(ValueError, match=message):
         verify(tp, dp, dt)
+
+
+def test_emitted_distribution_is_p_when_the_draft_reports_what_it_sampled_from():
+    from speclab.verification import emitted_distribution
+    g = torch.Generator().manual_seed(3)
+    for _ in range(20):
+        p = torch.rand(12, generator=g) ** 3
+        q = torch.rand(12, generator=g) ** 3
+        p[:3] = 0
+        q[5:7] = 0
+        p, q = p / p.sum(), q / q.sum()
+        assert torch.allclose(emitted_distribution(p, q), p, atol=1e-6)
+    # a draft that samples from top-2 but reports its full softmax biases the output away from p
+    q_full = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    q_top2 = torch.tensor([4 / 7, 3 / 7, 0.0, 0.0])
+    p = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    biased = emitted_distribution(p, q_top2, reported_probs=q_full)
+    assert biased.sum().item() == pytest.approx(1.0) and (biased - p).abs().max() > 0.05

@@ -1,0 +1,95 @@
+"""What the course's notebooks share besides the teaching: which machine produced a timing, numbers
+glued into the book's prose, and a decode trace drawn token by token.
+
+    from speclab.notebook import glue, machine, trace_html
+"""
+from __future__ import annotations
+
+import html
+import platform
+
+import torch
+
+from speclab.stats import Round
+
+
+def glue(name: str, value, display: bool = True):
+    """myst-nb's glue where the book is built (a measured number appears in the prose); elsewhere
+    (Colab, plain Jupyter) it only returns the value."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return value
+    myst_glue(name, value, display=display)
+    return value
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), or what platform knows of it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def machine(device: torch.device | str, dtype: torch.dtype | None = None) -> str:
+    """One line naming what a timing depends on: CPU, torch threads, torch version, device (and GPU), dtype."""
+    device = torch.device(device)
+    gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
+    kind = f", dtype {dtype}" if dtype is not None else ""
+    return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, device {device}{gpu}{kind}"
+
+
+def environment_report(device: torch.device | str, dtype: torch.dtype | None = None) -> dict:
+    """Python, library versions, device, threads and GPU memory: the facts a reader compares timings by."""
+    import transformers
+
+    import speclab
+    device = torch.device(device)
+    report = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
+              "transformers": transformers.__version__, "speclab": speclab.__version__, "device": str(device),
+              "dtype": str(dtype), "torch threads": torch.get_num_threads(), "cpu": cpu_name()}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        report.update({"gpu": props.name, "gpu memory (GiB)": round(props.total_memory / 2**30, 1),
+                       "cuda": torch.version.cuda})
+    return report
+
+
+# ---------------------------------------------------------------- a decode trace, token by token
+COLOURS = {"accepted": "#b7e4b0", "rejected": "#f4a6a6", "discarded": "#dddddd",
+           "correction": "#a9c8f0", "bonus": "#f5d76e"}
+
+
+def round_kinds(r: Round) -> list[tuple[int, str]]:
+    """(token id, kind) for every token of one round: accepted drafts, the rejected one, the drafts
+    discarded after it, then the target's own token (a correction, or the bonus when all passed)."""
+    kinds = [(t, "accepted") for t in r.drafted[:r.accepted]]
+    if r.accepted < len(r.drafted):
+        kinds.append((r.drafted[r.accepted], "rejected"))
+        kinds += [(t, "discarded") for t in r.drafted[r.accepted + 1:]]
+    bonus = bool(r.drafted) and r.accepted == len(r.drafted)
+    return kinds + [(r.next_token, "bonus" if bonus else "correction")]
+
+
+def token_span(text: str, kind: str, token_id: int) -> str:
+    shown = text.replace("\n", "⏎") or "∅"
+    strike = "text-decoration:line-through;" if kind in ("rejected", "discarded") else ""
+    return (f'<span title="{kind} (id {token_id})" style="background:{COLOURS[kind]};{strike}'
+            f'white-space:pre;font-family:monospace;padding:1px 2px;margin:1px;border-radius:3px">'
+            f'{html.escape(shown)}</span>')
+
+
+def trace_html(trace: list[Round], tokenizer) -> str:
+    """An HTML table of a speculative run's rounds (GenerationResult.trace), each token coloured by
+    what happened to it; display it with IPython.display.HTML."""
+    legend = " ".join(f'<span style="background:{c};padding:1px 4px;border-radius:3px">{k}</span>'
+                      for k, c in COLOURS.items())
+    rows = "".join(
+        f"<tr><td style='text-align:right'>{i + 1}</td><td style='text-align:center'>{r.accepted}/{len(r.drafted)}</td>"
+        f"<td style='text-align:left'>"
+        f"{''.join(token_span(tokenizer.decode([t]), kind, t) for t, kind in round_kinds(r))}</td></tr>"
+        for i, r in enumerate(trace))
+    return (f"<div>{legend}</div><table><tr><th>round</th><th>accepted</th>"
+            f"<th style='text-align:left'>drafts, then the target's token</th></tr>{rows}</table>")
