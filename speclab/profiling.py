@@ -20,6 +20,35 @@ def parameter_bytes(model: torch.nn.Module) -> int:
     return total
 
 
+# ---------------------------------------------------------------- the roofline, on paper
+def kv_bytes_per_token(config, bytes_per_element: int) -> int:
+    """Bytes the KV cache grows by per token over all layers: keys and values of the KV heads only
+    (grouped-query attention caches fewer heads than it queries), at config.head_dim when the config
+    sets one (Qwen3 does, and it differs from hidden_size / heads)."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * bytes_per_element
+
+
+def matmul_intensity(m: int, k: int, n: int, bytes_per_element: int) -> float:
+    """FLOPs per byte moved of an (m x k) @ (k x n) product that reads both inputs and writes the output
+    once. m = 1 is a decode step through one weight matrix: about one FLOP per 16-bit byte."""
+    return 2 * m * k * n / (bytes_per_element * (m * k + k * n + m * n))
+
+
+def attainable_tflops(intensity: float, peak_tflops: float, bandwidth_gbs: float) -> float:
+    """The roofline: what a kernel of this arithmetic intensity can reach, the lower of the compute peak
+    and intensity x memory bandwidth (GB/s x FLOP/byte = GFLOP/s, / 1000 = TFLOP/s)."""
+    return min(peak_tflops, intensity * bandwidth_gbs / 1000)
+
+
+def decode_floor_ms(weight_bytes: float, kv_bytes: float, bandwidth_gbs: float) -> float:
+    """The bandwidth floor of one decode step: every weight and every cached key and value read once."""
+    return (weight_bytes + kv_bytes) / (bandwidth_gbs * 1e9) * 1000
+
+
+# ---------------------------------------------------------------- measured
 def forward_ms(model: torch.nn.Module, positions: int, context: int = 128, repeats: int = 10, seed: int = 0) -> float:
     """Median time (ms) of one cached forward pass over `positions` new tokens after `context`
     cached ones: the cost of verifying positions - 1 drafts."""

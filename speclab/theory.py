@@ -7,6 +7,7 @@ overhead-bound). Then:
 - tokens per round     E(alpha, K) = (1 - alpha^(K+1)) / (1 - alpha)
 - speedup              S(alpha, K, c) = E(alpha, K) / (1 + K c)
 - breakeven alpha      the alpha at which S = 1 for a given K and c
+- breakeven cost       the c at which S = 1 for a given alpha and K
 """
 from __future__ import annotations
 
@@ -62,6 +63,15 @@ def breakeven_alpha(k: int, c: float) -> float:
     if f(0.0) >= 0:
         return 0.0
     return brentq(f, 0.0, 1.0, xtol=1e-12)
+
+
+def breakeven_cost_ratio(alpha: float, k: int) -> float:
+    """The most a draft step may cost (as a fraction of a target step) for K drafts per round to break
+    even at this alpha, in the classic model: E(alpha, K) = 1 + K c, so c* = (E - 1) / K."""
+    _check(alpha, k)
+    if k < 1:
+        raise ValueError("breakeven needs k >= 1")
+    return expected_accepted(alpha, k) / k
 
 
 def best_k(alpha: float, c: float, k_max: int = 16) -> int:

@@ -62,3 +62,10 @@ def test_verify_cost_lowers_the_speedup_in_proportion():
     assert math.isclose(theory.speedup(0.8, 4, 0.1, verify_cost=1.4), theory.expected_tokens(0.8, 4) / (1.4 + 0.4))
     with pytest.raises(ValueError):
         theory.speedup(0.8, 4, 0.1, verify_cost=0)
+
+
+def test_breakeven_cost_ratio_is_where_the_speedup_is_one():
+    for alpha, k in [(0.7, 4), (0.3, 2), (0.95, 8)]:
+        c = theory.breakeven_cost_ratio(alpha, k)
+        assert theory.speedup(alpha, k, c) == pytest.approx(1.0)
+    assert theory.breakeven_cost_ratio(0.0, 3) == 0.0 and theory.breakeven_cost_ratio(1.0, 6) == pytest.approx(1.0)

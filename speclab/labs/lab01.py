@@ -109,8 +109,7 @@ def _(kv_bytes_per_token):
 lab.question("q3", "matmul_intensity", points=1, title="arithmetic intensity of a matmul")
 
 
-def intensity_ref(m, k, n, b):
-    return 2 * m * k * n / (b * (m * k + k * n + m * n))
+intensity_ref = speclab.profiling.matmul_intensity  # the reference your function is checked against
 
 
 HINT_Q3 = ("FLOPs = 2 * m * k * n (a multiply and an add per term). Bytes = bytes_per_element * "
@@ -138,8 +137,7 @@ def _(matmul_intensity):
 lab.question("q4", "attainable_tflops", points=1, title="the roofline")
 
 
-def roofline_ref(i, peak, bw):
-    return min(peak, i * bw / 1000)
+roofline_ref = speclab.profiling.attainable_tflops  # the reference your function is checked against
 
 
 HINT_Q4 = ("intensity (FLOP/byte) x bandwidth (GB/s) is GFLOP/s; divide by 1000 for TFLOP/s. "
@@ -169,8 +167,7 @@ def _(attainable_tflops):
 lab.question("q5", "decode_floor_ms", points=1, title="the bandwidth floor of a decode step")
 
 
-def floor_ref(w, kv, bw):
-    return (w + kv) / (bw * 1e9) * 1000
+floor_ref = speclab.profiling.decode_floor_ms  # the reference your function is checked against
 
 
 HINT_Q5 = "Seconds = bytes / (bandwidth_gbs * 1e9); multiply by 1000 for milliseconds. Add the KV bytes to the weights."

@@ -78,7 +78,7 @@ HINT_Q3 = "(expected_tokens(alpha, k) - 1) / k: solve E = 1 + k * c for c."
 
 def check_cost(f, a, k):
     c = f(a, k)
-    expect_close(c, (theory.expected_tokens(a, k) - 1) / k, f"breakeven_cost_ratio({a}, {k})", tol=1e-9,
+    expect_close(c, theory.breakeven_cost_ratio(a, k), f"breakeven_cost_ratio({a}, {k})", tol=1e-9,
                  why=f"at that c, theory.speedup({a}, {k}, c) is exactly 1")
 
 
