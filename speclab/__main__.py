@@ -81,11 +81,13 @@ def cmd_bench(args) -> None:
                      repeats=args.repeats)
     print(format_table(rows))
     summary = {"device": str(device), "k": args.k, "threads": torch.get_num_threads(),
-               "rows": [dict(vars(r), tokens_per_s=r.tokens_per_s, alpha=r.alpha) for r in rows]}
+               "rows": [dict(method=r.method, new_tokens=r.new_tokens, seconds=r.seconds, tokens_per_s=r.tokens_per_s,
+                             repeat_seconds=r.repeat_seconds, matches_target_only=r.matches_target_only,
+                             stats=r.stats.to_dict() if r.stats else None) for r in rows]}
     by_name = {r.method: r for r in rows}
     base, spec = by_name.get("speclab target-only"), by_name.get("speclab speculative")
     if base and spec and spec.drafted:
-        check = model_check(base, spec, args.k)
+        check = model_check(base.stats, spec.stats)
         c_alone = cost_ratio(target, draft)
         verify_alone = forward_ms(target, args.k + 1) / forward_ms(target, 1)
         print(check)

@@ -22,6 +22,7 @@ from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.drafters import PromptLookupDrafter
 from speclab.runner import model_device
+from speclab.stats import GenerationStats
 
 METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup",
            "hf target-only", "hf assisted", "hf prompt-lookup")
@@ -32,13 +33,7 @@ class BenchRow:
     method: str
     new_tokens: int = 0
     seconds: float = 0.0            # median over repeats of the total over prompts
-    rounds: int = 0                 # speclab methods: target passes after the prefill
-    drafted: int = 0
-    accepted: int = 0
-    rejections: int = 0
-    prefill_s: float = 0.0          # speclab methods, from the median repeat
-    draft_s: float = 0.0
-    target_s: float = 0.0
+    stats: GenerationStats | None = None  # speclab methods: the median repeat's runs, combined
     matches_target_only: bool | None = None
     repeat_seconds: list[float] = field(default_factory=list)
 
@@ -47,18 +42,20 @@ class BenchRow:
         return self.new_tokens / self.seconds
 
     @property
+    def drafted(self) -> bool:
+        return self.stats is not None and self.stats.drafted > 0
+
+    @property
     def acceptance_rate(self) -> float | None:
-        return self.accepted / self.drafted if self.drafted else None
+        return self.stats.acceptance_rate if self.drafted else None
 
     @property
     def alpha(self) -> float | None:
-        """Per-token acceptance: accepted / (accepted + rejections), as GenerationStats.alpha."""
-        tested = self.accepted + self.rejections
-        return self.accepted / tested if self.drafted and tested else None
+        return self.stats.alpha if self.drafted else None
 
     @property
     def tokens_per_round(self) -> float | None:
-        return self.new_tokens / self.rounds if self.drafted else None
+        return self.stats.mean_tokens_per_round if self.drafted else None
 
 
 def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int, **extra):
@@ -129,14 +126,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         times = [r[0] for r in runs[method]]
         median = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
         seconds, outputs, stats = runs[method][median]
-        row = BenchRow(method, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times)
-        for s in stats:
-            if s is not None:
-                row.rounds += s.rounds
-                row.drafted, row.accepted, row.rejections = row.drafted + s.drafted, row.accepted + s.accepted, \
-                    row.rejections + s.rejections
-                row.prefill_s, row.draft_s, row.target_s = row.prefill_s + s.prefill_s, row.draft_s + s.draft_s, \
-                    row.target_s + s.target_s
+        row = BenchRow(method, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times,
+                       stats=GenerationStats.combine(stats) if stats[0] is not None else None)
         if reference is not None and method != "speclab target-only" and temperature == 0:
             row.matches_target_only = outputs == reference
         rows.append(row)
@@ -162,12 +153,12 @@ class ModelCheck:
     """The speedup model against a measured run, every cost in units of one target-only token."""
 
     k: int
-    unit_ms: float        # target-only wall time per token (decode steps and their sampling)
+    unit_ms: float        # target-only time per token (a decode step and its sampling)
     alpha: float          # measured per-token acceptance
-    verify_cost: float    # one verification pass (K + 1 positions), in the loop
-    c: float              # one draft step, in the loop
+    verify_cost: float    # one verification pass (K + 1 positions), as paid in the loop
+    c: float              # one draft step, as paid in the loop
     other: float          # per round: everything else (the rule, sampling the correction, rollback)
-    measured: float       # measured speedup (decode phase: prefill excluded on both sides)
+    measured: float       # measured speedup of the decode phase (prefill excluded on both sides)
     tokens_per_round: float
 
     @property
@@ -180,7 +171,7 @@ class ModelCheck:
         return self.measured / self.modelled
 
     def __str__(self) -> str:
-        return (f"model check (costs in target-only tokens of {self.unit_ms:.2f} ms, measured in the loop): "
+        return (f"model check (costs in target-only tokens of {self.unit_ms:.2f} ms, as paid in the loop): "
                 f"alpha {self.alpha:.3f} -> E(alpha, K={self.k}) = {theory.expected_tokens(self.alpha, self.k):.2f} "
                 f"tokens/round (measured {self.tokens_per_round:.2f}); verify pass {self.verify_cost:.2f}, "
                 f"draft step c = {self.c:.3f}, other {self.other:.2f} per round\n"
@@ -188,21 +179,23 @@ class ModelCheck:
                 f"(measured/modelled {self.ratio:.2f})")
 
 
-def model_check(base: BenchRow, spec: BenchRow, k: int) -> ModelCheck:
-    """Measured speedup of `spec` over `base` against theory.speedup(alpha, K, c, verify_cost).
+def model_check(base: GenerationStats, spec: GenerationStats) -> ModelCheck:
+    """Measured speedup of `spec` (speculative runs) over `base` (target-only runs of the same prompts)
+    against theory.speedup(alpha, K, c, verify_cost).
 
-    Costs come from the same runs: one target-only token (decode step plus its sampling) is the unit;
-    the verify pass is the target's time per round, c the drafter's time per drafted token. What the
-    model leaves out (the rule, rollback, Python between passes) shows up as `other` and in the ratio.
-    The prefill is excluded on both sides (it is the same work for both methods).
+    The costs come from the same runs (GenerationStats times each phase): one target-only token is
+    the unit; the verify pass is the target's time per round, c the drafter's time per drafted token.
+    So c is what a draft step costs *inside* the loop, which on a CPU is more than it costs alone (the
+    target's pass evicts the draft's weights from the cache). What the model leaves out (the rule,
+    rollback, Python between passes) shows up as `other` and in the ratio. The prefill, the same work
+    for both methods, is excluded on both sides.
     """
-    if not spec.drafted or base.new_tokens == 0:
-        raise ValueError("model_check needs a target-only row and a speculative row that drafted tokens")
-    unit = (base.seconds - base.prefill_s) / base.new_tokens
-    spec_decode = spec.seconds - spec.prefill_s
+    if not spec.drafted or not base.new_tokens or base.k:
+        raise ValueError("model_check needs target-only stats and speculative stats that drafted tokens")
+    unit = (base.wall_s - base.prefill_s) / base.new_tokens
+    spec_decode = spec.wall_s - spec.prefill_s
     return ModelCheck(
-        k=k, unit_ms=1000 * unit, alpha=spec.alpha, verify_cost=spec.target_s / spec.rounds / unit,
+        k=spec.k, unit_ms=1000 * unit, alpha=spec.alpha, verify_cost=spec.target_s / spec.rounds / unit,
         c=spec.draft_s / spec.drafted / unit,
         other=(spec_decode - spec.target_s - spec.draft_s) / spec.rounds / unit,
-        measured=(base.seconds - base.prefill_s) / spec_decode * spec.new_tokens / base.new_tokens,
-        tokens_per_round=spec.tokens_per_round)
+        measured=unit * spec.new_tokens / spec_decode, tokens_per_round=spec.mean_tokens_per_round)

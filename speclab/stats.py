@@ -67,6 +67,22 @@ class GenerationStats:
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s else float("nan")
 
+    @classmethod
+    def combine(cls, runs: list[GenerationStats]) -> GenerationStats:
+        """One record for several runs (prompts) of the same method: counts and times summed."""
+        if not runs:
+            raise ValueError("combine needs at least one GenerationStats")
+        total = cls(method=runs[0].method, k=runs[0].k, device=runs[0].device,
+                    accepted_lengths=[0] * len(runs[0].accepted_lengths))
+        for s in runs:
+            if (s.method, s.k) != (total.method, total.k):
+                raise ValueError(f"cannot combine runs of {s.method!r} (K={s.k}) with {total.method!r} (K={total.k})")
+            for name in ("new_tokens", "target_calls", "draft_calls", "rounds", "drafted", "accepted", "rejections",
+                         "prefill_s", "draft_s", "target_s", "wall_s"):
+                setattr(total, name, getattr(total, name) + getattr(s, name))
+            total.accepted_lengths = [a + b for a, b in zip(total.accepted_lengths, s.accepted_lengths)]
+        return total
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(acceptance_rate=self.acceptance_rate, alpha=self.alpha,

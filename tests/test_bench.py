@@ -2,7 +2,8 @@
 import pytest
 
 from speclab import theory
-from speclab.bench import BenchRow, model_check, run_bench
+from speclab.bench import model_check, run_bench
+from speclab.stats import GenerationStats
 
 
 def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
@@ -13,11 +14,12 @@ def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
     for r in rows:
         assert r.new_tokens == 24 and len(r.repeat_seconds) == 3
         assert min(r.repeat_seconds) <= r.seconds <= max(r.repeat_seconds)
-    base, spec = rows[0], rows[1]
-    assert spec.matches_target_only and rows[3].matches_target_only
-    assert spec.drafted > 0 and 0 <= spec.acceptance_rate <= 1 and spec.rounds >= 24 / 4
-    assert spec.draft_s > 0 and spec.target_s > 0 and spec.prefill_s + spec.draft_s + spec.target_s < spec.seconds
-    assert base.draft_s == 0 and base.target_s > 0 and base.alpha is None
+    base, spec = rows[0].stats, rows[1].stats
+    assert rows[1].matches_target_only and rows[3].matches_target_only and rows[3].stats is None
+    assert spec.drafted > 0 and 0 <= rows[1].acceptance_rate <= 1 and spec.rounds >= 24 / 4
+    assert spec.new_tokens == 24 and sum(spec.accepted_lengths) == spec.rounds
+    assert spec.draft_s > 0 and spec.target_s > 0 and spec.prefill_s + spec.draft_s + spec.target_s < spec.wall_s
+    assert base.draft_s == 0 and base.target_s > 0 and rows[0].alpha is None
 
 
 def test_bench_refuses_an_unknown_method(pair, prompt):
@@ -27,11 +29,11 @@ def test_bench_refuses_an_unknown_method(pair, prompt):
 
 def test_model_check_puts_costs_in_target_token_units():
     # target-only: 100 tokens in 1.0 s after a 0.1 s prefill -> 9 ms per token
-    base = BenchRow("speclab target-only", new_tokens=100, seconds=1.0, prefill_s=0.1, target_s=0.8, rounds=100)
+    base = GenerationStats(new_tokens=100, wall_s=1.0, prefill_s=0.1, target_s=0.8, rounds=100)
     # speculative, K = 4: 25 rounds, 100 drafted, 75 accepted, 20 rejections
-    spec = BenchRow("speclab speculative", new_tokens=100, seconds=0.6, prefill_s=0.1, rounds=25, drafted=100,
-                    accepted=75, rejections=20, target_s=0.3, draft_s=0.18)
-    check = model_check(base, spec, k=4)
+    spec = GenerationStats(method="speculative", k=4, new_tokens=100, wall_s=0.6, prefill_s=0.1, rounds=25,
+                           drafted=100, accepted=75, rejections=20, target_s=0.3, draft_s=0.18)
+    check = model_check(base, spec)
     unit = 0.9 / 100
     assert check.unit_ms == pytest.approx(9.0)
     assert check.alpha == pytest.approx(75 / 95)
@@ -43,4 +45,16 @@ def test_model_check_puts_costs_in_target_token_units():
     assert check.ratio == pytest.approx(check.measured / check.modelled)
     assert "measured/modelled" in str(check)
     with pytest.raises(ValueError, match="drafted"):
-        model_check(base, base, k=4)
+        model_check(base, base)
+
+
+def test_combined_stats_sum_runs_and_refuse_mixed_methods():
+    a = GenerationStats(method="speculative", k=2, new_tokens=5, rounds=2, drafted=4, accepted=3, rejections=1,
+                        accepted_lengths=[0, 1, 1], wall_s=0.5, draft_s=0.1)
+    b = GenerationStats(method="speculative", k=2, new_tokens=7, rounds=3, drafted=6, accepted=4, rejections=2,
+                        accepted_lengths=[1, 0, 2], wall_s=0.25, draft_s=0.05)
+    total = GenerationStats.combine([a, b])
+    assert (total.new_tokens, total.rounds, total.accepted, total.accepted_lengths) == (12, 5, 7, [1, 1, 3])
+    assert total.wall_s == pytest.approx(0.75) and total.alpha == pytest.approx(7 / 10)
+    with pytest.raises(ValueError, match="cannot combine"):
+        GenerationStats.combine([a, GenerationStats()])
