@@ -91,34 +91,55 @@ def heldout_windows(tokenizer, n: int = 8, length: int = 256, seed: int = 0) -> 
 
 
 def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
-    """The bundled pair's model card, measured now on this machine (see `python -m speclab card`)."""
+    """The bundled pair's model card, measured now on this machine (see `python -m speclab card`).
+
+    training.json says how each model was trained: by `train pair` (target and drafts in one run), or
+    a target from `train pair` and drafts from a later `train draft` (install_pair keeps both records).
+    """
     import json
     import os
     import platform
     from pathlib import Path
 
+    from speclab.bench import model_check
     from speclab.corpus import HELDOUT_EVERY, heldout_prompts, stdlib_root
+    from speclab.decoding import generate
     from speclab.models import load_pair
     from speclab.profiling import decode_ms_per_token
+    from speclab.stats import GenerationStats
 
     pair_dir = Path(pair_dir)
     training = json.loads((pair_dir / "training.json").read_text())
     target, draft, tok, device = load_pair(str(pair_dir / "target"), draft=pair_dir / "draft")
     plain = load_pair(str(pair_dir / "target"), draft=pair_dir / "draft-plain").draft
-    n_params = {name: sum(p.numel() for p in m.parameters()) for name, m in
-                [("target", target), ("draft", draft), ("draft-plain", plain)]}
+    models = {"target": target, "draft": draft, "draft-plain": plain}
+    n_params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
     windows = heldout_windows(tok).to(device)
-    overlap = {name: {t: teacher_forced_overlap(target, m, windows, t) for t in (1.0,)} for name, m in
-               [("draft", draft), ("draft-plain", plain)]}
-    ms = {name: decode_ms_per_token(m) for name, m in [("target", target), ("draft", draft)]}
+    overlap = {name: teacher_forced_overlap(target, models[name], windows, 1.0) for name in ("draft", "draft-plain")}
+    ms = {name: decode_ms_per_token(models[name]) for name in ("target", "draft")}
     prompts = [tok(p, return_tensors="pt").input_ids[0].to(device) for p in heldout_prompts("code", num_prompts)]
     rows = acceptance_table(target, draft, prompts, max_new_tokens=max_new_tokens)
     plain_rows = acceptance_table(target, plain, prompts, ks=[4], temperatures=[0.0], max_new_tokens=max_new_tokens)
+    base = GenerationStats.combine([generate(target, p, max_new_tokens=max_new_tokens).stats for p in prompts])
+    spec = GenerationStats.combine([speculative_generate(target, draft, p, k=4, max_new_tokens=max_new_tokens).stats
+                                    for p in prompts])
+    in_loop = model_check(base, spec)
+    target_preset = training.get("target_preset", training["preset"])
     p = training["preset"]
 
-    def loss(stage):
-        return training[stage]["evals"][-1]["heldout_loss"]
+    def last(stage):
+        return training[stage]["evals"][-1]
 
+    def shape(name):
+        cfg = models[name].config
+        return f"{cfg.num_hidden_layers} | {cfg.hidden_size}"
+
+    generated = training.get("generated")
+    distilled_on = "corpus windows" + (f" and {generated['sequences']:,} continuations written by the target "
+                                       f"({int(100 * generated['share_of_distillation_rows'])}% of the rows)"
+                                       if generated else "")
+    draft_cmd = (f"`python -m speclab train draft --target {Path(training['target_from']).as_posix()} --out runs/draft`"
+                 if "target_from" in training else "`python -m speclab train pair --out runs/stdlib`")
     lines = [
         "# The bundled pair: a target and a draft trained on the Python standard library", "",
         "Trained and measured by speclab itself; regenerate this card with `python -m speclab card`.", "",
@@ -126,25 +147,29 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
         f"- The `.py` files of the standard library of Python {platform.python_version()} ({stdlib_root()}), "
         f"site-packages excluded; one file in {HELDOUT_EVERY} held out, chosen by a hash of its path.",
         f"- {training['train_tokens']:,} training tokens, {training['heldout_tokens']:,} held-out tokens "
-        f"(byte-level BPE, {p['vocab_size']} pieces, trained on the training split).", "",
+        f"(byte-level BPE, {target_preset['vocab_size']} pieces, trained on the training split).", "",
         "## Models (Llama architecture, Hugging Face format, float16 safetensors)",
         "| model | layers | hidden | parameters | training | held-out loss |", "|---|---|---|---|---|---|",
-        f"| target | {p['target_layers']} | {p['hidden']} | {n_params['target'] / 1e6:.2f}M | {p['target_steps']} steps of "
-        f"{p['batch']}x{p['seq_len']} tokens, cross-entropy | {loss('target'):.3f} |",
-        f"| draft | {p['draft_layers']} | {p['hidden']} | {n_params['draft'] / 1e6:.2f}M | initialised from the target's "
-        f"embedding, first layer and head; {p['draft_steps']} steps of distillation (KL to the target) | {loss('draft'):.3f} |",
-        f"| draft-plain | {p['draft_layers']} | {p['hidden']} | {n_params['draft-plain'] / 1e6:.2f}M | random init, "
-        f"{p['draft_steps']} steps of cross-entropy on the data | {loss('draft_plain'):.3f} |", "",
-        f"Training hardware: {training['device']} ({training.get('hardware', 'see training.json')}), torch {training['torch']}, "
-        f"bf16 autocast {training['bf16_autocast']}; wall time: target {training['target']['seconds'] / 60:.1f} min, "
-        f"draft {training['draft']['seconds'] / 60:.1f} min, draft-plain {training['draft_plain']['seconds'] / 60:.1f} min. "
-        "Command: `python -m speclab train pair --out runs/stdlib` (seeded, resumable).", "",
+        f"| target | {shape('target')} | {n_params['target'] / 1e6:.2f}M | {last('target')['step']} steps of "
+        f"{target_preset['batch']}x{target_preset['seq_len']} tokens, cross-entropy | {last('target')['heldout_loss']:.3f} |",
+        f"| draft | {shape('draft')} | {n_params['draft'] / 1e6:.2f}M | initialised from the target's embedding, first "
+        f"{draft.config.num_hidden_layers} layer(s) and head; {last('draft')['step']} steps of {p['batch']}x{p['seq_len']} "
+        f"tokens of distillation (KL to the target) on {distilled_on} | {last('draft')['heldout_loss']:.3f} |",
+        f"| draft-plain | {shape('draft-plain')} | {n_params['draft-plain'] / 1e6:.2f}M | random init, "
+        f"{last('draft_plain')['step']} steps of cross-entropy on the data | {last('draft_plain')['heldout_loss']:.3f} |", "",
+        f"Target: trained on {training.get('target_device', training['device'])} "
+        f"({training.get('target_hardware') or training.get('hardware', 'see training.json')}) in "
+        f"{training['target']['seconds'] / 60:.1f} min by `python -m speclab train pair --out runs/stdlib`"
+        + (f" ({training['target_history']})" if training.get("target_history") else "") + ".",
+        f"Drafts: trained on {training['device']} ({training.get('hardware', 'see training.json')}), torch "
+        f"{training['torch']}, bf16 autocast {training['bf16_autocast']}, in {training['draft']['seconds'] / 60:.1f} min "
+        f"(draft) and {training['draft_plain']['seconds'] / 60:.1f} min (draft-plain) by {draft_cmd}. "
+        "Both commands are seeded and resumable.", "",
         "## Agreement with the target (teacher-forced, 8 held-out windows of 256 tokens)",
         "| draft | greedy agreement | expected acceptance at T=1 (sum min(p, q)) |", "|---|---|---|",
     ]
     for name in ("draft", "draft-plain"):
-        o = overlap[name][1.0]
-        lines.append(f"| {name} | {o['greedy_agreement']:.3f} | {o['expected_acceptance']:.3f} |")
+        lines.append(f"| {name} | {overlap[name]['greedy_agreement']:.3f} | {overlap[name]['expected_acceptance']:.3f} |")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines += ["", f"## Acceptance in speculative decoding ({num_prompts} held-out code prompts, {max_new_tokens} new tokens each)",
               "acceptance rate = accepted / drafted; alpha = per-token acceptance (accepted / tested).", "",
@@ -153,6 +178,10 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
               f"alpha {plain_rows[0].alpha:.3f}, {plain_rows[0].tokens_per_round:.2f} tokens/round.", "",
               f"## Cost here ({platform.machine()}, {torch.get_num_threads()} threads, {device}; "
               f"1-minute load average {load:.1f} when measured: other work on the machine inflates these times)",
-              f"- target {ms['target']:.2f} ms per decode step, draft {ms['draft']:.2f} ms: cost ratio c = "
-              f"{ms['draft'] / ms['target']:.3f}.", ""]
+              f"- Alone: target {ms['target']:.2f} ms per decode step, draft {ms['draft']:.2f} ms: cost ratio "
+              f"c = {ms['draft'] / ms['target']:.3f}.",
+              f"- In the loop (greedy, K=4, in target-only tokens of {in_loop.unit_ms:.2f} ms): a draft step costs "
+              f"c = {in_loop.c:.3f}, a verify pass {in_loop.verify_cost:.2f}; speedup {in_loop.measured:.2f}x "
+              f"(the model with these costs: {in_loop.modelled:.2f}x). A draft step costs more in the loop than alone "
+              "because each target pass evicts the draft's weights from the CPU's caches (chapter 4).", ""]
     return "\n".join(lines)

@@ -40,12 +40,12 @@ class Preset:
     intermediate: int = 768
     heads: int = 4
     target_layers: int = 8
-    draft_layers: int = 1
+    draft_layers: int = 2
     context: int = 1024
     seq_len: int = 256
     batch: int = 16
     target_steps: int = 1800
-    draft_steps: int = 600
+    draft_steps: int = 1500
     lr: float = 1e-3
     warmup: int = 100
     eval_batches: int = 16
