@@ -1,12 +1,14 @@
 """python -m speclab: the map of what speclab can do.
 
   generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
-  bench      target-only vs speculative vs transformers' assisted generation, side by side
+  bench      target-only vs speculative vs transformers' assisted generation, side by side, and the
+             speedup model checked against the costs measured in the loop
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
   evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts
   card       measure the bundled pair and write its model card
   theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
-  train      train the bundled pair (python -m speclab train pair --out DIR)
+  train      train the bundled pair (python -m speclab train pair --out DIR), or new drafts for an
+             existing target (python -m speclab train draft --target DIR --out DIR)
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 """
@@ -229,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_theory)
 
     sub.add_parser("pairs", help="list the bundled and hub pairs").set_defaults(func=cmd_pairs)
-    sub.add_parser("train", help="train the bundled pair: python -m speclab train pair --out DIR ...", add_help=False)
+    sub.add_parser("train", help="python -m speclab train pair --out DIR | train draft --target DIR --out DIR",
+                   add_help=False)
     sub.add_parser("labs", help="python -m speclab labs build | grade DIR --out scores.csv", add_help=False)
     return parser
 

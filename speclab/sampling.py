@@ -80,6 +80,11 @@ def pad_vocab(probs: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token id per row of `probs` (shape (..., V) -> (...))."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    """One token id per row of `probs` (shape (..., V) -> (...)), by inverse-CDF sampling: one uniform
+    number u per row, and the first token whose cumulative probability exceeds u times the row's
+    total. A token with zero probability adds nothing to the cumulative sum, so it is never chosen;
+    a one-hot row (greedy) always gives its argmax. It is exact like torch.multinomial and a few
+    times cheaper for one draw on a CPU, which matters at every draft step."""
+    cdf = probs.to(torch.float32 if probs.device.type == "mps" else torch.float64).cumsum(-1)  # no float64 on MPS
+    u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, device=cdf.device, dtype=cdf.dtype) * cdf[..., -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)

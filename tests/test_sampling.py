@@ -78,3 +78,16 @@ def test_sample_follows_probs():
     draws = sample(probs.expand(20000, 3), g)
     freq = torch.bincount(draws, minlength=3) / 20000
     torch.testing.assert_close(freq, probs, atol=0.015, rtol=0)
+
+
+def test_sample_never_picks_a_zero_probability_token_and_is_argmax_on_one_hot():
+    g = torch.Generator().manual_seed(1)
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.0, 0.5, 0.0])
+    draws = sample(probs.expand(5000, 6), g)
+    assert set(draws.tolist()) == {1, 4}
+    one_hot = torch.nn.functional.one_hot(torch.tensor([3, 0, 5]), 6).float()
+    for _ in range(50):
+        assert sample(one_hot, g).tolist() == [3, 0, 5]
+    unnormalised = torch.tensor([2.0, 0.0, 6.0])  # rows need not sum to one, as with torch.multinomial
+    freq = torch.bincount(sample(unnormalised.expand(20000, 3), g), minlength=3) / 20000
+    torch.testing.assert_close(freq, torch.tensor([0.25, 0.0, 0.75]), atol=0.015, rtol=0)
