@@ -62,7 +62,7 @@ class Preset:
 PRESETS = {
     "stdlib": Preset(),
     # A pair that trains in seconds, for the CI smoke test and for trying the command out.
-    "micro": Preset(vocab_size=512, hidden=32, intermediate=64, heads=2, target_layers=2, context=128,
+    "micro": Preset(vocab_size=512, hidden=32, intermediate=64, heads=2, target_layers=2, draft_layers=1, context=128,
                     seq_len=32, batch=4, target_steps=6, draft_steps=4, warmup=2, eval_batches=2,
                     eval_every=3, max_files=200, generated=8, prompt_len=8),
 }
