@@ -50,6 +50,27 @@ HUB_PAIRS: dict[str, HubPair] = {
 }
 
 
+def tiny_model(arch: str = "llama", layers: int = 2, vocab: int = 64, hidden: int = 32, heads: int = 4,
+               kv_heads: int = 2, head_dim: int | None = None, tie: bool = False, context: int = 256,
+               init: float = 0.5, eos_token_id: int | None = None, seed: int = 0) -> torch.nn.Module:
+    """A small randomly initialised causal LM of a kind transformers ships (llama, qwen2, qwen3,
+    mistral), built offline from its config: what the tests and the labs' checks run on. Its weights
+    are spread out (initializer_range 0.5), so no two logits nearly tie and an argmax cannot flip
+    between a one-row and a K-row forward pass."""
+    import transformers
+    kinds = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}
+    if arch not in kinds:
+        raise ValueError(f"unknown architecture {arch!r}; choose from {sorted(kinds)}")
+    config_cls = getattr(transformers, f"{kinds[arch]}Config")
+    model_cls = getattr(transformers, f"{kinds[arch]}ForCausalLM")
+    torch.manual_seed(seed)
+    config = config_cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim or hidden // heads,
+                        max_position_embeddings=context, initializer_range=init, tie_word_embeddings=tie,
+                        pad_token_id=0, bos_token_id=None, eos_token_id=eos_token_id)
+    return model_cls(config).eval()
+
+
 class Pair(NamedTuple):
     target: torch.nn.Module
     draft: torch.nn.Module

@@ -76,3 +76,15 @@ def test_hub_pairs_share_a_family_and_say_whether_they_fit_a_t4():
         assert pair.target.split("/")[0] == pair.draft.split("/")[0], name
         assert pair.weights_gb == pytest.approx(2 * (pair.target_params_b + pair.draft_params_b))
     assert HUB_PAIRS["qwen2.5-1.5b"].fits_t4 and not HUB_PAIRS["qwen2.5-7b"].fits_t4
+
+
+def test_tiny_model_builds_each_kind_offline_and_refuses_an_unknown_one():
+    import pytest
+
+    from speclab.models import tiny_model
+    for arch in ("llama", "qwen2", "qwen3", "mistral"):
+        m = tiny_model(arch, layers=1, vocab=40, head_dim=16)
+        assert m.config.num_hidden_layers == 1 and m.get_output_embeddings().weight.shape[0] == 40
+    assert tiny_model("qwen3").config.head_dim == 8  # hidden 32 / 4 heads, not Qwen3's default 128
+    with pytest.raises(ValueError, match="unknown architecture"):
+        tiny_model("gpt2")

@@ -9,7 +9,7 @@ from tests.conftest import tiny_model
 
 
 def test_kv_bytes_per_token_matches_a_real_cache_and_known_shapes():
-    model = tiny_model("qwen3", layers=2)  # 4 query heads, 2 KV heads, head_dim 8
+    model = tiny_model("qwen3", layers=2)  # 4 query heads, 2 KV heads of head_dim 8
     runner = ModelRunner(model)
     runner.forward(torch.arange(6))
     cached = sum(t.numel() * t.element_size() for layer in runner.cache.layers for t in (layer.keys, layer.values))

@@ -13,24 +13,10 @@ import torch
 import speclab
 from speclab.grading import expect, expect_close, expect_equal
 from speclab.profiling import parameter_bytes
-from transformers import GPT2Config
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
-
-ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-         "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+from transformers import GPT2Config, LlamaConfig, Qwen3Config
+from speclab.models import tiny_model  # a small random causal LM, built offline from its config
 
 
-def tiny_model(arch="llama", layers=2, vocab=64, hidden=32, heads=4, kv_heads=2, head_dim=None, tie=False, seed=0):
-    """A small randomly initialised causal LM, built offline from a transformers config. Its weights are
-    spread out (initializer_range 0.5) so that no two logits tie and argmax decisions are clear-cut."""
-    config_cls, model_cls = ARCHS[arch]
-    torch.manual_seed(seed)
-    config = config_cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim or hidden // heads,
-                        max_position_embeddings=256, initializer_range=0.5, tie_word_embeddings=tie,
-                        pad_token_id=0, bos_token_id=None, eos_token_id=None)
-    return model_cls(config).eval()
 def cache_bytes_per_token(model, n=6):
     """Bytes the model's KV cache really grows by per token (measured on n tokens)."""
     runner = speclab.runner.ModelRunner(model)

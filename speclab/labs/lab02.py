@@ -13,23 +13,9 @@ import torch
 import speclab
 from speclab.grading import expect, expect_equal
 from speclab.runner import ModelRunner
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
-
-ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-         "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+from speclab.models import tiny_model  # a small random causal LM, built offline from its config
 
 
-def tiny_model(arch="llama", layers=2, vocab=64, hidden=32, heads=4, kv_heads=2, head_dim=None, tie=False, seed=0):
-    """A small randomly initialised causal LM, built offline from a transformers config. Its weights are
-    spread out (initializer_range 0.5) so that no two logits tie and argmax decisions are clear-cut."""
-    config_cls, model_cls = ARCHS[arch]
-    torch.manual_seed(seed)
-    config = config_cls(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim or hidden // heads,
-                        max_position_embeddings=256, initializer_range=0.5, tie_word_embeddings=tie,
-                        pad_token_id=0, bos_token_id=None, eos_token_id=None)
-    return model_cls(config).eval()
 def one_hot(ids, vocab):
     return torch.nn.functional.one_hot(torch.as_tensor(ids), vocab).float()
 
