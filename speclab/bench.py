@@ -12,7 +12,6 @@ costs measured in the same runs (see its docstring).
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 import torch
