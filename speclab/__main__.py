@@ -88,7 +88,7 @@ def cmd_bench(args) -> None:
                              stats=r.stats.to_dict() if r.stats else None) for r in rows]}
     by_name = {r.method: r for r in rows}
     base, spec = by_name.get("speclab target-only"), by_name.get("speclab speculative")
-    if base and spec and spec.drafted:
+    if base and spec and spec.has_drafts:
         check = model_check(base.stats, spec.stats)
         c_alone = cost_ratio(target, draft)
         verify_alone = forward_ms(target, args.k + 1) / forward_ms(target, 1)

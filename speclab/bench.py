@@ -41,20 +41,20 @@ class BenchRow:
         return self.new_tokens / self.seconds
 
     @property
-    def drafted(self) -> bool:
+    def has_drafts(self) -> bool:
         return self.stats is not None and self.stats.drafted > 0
 
     @property
     def acceptance_rate(self) -> float | None:
-        return self.stats.acceptance_rate if self.drafted else None
+        return self.stats.acceptance_rate if self.has_drafts else None
 
     @property
     def alpha(self) -> float | None:
-        return self.stats.alpha if self.drafted else None
+        return self.stats.alpha if self.has_drafts else None
 
     @property
     def tokens_per_round(self) -> float | None:
-        return self.stats.mean_tokens_per_round if self.drafted else None
+        return self.stats.mean_tokens_per_round if self.has_drafts else None
 
 
 def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int, **extra):
