@@ -37,6 +37,17 @@ def default_dtype(device: torch.device, cuda_bf16: bool | None = None) -> torch.
     return torch.float32
 
 
+def draft_dtype(device: torch.device, target_dtype: torch.dtype) -> torch.dtype:
+    """The draft's precision: float16 on a CPU, the target's elsewhere (already 16-bit on GPUs).
+
+    Only the target's distributions decide what is emitted, so the draft's rounding can change how
+    often its guesses are accepted, never the output. A CPU decode step streams every weight from
+    memory, so a half-precision draft reads half the bytes per step (and the cache refill after each
+    target pass is half as large). The target stays in float32 on a CPU: its rounding *is* the output.
+    """
+    return torch.float16 if device.type == "cpu" else target_dtype
+
+
 def synchronize(device: torch.device | str) -> None:
     """Wait for queued GPU work, so that a timer read afterwards measures it."""
     dev = torch.device(device)

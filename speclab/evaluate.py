@@ -176,7 +176,8 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
               format_acceptance_table(rows), "",
               f"draft-plain at temperature 0, K=4: acceptance rate {plain_rows[0].acceptance_rate:.3f}, "
               f"alpha {plain_rows[0].alpha:.3f}, {plain_rows[0].tokens_per_round:.2f} tokens/round.", "",
-              f"## Cost here ({platform.machine()}, {torch.get_num_threads()} threads, {device}; "
+              f"## Cost here ({platform.machine()}, {torch.get_num_threads()} threads, {device}, target in "
+              f"{str(target.dtype).removeprefix('torch.')}, drafts in {str(draft.dtype).removeprefix('torch.')}; "
               f"1-minute load average {load:.1f} when measured: other work on the machine inflates these times)",
               f"- Alone: target {ms['target']:.2f} ms per decode step, draft {ms['draft']:.2f} ms: cost ratio "
               f"c = {ms['draft'] / ms['target']:.3f}.",

@@ -43,7 +43,8 @@ def check_finite(logits: torch.Tensor, who: str = "model") -> None:
     if not torch.isfinite(logits).all():
         raise FloatingPointError(
             f"the {who} produced NaN or inf logits; check its weights and dtype "
-            "(float16 overflows easily: try torch.bfloat16 or torch.float32)")
+            "(float16 overflows easily: try torch.bfloat16 or torch.float32, e.g. "
+            "load_pair(..., dtype=torch.float32) or load_pair(..., draft_dtype=torch.float32) for the draft alone)")
 
 
 def logits_to_probs(logits: torch.Tensor, temperature: float = 0.0, top_k: int | None = None,

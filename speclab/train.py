@@ -35,11 +35,14 @@ EOS = "<|endoftext|>"
 # ---------------------------------------------------------------- configuration (plain values)
 @dataclass
 class Preset:
+    # The bundled pair. The target is deep and thin on purpose: on a CPU a decode step costs per layer
+    # more than per weight, so depth is what makes a target step dear against a two-layer draft's
+    # (MobileLLM, Liu et al. 2024, finds deep-thin models no worse at this size).
     vocab_size: int = 4096
-    hidden: int = 256
-    intermediate: int = 768
-    heads: int = 4
-    target_layers: int = 8
+    hidden: int = 192
+    intermediate: int = 576
+    heads: int = 3
+    target_layers: int = 24
     draft_layers: int = 2
     context: int = 1024
     seq_len: int = 256

@@ -25,7 +25,7 @@ def test_generate_and_bench_on_a_local_pair(tmp_path, capsys):
     train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
     capsys.readouterr()
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
-          "--max-new-tokens", "8", "--device", "cpu"])
+          "--max-new-tokens", "8", "--device", "cpu", "--draft-dtype", "float32"])
     text = capsys.readouterr().out
     assert text.startswith("import os\n") and "acceptance rate" in text
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
@@ -33,6 +33,7 @@ def test_generate_and_bench_on_a_local_pair(tmp_path, capsys):
     table = capsys.readouterr().out
     for method in ("speclab target-only", "speclab speculative", "hf assisted", "hf prompt-lookup"):
         assert method in table
+    assert "target torch.float32, draft torch.float16" in table  # the CPU default
     assert (tmp_path / "bench.json").exists()
 
 

@@ -31,6 +31,12 @@ def test_default_dtypes():
     assert devices.default_dtype(torch.device("mps")) == torch.float16
 
 
+def test_draft_dtype_is_half_on_cpu_and_the_targets_elsewhere():
+    assert devices.draft_dtype(torch.device("cpu"), torch.float32) == torch.float16
+    assert devices.draft_dtype(torch.device("cuda"), torch.bfloat16) == torch.bfloat16
+    assert devices.draft_dtype(torch.device("mps"), torch.float16) == torch.float16
+
+
 def test_timer_synchronises_the_gpu_before_reading_the_clock():
     with mock.patch("torch.cuda.synchronize") as sync:
         with devices.timer("cuda") as t:

@@ -34,10 +34,21 @@ def saved_pair(tmp_path_factory):
 def test_load_pair_from_local_directories_and_generate(saved_pair):
     target, draft, tok, device = load_pair(str(saved_pair / "target"), draft=saved_pair / "draft", device="cpu")
     assert device.type == "cpu" and target.dtype == torch.float32 and not target.training
+    assert draft.dtype == torch.float16  # a CPU draft defaults to half precision: acceptance changes, output cannot
     ids = tok("w1 w2 w3 w4", return_tensors="pt").input_ids[0]
     ref = speclab.generate(target, ids, max_new_tokens=12)
     out = speclab.speculative_generate(target, draft, ids, k=3, max_new_tokens=12)
     assert out.tokens.tolist() == ref.tokens.tolist()
+    sampled = [speclab.speculative_generate(target, draft, ids, k=3, max_new_tokens=12, temperature=1.0, seed=s)
+               for s in range(3)]
+    assert all(len(r.tokens) == 12 for r in sampled)
+
+
+def test_dtype_sets_both_models_and_draft_dtype_the_draft(saved_pair):
+    both = load_pair(str(saved_pair / "target"), draft=saved_pair / "draft", device="cpu", dtype=torch.float32)
+    assert both.target.dtype == both.draft.dtype == torch.float32
+    own = load_pair(str(saved_pair / "target"), draft=saved_pair / "draft", device="cpu", draft_dtype=torch.bfloat16)
+    assert own.target.dtype == torch.float32 and own.draft.dtype == torch.bfloat16
 
 
 def test_mismatched_tokenizers_are_refused_naming_the_pieces(saved_pair, tmp_path):
