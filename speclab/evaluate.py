@@ -163,8 +163,8 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
         + (f" ({training['target_history']})" if training.get("target_history") else "") + ".",
         f"Drafts: trained on {training['device']} ({training.get('hardware', 'see training.json')}), torch "
         f"{training['torch']}, bf16 autocast {training['bf16_autocast']}, in {training['draft']['seconds'] / 60:.1f} min "
-        f"(draft) and {training['draft_plain']['seconds'] / 60:.1f} min (draft-plain) by {draft_cmd}. "
-        "Both commands are seeded and resumable.", "",
+        f"(draft) and {training['draft_plain']['seconds'] / 60:.1f} min (draft-plain) by {draft_cmd}"
+        + (" (the same run)" if "target_from" not in training else "") + ". Training is seeded and resumable.", "",
         "## Agreement with the target (teacher-forced, 8 held-out windows of 256 tokens)",
         "| draft | greedy agreement | expected acceptance at T=1 (sum min(p, q)) |", "|---|---|---|",
     ]
