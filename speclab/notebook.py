@@ -33,7 +33,15 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
-def machine(device: torch.device | str, dtype: torch.dtype | None = None) -> str:
+def precision(target: torch.nn.Module, draft: torch.nn.Module | None = None) -> str:
+    """What the timings' precision is: 'torch.float32', or 'torch.float32 target, torch.float16 draft'
+    when the two differ (on a CPU the draft runs in half precision, see devices.draft_dtype)."""
+    if draft is None or draft.dtype == target.dtype:
+        return str(target.dtype)
+    return f"{target.dtype} target, {draft.dtype} draft"
+
+
+def machine(device: torch.device | str, dtype: torch.dtype | str | None = None) -> str:
     """One line naming what a timing depends on: CPU, torch threads, torch version, device (and GPU), dtype."""
     device = torch.device(device)
     gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
@@ -41,7 +49,7 @@ def machine(device: torch.device | str, dtype: torch.dtype | None = None) -> str
     return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, device {device}{gpu}{kind}"
 
 
-def environment_report(device: torch.device | str, dtype: torch.dtype | None = None) -> dict:
+def environment_report(device: torch.device | str, dtype: torch.dtype | str | None = None) -> dict:
     """Python, library versions, device, threads and GPU memory: the facts a reader compares timings by."""
     import transformers
 

@@ -1,7 +1,8 @@
 """Notebook helpers: the machine line, glue outside the book, the trace table."""
 import torch
 
-from speclab.notebook import environment_report, glue, machine, round_kinds, trace_html
+from speclab.models import tiny_model
+from speclab.notebook import environment_report, glue, machine, precision, round_kinds, trace_html
 from speclab.stats import Round
 
 
@@ -14,6 +15,9 @@ def test_machine_and_environment_name_what_a_timing_depends_on():
     line = machine("cpu", torch.float32)
     assert f"torch {torch.__version__}" in line and "device cpu" in line and "float32" in line
     report = environment_report("cpu", torch.float32)
+    target, draft = tiny_model(), tiny_model().half()
+    assert precision(target, draft) == "torch.float32 target, torch.float16 draft"
+    assert precision(target, tiny_model()) == precision(target) == "torch.float32"
     assert report["device"] == "cpu" and report["torch threads"] == torch.get_num_threads()
 
 
