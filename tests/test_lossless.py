@@ -48,6 +48,15 @@ def test_speculative_sampling_matches_the_target(small_pair, name):
     assert p_value > 1e-3, f"{name}: p = {p_value:.2e}"
 
 
+def test_a_half_precision_draft_keeps_sampling_lossless(small_pair):
+    """The CPU default runs the draft in float16: its rounding moves q, and the rule corrects for any q."""
+    import copy
+    target, draft = small_pair
+    settings = SETTINGS["temperature 1"]
+    half = copy.deepcopy(draft).half()
+    assert chi_square_pvalue(sampled_joint(target, half, settings), exact_joint(target, settings)) > 1e-3
+
+
 def test_the_check_catches_a_rule_without_residual(small_pair, monkeypatch):
     """Shown once: with the residual replaced by p, the same test fails decisively."""
     import speclab.verification as verification
