@@ -10,6 +10,7 @@ from scipy.stats import chisquare
 
 from speclab.decoding import speculative_generate
 from speclab.sampling import logits_to_probs
+from speclab.stats import GenerationStats
 
 
 def chi_square_pvalue(counts, probs, min_expected: float = 5.0) -> float:
@@ -53,6 +54,7 @@ class AcceptanceRow:
     alpha: float             # per-token acceptance (accepted / tested)
     tokens_per_round: float
     ms_per_token: float
+    stats: GenerationStats   # the runs over all prompts, combined
 
 
 def acceptance_table(target, draft, prompts: list[torch.Tensor], ks: Iterable[int] = range(1, 9),
@@ -61,15 +63,12 @@ def acceptance_table(target, draft, prompts: list[torch.Tensor], ks: Iterable[in
     rows = []
     for temperature in temperatures:
         for k in ks:
-            accepted = drafted = rejections = rounds = new = 0
-            seconds = 0.0
-            for i, prompt in enumerate(prompts):
-                s = speculative_generate(target, draft, prompt, k=k, max_new_tokens=max_new_tokens,
-                                         temperature=temperature, seed=seed + i).stats
-                accepted, drafted, rejections = accepted + s.accepted, drafted + s.drafted, rejections + s.rejections
-                rounds, new, seconds = rounds + s.rounds, new + s.new_tokens, seconds + s.wall_s
-            rows.append(AcceptanceRow(k, temperature, accepted / drafted, accepted / max(1, accepted + rejections),
-                                      new / rounds, 1000 * seconds / new))
+            s = GenerationStats.combine([
+                speculative_generate(target, draft, prompt, k=k, max_new_tokens=max_new_tokens,
+                                     temperature=temperature, seed=seed + i).stats
+                for i, prompt in enumerate(prompts)])
+            rows.append(AcceptanceRow(k, temperature, s.acceptance_rate, s.alpha, s.mean_tokens_per_round,
+                                      s.ms_per_token, s))
     return rows
 
 
@@ -106,7 +105,6 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     from speclab.decoding import generate
     from speclab.models import load_pair
     from speclab.profiling import decode_ms_per_token
-    from speclab.stats import GenerationStats
 
     pair_dir = Path(pair_dir)
     training = json.loads((pair_dir / "training.json").read_text())
@@ -121,9 +119,7 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     rows = acceptance_table(target, draft, prompts, max_new_tokens=max_new_tokens)
     plain_rows = acceptance_table(target, plain, prompts, ks=[4], temperatures=[0.0], max_new_tokens=max_new_tokens)
     base = GenerationStats.combine([generate(target, p, max_new_tokens=max_new_tokens).stats for p in prompts])
-    spec = GenerationStats.combine([speculative_generate(target, draft, p, k=4, max_new_tokens=max_new_tokens).stats
-                                    for p in prompts])
-    in_loop = model_check(base, spec)
+    in_loop = model_check(base, next(r.stats for r in rows if r.k == 4 and r.temperature == 0))
     target_preset = training.get("target_preset", training["preset"])
     p = training["preset"]
 
@@ -139,7 +135,7 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
                                        f"({int(100 * generated['share_of_distillation_rows'])}% of the rows)"
                                        if generated else "")
     draft_cmd = (f"`python -m speclab train draft --target {Path(training['target_from']).as_posix()} --out runs/draft`"
-                 if "target_from" in training else "`python -m speclab train pair --out runs/stdlib`")
+                 if "target_from" in training else "`python -m speclab train pair --out runs/stdlib` (the same run)")
     lines = [
         "# The bundled pair: a target and a draft trained on the Python standard library", "",
         "Trained and measured by speclab itself; regenerate this card with `python -m speclab card`.", "",
@@ -163,8 +159,8 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
         + (f" ({training['target_history']})" if training.get("target_history") else "") + ".",
         f"Drafts: trained on {training['device']} ({training.get('hardware', 'see training.json')}), torch "
         f"{training['torch']}, bf16 autocast {training['bf16_autocast']}, in {training['draft']['seconds'] / 60:.1f} min "
-        f"(draft) and {training['draft_plain']['seconds'] / 60:.1f} min (draft-plain) by {draft_cmd}"
-        + (" (the same run)" if "target_from" not in training else "") + ". Training is seeded and resumable.", "",
+        f"(draft) and {training['draft_plain']['seconds'] / 60:.1f} min (draft-plain) by {draft_cmd}. "
+        "Training is seeded and resumable.", "",
         "## Agreement with the target (teacher-forced, 8 held-out windows of 256 tokens)",
         "| draft | greedy agreement | expected acceptance at T=1 (sum min(p, q)) |", "|---|---|---|",
     ]
