@@ -13,15 +13,16 @@ import torch
 from speclab.stats import Round
 
 
-def glue(name: str, value, display: bool = True):
+def glue(name: str, value, display: bool = True) -> None:
     """myst-nb's glue where the book is built (a measured number appears in the prose); elsewhere
-    (Colab, plain Jupyter) it only returns the value."""
+    (Colab, plain Jupyter) it does nothing. It returns None, so that a cell ending in ``glue(...)``
+    shows no raw number under it."""
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
-        return value
+        return None
     myst_glue(name, value, display=display)
-    return value
+    return None
 
 
 def cpu_name() -> str:
@@ -41,12 +42,28 @@ def precision(target: torch.nn.Module, draft: torch.nn.Module | None = None) -> 
     return f"{target.dtype} target, {draft.dtype} draft"
 
 
-def machine(device: torch.device | str, dtype: torch.dtype | str | None = None) -> str:
-    """One line naming what a timing depends on: CPU, torch threads, torch version, device (and GPU), dtype."""
+MACHINE_WIDTH = 72  # characters per line of the machine line: it fits the book's output box with a prefix
+
+
+def machine(device: torch.device | str, dtype: torch.dtype | str | None = None, width: int = MACHINE_WIDTH) -> str:
+    """What a timing depends on: CPU, torch threads, torch version, device (and GPU), dtype. One line
+    when it fits in `width` characters, otherwise broken after a comma, continuation lines indented."""
     device = torch.device(device)
-    gpu = f", GPU {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
-    kind = f", dtype {dtype}" if dtype is not None else ""
-    return f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, device {device}{gpu}{kind}"
+    threads = torch.get_num_threads()
+    parts = [cpu_name(), f"{threads} thread{'' if threads == 1 else 's'}", f"torch {torch.__version__}",
+             f"device {device}"]
+    if device.type == "cuda":
+        parts.append(f"GPU {torch.cuda.get_device_name(device)}")
+    if dtype is not None:
+        parts.append("dtype " + str(dtype).replace("torch.", ""))
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += ", " + part
+        else:
+            lines[-1] += ","
+            lines.append("  " + part)
+    return "\n".join(lines)
 
 
 def environment_report(device: torch.device | str, dtype: torch.dtype | str | None = None) -> dict:

@@ -2,7 +2,7 @@
 import torch
 
 from speclab.models import tiny_model
-from speclab.notebook import environment_report, glue, machine, precision, round_kinds, trace_html
+from speclab.notebook import MACHINE_WIDTH, environment_report, glue, machine, precision, round_kinds, trace_html
 from speclab.stats import Round
 
 
@@ -21,8 +21,25 @@ def test_machine_and_environment_name_what_a_timing_depends_on():
     assert report["device"] == "cpu" and report["torch threads"] == torch.get_num_threads()
 
 
-def test_glue_returns_the_value_outside_the_book():
-    assert glue("x", 3.5, display=False) == 3.5
+def test_machine_line_says_thread_in_the_singular_and_fits_its_box():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        line = machine("cpu", "torch.float32 target, torch.float16 draft")
+        assert "1 thread," in line and "1 threads" not in line
+        assert "dtype float32 target, float16 draft" in line
+        assert all(len(row) <= MACHINE_WIDTH for row in line.splitlines())
+        torch.set_num_threads(2)
+        assert "2 threads," in machine("cpu")
+        narrow = machine("cpu", torch.float32, width=30)
+        assert len(narrow.splitlines()) > 1 and all(row.startswith("  ") for row in narrow.splitlines()[1:])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_glue_shows_nothing_under_a_cell():
+    # a cell ending in glue(...) must not print the raw value (41.791044776119406) under it
+    assert glue("x", 3.5, display=False) is None
 
 
 def test_trace_kinds_and_html():
