@@ -1,4 +1,5 @@
-"""speclab.grading, the lab tool: markers, learner versions, check/score, and folder grading."""
+"""The lab tool: markers and learner versions (speclab.labbuild), check/score and the expectation helpers
+(speclab.checks), and folder grading (speclab.grading)."""
 from __future__ import annotations
 
 import csv
@@ -10,9 +11,10 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from speclab import grading
-from speclab.grading import (CheckFailed, Lab, cell_kind, detect_lab, expect_allclose, expect_close, expect_distribution,
-                             expect_equal, grade_folder, learner_notebook, strip_solutions, checks_source)
+from speclab import checks, grading
+from speclab.checks import CheckFailed, Lab, expect_allclose, expect_close, expect_distribution, expect_equal
+from speclab.grading import detect_lab, grade_folder
+from speclab.labbuild import cell_kind, checks_source, learner_notebook, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,9 +41,9 @@ def test_unbalanced_markers_are_refused(src):
 def source_notebook():
     return new_notebook(cells=[
         new_markdown_cell("# Lab 99"),
-        new_code_cell('from speclab.grading import Lab\nlab = Lab("lab99")\ncheck, score = lab.check, lab.score'),
+        new_code_cell('from speclab.checks import Lab\nlab = Lab("lab99")\ncheck, score = lab.check, lab.score'),
         new_code_cell("def double(x):\n    # BEGIN SOLUTION\n    return 2 * x\n    # END SOLUTION"),
-        new_code_cell('# TESTS q1\nfrom speclab.grading import expect_equal\nlab.question("q1", "double")\n\n'
+        new_code_cell('# TESTS q1\nfrom speclab.checks import expect_equal\nlab.question("q1", "double")\n\n'
                       '@lab.case("q1", "double(2) is 4", hint="Multiply by 2.")\ndef _(f):\n'
                       '    expect_equal(f(2), 4, "double(2)")'),
         new_code_cell('# HIDDEN TESTS q1\n@lab.case("q1", "double(-3) is -6", hidden=True)\ndef _(f):\n'
@@ -300,6 +302,10 @@ def test_a_submission_that_never_ends_is_stopped_and_scores_0(tmp_path):
     assert time.perf_counter() - start < 30
     row = next(csv.DictReader((tmp_path / "scores.csv").open()))
     assert row["status"] == "timeout after 6 s" and row["percent"] == "0" and row["lab"] == "lab04"
+
+
+def test_notebooks_handed_out_before_the_split_still_import_lab_from_grading():
+    assert grading.Lab is checks.Lab
 
 
 def test_the_command_line(tmp_path, capsys):

@@ -16,7 +16,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from speclab.grading import Lab, cell_kind, checks_source, grade_folder, stale, strip_solutions
+from speclab.checks import Lab
+from speclab.grading import grade_folder
+from speclab.labbuild import cell_kind, checks_source, stale, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "labs" / "source").glob("lab*.ipynb"))

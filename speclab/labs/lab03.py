@@ -3,15 +3,15 @@
 Do not edit: change the source notebook and rebuild. Learners may read these;
 the grade also counts hidden checks of the same ideas, kept out of the package.
 """
-if "lab" not in globals():  # imported as a module rather than run by speclab.grading.Lab
-    from speclab.grading import Lab
+if "lab" not in globals():  # imported as a module rather than run by speclab.checks.Lab
+    from speclab.checks import Lab
     lab = Lab('lab03', public_tests=False)
 
 # TESTS: helpers shared by the checks of this lab
 import math
 import torch
 import speclab
-from speclab.grading import expect, expect_allclose, expect_close, expect_distribution, expect_equal, show, unfinished
+from speclab.checks import expect, expect_allclose, expect_close, expect_distribution, expect_equal, show, unfinished
 
 
 def dist(values):

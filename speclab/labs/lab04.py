@@ -3,8 +3,8 @@
 Do not edit: change the source notebook and rebuild. Learners may read these;
 the grade also counts hidden checks of the same ideas, kept out of the package.
 """
-if "lab" not in globals():  # imported as a module rather than run by speclab.grading.Lab
-    from speclab.grading import Lab
+if "lab" not in globals():  # imported as a module rather than run by speclab.checks.Lab
+    from speclab.checks import Lab
     lab = Lab('lab04', public_tests=False)
 
 # TESTS: helpers shared by the checks of this lab
@@ -13,7 +13,7 @@ import random
 import torch
 import speclab
 from speclab import theory
-from speclab.grading import expect, expect_close, expect_equal, unfinished
+from speclab.checks import expect, expect_close, expect_equal, unfinished
 
 
 def grid(seed, n=30, k_max=10):
