@@ -196,7 +196,7 @@ def test_built_pages_have_no_literal_dollar_signs(built_book):
 def test_built_pages_load_no_widget_scripts(built_book):
     for page in (built_book / "book").glob("*.html"):
         html = page.read_text()
-        for script in ("jupyter-widgets", "require.min.js", "unpkg.com", "widget-state+json"):
+        for script in ("jupyter-widgets", "html-manager", "require.min.js", "widget-state+json"):
             assert script not in html, f"{page.name} loads {script}"
 
 
