@@ -1,8 +1,10 @@
 """The decode loop: target-only generation and speculative generation on one engine and one sampler.
 
 Both functions take a batch of one sequence. The target keeps a KV cache holding every token but the
-last one (the "pending" token); each speculative round feeds [pending, d_1, ..., d_K] in one forward
-pass, which yields the K + 1 target distributions the rule needs (K checks and the bonus).
+last one (the "pending" token); each speculative round feeds [pending, d_1, ..., d_N] in one forward
+pass, which yields the N + 1 target distributions the rule needs (N checks and the bonus). The drafts
+form a chain or a tree (speclab.trees); a tree is verified under a tree attention mask, and only the
+accepted path's cache rows are kept. Every drafter plugs into this one loop.
 """
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from speclab.devices import timer
-from speclab.drafters import Drafter, ModelDrafter
+from speclab.drafters import Draft, Drafter, ModelDrafter
 from speclab.runner import ModelRunner, context_length, model_device
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
 from speclab.stats import GenerationResult, GenerationStats, Round
-from speclab.verification import verify
+from speclab.trees import kept_positions
+from speclab.verification import typical_accept_tree, verify_tree
 
 
 # ---------------------------------------------------------------- input checks
@@ -104,15 +107,24 @@ def generate(target: torch.nn.Module, input_ids: torch.Tensor | Sequence[int], *
 
 
 # ---------------------------------------------------------------- speculative decoding
+ACCEPTANCE_RULES = ("rejection", "typical")
+
+
 def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Drafter,
                          input_ids: torch.Tensor | Sequence[int], *, k: int, max_new_tokens: int,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-                         seed: int | None = None, eos_token_id: int | Iterable[int] | None = None) -> GenerationResult:
+                         seed: int | None = None, eos_token_id: int | Iterable[int] | None = None,
+                         acceptance: str = "rejection", typical_epsilon: float = 0.09,
+                         typical_delta: float = 0.3) -> GenerationResult:
     """Speculative decoding: `draft` (a model sharing the target's tokenizer, or any Drafter) proposes
-    up to k tokens, the target checks them all in one forward pass, and the rejection rule decides.
-    Greedy output equals `generate`'s; sampled output has the same distribution."""
+    up to k tokens (a chain) or a tree at most k deep, the target checks them all in one forward pass,
+    and the rejection rule decides. Greedy output equals `generate`'s; sampled output has the same
+    distribution. acceptance="typical" swaps in Medusa-2's typical acceptance (typical_epsilon,
+    typical_delta): it accepts more when sampling, and it is NOT lossless; its stats say so."""
     if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k (draft tokens per round) must be an integer >= 1, got {k!r}")
+        raise ValueError(f"k (draft tokens per round, or tree depth) must be an integer >= 1, got {k!r}")
+    if acceptance not in ACCEPTANCE_RULES:
+        raise ValueError(f"acceptance must be one of {ACCEPTANCE_RULES}, got {acceptance!r}")
     sampling = SamplingParams(temperature, top_k, top_p)
     runner = ModelRunner(target, who="target model")
     drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
@@ -123,8 +135,10 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     prompt = as_prompt(input_ids, runner.device, vocab)
     check_length(target, len(prompt), max_new_tokens)
     stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
-    stats = GenerationStats(method=f"speculative ({drafter.name})", k=k, device=str(runner.device),
-                            accepted_lengths=[0] * (k + 1))
+    lossless = acceptance == "rejection"
+    stats = GenerationStats(method=f"speculative ({drafter.name})" + ("" if lossless else ", typical acceptance"),
+                            k=k, device=str(runner.device), accepted_lengths=[0] * (k + 1), lossless=lossless)
+    features = drafter.feature_layers
     trace: list[Round] = []
     ids = prompt
     out: list[int] = []
@@ -132,37 +146,49 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
         with timer(runner.device) as prefill:
             drafter.start(prompt)
             if len(prompt) > 1:  # the cache holds all but the pending last token
-                runner.forward(prompt[:-1], last_only=True)
+                if features:
+                    drafter.take_features(runner.verify_pass(prompt[:-1], feature_layers=features)[1])
+                else:
+                    runner.forward(prompt[:-1], last_only=True)
                 stats.target_calls += 1
         while True:
             k_round = min(k, max_new_tokens - len(out) - 1)  # never produce more than asked
             with timer(runner.device) as drafting:
                 proposal = drafter.propose(ids, k_round, sampling, generator) if k_round > 0 else None
-            drafted = proposal.tokens[:k_round] if proposal is not None else ids.new_empty(0)
-            n_drafted = len(drafted)
+            proposal = proposal.cut(k_round) if proposal is not None else Draft(ids.new_empty(0))
+            n_drafted, tree = len(proposal), proposal.tree
 
-            with timer(runner.device) as verifying:
-                logits = runner.forward(torch.cat([ids[-1:], drafted]))  # K + 1 rows: K checks and the bonus
+            cached = runner.length
+            with timer(runner.device) as verifying:  # N + 1 rows: a check for every node, and the bonus
+                logits, hidden = runner.verify_pass(torch.cat([ids[-1:], proposal.tokens]),
+                                                    None if proposal.is_chain else tree, features)
             stats.draft_s += drafting["seconds"]
             stats.target_s += verifying["seconds"]
             stats.target_calls += 1
             check_finite(logits, "target model")
-            width = max(logits.shape[-1], proposal.vocab_width if n_drafted else 0)
+            width = max(logits.shape[-1], proposal.vocab_width)
             p = pad_vocab(sampling.probs(logits), width)
-            q = proposal.proposal_probs(width)[:n_drafted] if n_drafted else p.new_empty(0, width)
-            n, next_token = verify(p, q, drafted, generator)
+            if lossless:
+                path, next_token = verify_tree(p, proposal.proposal_probs(width), proposal.tokens, tree, generator)
+            else:
+                path, next_token = typical_accept_tree(p, proposal.tokens, tree, typical_epsilon, typical_delta,
+                                                       generator)
 
-            runner.rollback(len(ids) + n)  # keep the prefix and the accepted drafts; drop the rest
-            new = drafted[:n].tolist() + [next_token]
+            runner.keep(kept_positions(cached, path))  # the prefix, the pending token, the accepted path
+            new = proposal.tokens[path].tolist() + [next_token]
             ids = torch.cat([ids, torch.tensor(new, dtype=torch.long, device=ids.device)])
-            drafter.update(ids, n)
+            if features:
+                drafter.take_features(hidden[[0] + [1 + i for i in path]])
+            drafter.update(ids, len(path))
 
+            n = len(path)
             stats.rounds += 1
             stats.drafted += n_drafted
             stats.accepted += n
-            stats.rejections += int(n < n_drafted)
+            stats.rejections += int(any(parent == (path[-1] if path else -1) for parent in tree))
             stats.accepted_lengths[n] += 1
-            trace.append(Round(drafted.tolist(), n, next_token))
+            trace.append(Round(proposal.tokens.tolist(), n, next_token,
+                               None if proposal.is_chain else tree, None if proposal.is_chain else path))
             new, stopped = cut_at_stop(new, stops)
             out.extend(new)
             if stopped or len(out) >= max_new_tokens:

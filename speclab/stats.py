@@ -13,10 +13,13 @@ class Round:
     drafted: list[int]
     accepted: int
     next_token: int
+    parents: list[int] | None = None  # a tree draft's shape (None: a chain)
+    path: list[int] | None = None     # a tree draft's accepted nodes, root to leaf
 
     @property
     def new_tokens(self) -> list[int]:
-        return self.drafted[:self.accepted] + [self.next_token]
+        kept = self.drafted[:self.accepted] if self.path is None else [self.drafted[i] for i in self.path]
+        return kept + [self.next_token]
 
 
 @dataclass
@@ -27,15 +30,16 @@ class GenerationStats:
     target_calls: int = 0       # target forward passes, the prefill included
     draft_calls: int = 0        # draft model forward passes (0 for model-free drafters)
     rounds: int = 0             # verify rounds (for target-only decoding: decode steps)
-    drafted: int = 0
+    drafted: int = 0            # draft tokens verified (for trees: every node)
     accepted: int = 0
-    rejections: int = 0         # rounds that ended with a draft refused
+    rejections: int = 0         # rounds that ended with a draft refused (a tree: the path stopped above a leaf)
     accepted_lengths: list[int] = field(default_factory=list)  # histogram: rounds that kept 0, 1, ..., K drafts
     prefill_s: float = 0.0
     draft_s: float = 0.0        # time in the drafter after the prefill (its forward passes and sampling)
     target_s: float = 0.0       # time in target forward passes after the prefill
     wall_s: float = 0.0         # everything, the prefill included
     device: str = "cpu"
+    lossless: bool = True       # False when an acceptance rule that changes the distribution was used
 
     @property
     def acceptance_rate(self) -> float:
@@ -75,6 +79,7 @@ class GenerationStats:
         total = cls(method=runs[0].method, k=runs[0].k, device=runs[0].device,
                     accepted_lengths=[0] * len(runs[0].accepted_lengths))
         for s in runs:
+            total.lossless = total.lossless and s.lossless
             if (s.method, s.k) != (total.method, total.k):
                 raise ValueError(f"cannot combine runs of {s.method!r} (K={s.k}) with {total.method!r} (K={total.k})")
             for name in ("new_tokens", "target_calls", "draft_calls", "rounds", "drafted", "accepted", "rejections",
@@ -101,6 +106,8 @@ class GenerationStats:
                       f"(acceptance rate {self.acceptance_rate:.3f}, alpha {self.alpha:.3f}), "
                       f"{self.mean_tokens_per_round:.2f} tokens per round, draft calls {self.draft_calls}",
                       f"  accepted-length histogram (0..K): {self.accepted_lengths}"]
+        if not self.lossless:
+            lines.append("  NOT LOSSLESS: typical acceptance does not preserve the target's distribution")
         return "\n".join(lines)
 
 

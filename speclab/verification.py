@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from speclab.sampling import sample
+from speclab.trees import chain_parents, check_parents, children
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -57,26 +58,113 @@ def accepted_mask(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_t
 
 def verify(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
            generator: torch.Generator | None = None) -> tuple[int, int]:
-    """One round of the rule on explicit distributions.
+    """One round of the rule on explicit distributions, for a chain of K drafts.
 
     target_probs: (K+1, V) served target distributions, row i predicting the token after draft i-1
     (row K gives the bonus). draft_probs: (K, V) served draft distributions the drafts were drawn from.
     draft_tokens: (K,) ids. Returns (number of accepted drafts, next token id): the correction drawn
-    from the residual at the first rejection, or the bonus token when all K are accepted.
+    from the residual at the first rejection, or the bonus token when all K are accepted. A chain is
+    the tree whose node i hangs under node i - 1, so this is `verify_tree` on that tree.
     """
     k = draft_tokens.shape[0] if draft_tokens.dim() == 1 else -1
     if k < 0 or target_probs.dim() != 2 or draft_probs.dim() != 2:
         raise ValueError("verify expects draft_tokens of shape (K,), target_probs (K+1, V), draft_probs (K, V); "
                          f"got {tuple(draft_tokens.shape)}, {tuple(target_probs.shape)}, {tuple(draft_probs.shape)}")
-    if target_probs.shape[0] != k + 1 or draft_probs.shape[0] != k or draft_probs.shape[1] != target_probs.shape[1]:
-        raise ValueError(f"with K = {k} draft tokens, target_probs must be ({k + 1}, V) and draft_probs ({k}, V) "
-                         f"over the same V; got {tuple(target_probs.shape)} and {tuple(draft_probs.shape)}")
-    if k and (draft_tokens.min() < 0 or draft_tokens.max() >= target_probs.shape[1]):
-        raise ValueError(f"draft token ids must lie in [0, {target_probs.shape[1]}); got {draft_tokens.tolist()}")
-    accepted = accepted_mask(target_probs, draft_probs, draft_tokens, generator) if k else draft_tokens.bool()
-    n = int(accepted.long().cumprod(0).sum()) if k else 0  # length of the all-accepted prefix
-    if n < k:
-        next_probs = residual_distribution(target_probs[n], draft_probs[n])
-    else:
-        next_probs = target_probs[k]
-    return n, int(sample(next_probs, generator))
+    path, next_token = verify_tree(target_probs, draft_probs, draft_tokens, chain_parents(k), generator)
+    return len(path), next_token
+
+
+def check_tree_inputs(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
+                      parents) -> list[int]:
+    """The parents as a list, once every shape and id is consistent; otherwise a ValueError saying what to fix."""
+    if draft_tokens.dim() != 1 or target_probs.dim() != 2:
+        raise ValueError(f"expected draft_tokens of shape (N,) and target_probs (N+1, V); "
+                         f"got {tuple(draft_tokens.shape)} and {tuple(target_probs.shape)}")
+    n, vocab = draft_tokens.shape[0], target_probs.shape[1]
+    if target_probs.shape[0] != n + 1:
+        raise ValueError(f"with N = {n} draft nodes, target_probs must have N + 1 = {n + 1} rows (row 0 after the "
+                         f"pending token, row i + 1 after node i); got {tuple(target_probs.shape)}")
+    if draft_probs is not None and tuple(draft_probs.shape) != (n, vocab):
+        raise ValueError(f"draft_probs must be (N, V) = ({n}, {vocab}), one row per node over the same V as "
+                         f"target_probs, or None for deterministic proposals; got {tuple(draft_probs.shape)}")
+    if n and (draft_tokens.min() < 0 or draft_tokens.max() >= vocab):
+        raise ValueError(f"draft token ids must lie in [0, {vocab}); got {draft_tokens.tolist()}")
+    return check_parents(parents, n)
+
+
+def verify_tree(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
+                parents, generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """The rejection rule on a tree of N draft nodes (multi-candidate speculative sampling, as in
+    SpecInfer, Miao et al. 2024). Returns (path, next token): the accepted nodes from the root down,
+    and the token drawn after the last of them.
+
+    target_probs (N+1, V): row 0 is the served target distribution after the pending token, row i + 1
+    the one after node i. draft_probs (N, V): row i is the distribution node i was drawn from, or None
+    when the proposals are deterministic (top-k children, a lookup): q is then a point mass on the
+    token. parents (N,): see speclab.trees.
+
+    Starting at the root with p = its target row: try its children in index order. Child x, drawn from
+    q, is accepted with probability min(1, p(x) / q(x)); then p becomes the child's own target row and
+    its children are tried. After a rejection p becomes normalise(max(0, p - q)), the residual, before
+    the next sibling is tried. When no child is left, the next token is drawn from p as it stands: the
+    residual after a rejection, or the leaf's own row (the bonus token) after an acceptance. Each
+    sibling must report the q it was really drawn from: the parent's q when siblings are drawn with
+    replacement, q renormalised over the tokens not yet drawn when without replacement, a point mass
+    when chosen deterministically. Then every emitted token is distributed exactly as the target's p.
+    With one-hot (greedy) p this is "follow the children that equal the target's argmax".
+    """
+    parents = check_tree_inputs(target_probs, draft_probs, draft_tokens, parents)
+    n = len(parents)
+    kids = children(parents)
+    if n:
+        # Every node's test against its parent's row as it stands before any sibling is refused; one
+        # uniform per node, drawn at once (a chain reads exactly the stream `accepted_mask` reads).
+        nodes = torch.arange(n, device=draft_tokens.device)
+        p_at = target_probs[torch.tensor(parents, device=draft_tokens.device) + 1, draft_tokens]
+        q_at = draft_probs[nodes, draft_tokens] if draft_probs is not None else torch.ones_like(p_at)
+        u = torch.rand(n, generator=generator, device=target_probs.device)
+        first_try = (u * q_at < p_at).tolist()
+    path: list[int] = []
+    node, p = -1, target_probs[0]
+    while True:
+        chosen, p_changed = None, False
+        for child in kids[node + 1]:
+            x = draft_tokens[child]
+            q = draft_probs[child] if draft_probs is not None else point_mass(x, p.shape[-1], p)
+            accepted = bool(u[child] * q[x] < p[x]) if p_changed else first_try[child]
+            if accepted:
+                chosen = child
+                break
+            p, p_changed = residual_distribution(p, q), True
+        if chosen is None:
+            return path, int(sample(p, generator))
+        path.append(chosen)
+        node, p = chosen, target_probs[chosen + 1]
+
+
+def point_mass(token: torch.Tensor, vocab: int, like: torch.Tensor) -> torch.Tensor:
+    """q for a deterministic proposal: all mass on `token`."""
+    return torch.zeros(vocab, dtype=like.dtype, device=like.device).index_fill_(0, token.view(1), 1.0)
+
+
+def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, parents,
+                        epsilon: float = 0.09, delta: float = 0.3,
+                        generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """Medusa-2's typical acceptance (Cai et al. 2024), on a tree: at each accepted node, take the
+    first child x with p(x) > min(epsilon, delta * exp(-H(p))), p the target's row there; when none
+    passes, draw the next token from that row. It accepts more than the rejection rule at a
+    temperature above 0, and it is NOT lossless: the emitted tokens are not distributed as p.
+    Defaults are the reference generate()'s posterior_threshold 0.09 and posterior_alpha 0.3."""
+    parents = check_tree_inputs(target_probs, None, draft_tokens, parents)
+    kids = children(parents)
+    path: list[int] = []
+    node = -1
+    while True:
+        p = target_probs[node + 1]
+        entropy = -(p * torch.log(p.clamp(min=1e-30))).sum()
+        threshold = torch.minimum(torch.tensor(epsilon, dtype=p.dtype), delta * torch.exp(-entropy))
+        chosen = next((c for c in kids[node + 1] if p[draft_tokens[c]] > threshold), None)
+        if chosen is None:
+            return path, int(sample(p, generator))
+        path.append(chosen)
+        node = chosen
