@@ -211,20 +211,28 @@ class CheckResult:
             return f"{self.total} public check{'s' * (self.total != 1)}"
         return f"{self.total} checks ({self.total - hidden} public, {hidden} hidden)"
 
-    def report(self) -> str:
+    def report(self, hidden_details: bool = True) -> str:
+        """The pass, or the first failing case in words with its hint. With hidden_details=False (the
+        grader's feedback to a learner) hidden cases are only counted: their names and messages, which
+        would give their inputs away, are left out."""
         head = f"{self.question} · {self.answer}" if self.answer else self.question
         if self.error:
             return f"{head}: {self.error}"
         if self.passed:
             return f"✓ {head}: all {self._kinds()} passed."
-        bad = self.first_failure
-        lines = [f"✗ {head}: {self.n_passed} of {self._kinds()} passed.",
-                 f"  First failing check: {bad.name}",
-                 f"  What happened: {bad.message}"]
-        if bad.printed:
-            lines.append("  Your code printed: " + bad.printed.strip()[:500].replace("\n", "\n    "))
-        if bad.hint:
-            lines.append(f"  Hint: {bad.hint}")
+        lines = [f"✗ {head}: {self.n_passed} of {self._kinds()} passed."]
+        bad = next((c for c in self.cases if not c.passed and (hidden_details or not c.hidden)), None)
+        if bad is not None:
+            lines += [f"  First failing check: {bad.name}", f"  What happened: {bad.message}"]
+            if bad.printed:
+                lines.append("  Your code printed: " + bad.printed.strip()[:500].replace("\n", "\n    "))
+            if bad.hint:
+                lines.append(f"  Hint: {bad.hint}")
+        failed_hidden = sum(c.hidden and not c.passed for c in self.cases)
+        if not hidden_details and failed_hidden:
+            lines.append(f"  {failed_hidden} hidden check{'s' * (failed_hidden != 1)} failed: they test the same "
+                         "ideas on other cases, so make sure your code is right in general, not only on the "
+                         "public checks.")
         return "\n".join(lines)
 
     __str__ = report

@@ -38,15 +38,14 @@ RESULT_MARK = "@@speclab-grade@@"
 
 def grade_namespace(lab_name: str, tests: str, nonce: str, ns: dict) -> str:
     """Run in the submission's kernel after its cells: every public and hidden case against `ns`.
-    Returns a printable feedback report followed by one line `nonce + JSON`."""
+    Returns the feedback for the learner (hidden cases only counted) followed by one line `nonce + JSON`."""
     lab = Lab(lab_name, public_tests=False)
     lab.load_tests(tests, f"<{lab_name} grading tests>")
     results = [lab.run(qid, ns) for qid in lab.questions]
     payload = {"lab": lab_name, "questions": {
-        r.question: {"answer": r.answer, "points": r.points, "earned": r.earned,
-                     "cases": [{"name": c.name, "hidden": c.hidden, "passed": c.passed, "message": c.message}
-                               for c in r.cases]} for r in results}}
-    feedback = "\n".join(r.report() for r in results) + "\n" + ScoreSummary(lab_name, results).report()
+        r.question: {"answer": r.answer, "points": r.points, "earned": r.earned} for r in results}}
+    feedback = ("\n".join(r.report(hidden_details=False) for r in results) + "\n"
+                + ScoreSummary(lab_name, results).report())
     return feedback + "\n" + nonce + json.dumps(payload)
 
 
@@ -86,6 +85,32 @@ def _prepare(path: Path, lab: str, tests: str, nonce: str):
     nb.cells.append(nbformat.v4.new_code_cell(call))
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     return nb
+
+
+FEEDBACK_CELL = ("# The grader's feedback: every check of this lab, public and hidden, run on this notebook from top\n"
+                 "# to bottom. Hidden checks are only counted here; the public ones are in speclab/labs/.")
+
+
+def feedback_notebook(executed, nonce: str):
+    """The executed submission as it may go back to the learner: their cells with their outputs, then the
+    feedback. The grading cell's source (which holds every check, hidden ones included, and the nonce)
+    becomes a plain comment, and of its outputs only the printed feedback stays: the nonce line goes, so
+    does what went to stderr (a warning raised in a hidden case quotes its line), and an error's traceback
+    (which could quote a hidden check too) becomes one line."""
+    import nbformat
+    cell = executed.cells[-1]
+    outputs = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream" and o.get("name") == "stdout":
+            text = "".join(ln for ln in o["text"].splitlines(True) if not ln.startswith(nonce))
+            if text:
+                outputs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
+        elif o.get("output_type") == "error":
+            outputs.append(nbformat.v4.new_output("stream", name="stderr", text=(
+                f"The grader could not finish checking this notebook ({o.get('ename', 'error')}): "
+                "ask your instructor for the details.\n")))
+    cell["source"], cell["outputs"], cell["metadata"] = FEEDBACK_CELL, outputs, {}
+    return executed
 
 
 def _network_wrapper() -> list[str]:
@@ -176,12 +201,9 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
             line = next((ln for ln in text.splitlines() if ln.startswith(nonce)), None)
             if line is not None:
                 payload = json.loads(line[len(nonce):])
-            if executed_dir is not None:  # for the instructor: the run with the grader's feedback at the end
-                for o in executed.cells[-1].get("outputs", []):
-                    if o.get("output_type") == "stream":
-                        o["text"] = "".join(ln for ln in o["text"].splitlines(True) if not ln.startswith(nonce))
+            if executed_dir is not None:
                 executed_dir.mkdir(parents=True, exist_ok=True)
-                nbformat.write(executed, executed_dir / path.name)
+                nbformat.write(feedback_notebook(executed, nonce), executed_dir / path.name)
         if payload is None:
             if grade.status == "ok":
                 last = [ln for ln in (log or "").strip().splitlines() if ln.strip()][-1:] or ["no output"]
@@ -263,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--source", default=None, help="folder of instructor sources (default labs/source)")
     g.add_argument("--lab", default=None, help="grade every notebook as this lab (default: read from each notebook)")
     g.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
-    g.add_argument("--executed", default=None, help="also save each executed notebook (with feedback) here")
+    g.add_argument("--executed", default=None, help="also save each executed notebook here, with the feedback "
+                   "in its last cell (fit to hand back: it holds no hidden check)")
     g.add_argument("--allow-network", action="store_true", help="do not cut the network of submissions")
     args = parser.parse_args(argv)
     if args.command == "build":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 from pathlib import Path
 
@@ -190,6 +191,18 @@ def test_what_the_learners_code_prints_is_captured_and_shown(capsys):
     assert "Your code printed: debug 2" in out and "\ndebug" not in out.split("Your code printed")[0]
 
 
+def test_the_graders_feedback_counts_hidden_cases_and_never_describes_them(capsys):
+    lab = make_lab()
+    wrong = lab.run("q1", {"double": lambda x: x + 2})  # passes the public case, fails the hidden one
+    assert "double(-3)" in wrong.report()  # in the instructor's source, check() says which case failed
+    feedback = wrong.report(hidden_details=False)
+    assert "double(-3)" not in feedback and "First failing check" not in feedback
+    assert "1 of 2 checks (1 public, 1 hidden) passed" in feedback and "1 hidden check failed" in feedback
+    stub = lab.run("q1", {"double": lambda x: None}).report(hidden_details=False)
+    assert "First failing check: double(2) is 4" in stub and "Hint: Multiply by 2." in stub
+    assert "double(-3)" not in stub and "1 hidden check failed" in stub
+
+
 def test_score_sums_points_and_is_never_negative(capsys):
     lab = make_lab()
 
@@ -248,6 +261,25 @@ def test_shell_lines_are_neutralised_without_breaking_blocks(tmp_path):
     assert "grade_namespace('lab99'" in prepared.cells[-1].source
 
 
+def test_the_feedback_notebook_keeps_the_learners_cells_and_only_the_printed_feedback():
+    cell = new_code_cell("print(grade_namespace('lab99', 'HIDDEN CHECK SOURCE', 'NONCE:', globals()))")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ q1 · double: all passed.\nNONCE:{}\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="<lab99 grading tests>:3: Warning\n"
+                                           "  expect_equal(f(-3), -6)\n"),
+                    nbformat.v4.new_output("error", ename="KeyError", evalue="x",
+                                           traceback=["expect_equal(f(-3), -6)"])]
+    learner = new_code_cell("x = 1")
+    learner.outputs = [nbformat.v4.new_output("stream", name="stdout", text="mine\n")]
+    nb = grading.feedback_notebook(new_notebook(cells=[learner, cell]), "NONCE:")
+    text = nbformat.writes(nb)
+    for gone in ("HIDDEN CHECK SOURCE", "NONCE", "grade_namespace", "expect_equal", "grading tests"):
+        assert gone not in text
+    assert nb.cells[0].outputs[0].text == "mine\n" and nb.cells[-1].source == grading.FEEDBACK_CELL
+    assert [o.text for o in nb.cells[-1].outputs][0] == "✓ q1 · double: all passed.\n"
+    assert "could not finish checking this notebook (KeyError)" in nb.cells[-1].outputs[1].text
+    nbformat.validate(nb)
+
+
 def test_the_lab_is_read_from_the_notebook_text_not_its_metadata(tmp_path):
     nb = new_notebook(cells=[new_code_cell('lab = Lab("lab03")')])
     (tmp_path / "anything.ipynb").write_text(nbformat.writes(nb))
@@ -288,7 +320,9 @@ def test_the_grader_scores_a_full_and_an_empty_submission_100_and_0(tmp_path):
     assert len(grades) == 4
     feedback = nbformat.read(tmp_path / "executed" / "empty.ipynb", as_version=4).cells[-1].outputs
     text = "".join(o.get("text", "") for o in feedback)
-    assert "First failing check" in text and grading.RESULT_MARK not in text
+    assert "First failing check" in text and re.search(r"\d+ hidden checks? failed", text)
+    whole = (tmp_path / "executed" / "empty.ipynb").read_text()
+    assert grading.RESULT_MARK not in whole and "grade_namespace" not in whole and "hidden=True" not in whole
 
 
 def test_a_submission_that_never_ends_is_stopped_and_scores_0(tmp_path):

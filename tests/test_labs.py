@@ -9,6 +9,7 @@ learner version 0%.
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
 from pathlib import Path
@@ -17,8 +18,8 @@ import nbformat
 import pytest
 
 from speclab.checks import Lab
-from speclab.grading import grade_folder
-from speclab.labbuild import cell_kind, checks_source, stale, strip_solutions
+from speclab.grading import RESULT_MARK, grade_folder
+from speclab.labbuild import cell_kind, checks_source, learner_notebook, stale, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "labs" / "source").glob("lab*.ipynb"))
@@ -153,13 +154,16 @@ def test_the_readme_links_every_lab_on_colab_from_the_configured_repository():
 # ---------------------------------------------------------------- in kernels, through the grader
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Every instructor source and every learner version, run by the grader, two at a time."""
+    """Every instructor source, every learner version, and every learner version with the solutions filled
+    in (what a learner who got everything right hands in), run by the grader, two at a time."""
     tmp = tmp_path_factory.mktemp("labs")
     subs = tmp / "submissions"
     subs.mkdir()
     for lab in LABS:
         shutil.copy(ROOT / "labs" / "source" / f"{lab}.ipynb", subs / f"instructor_{lab}.ipynb")
         shutil.copy(ROOT / "labs" / f"{lab}.ipynb", subs / f"learner_{lab}.ipynb")
+        nbformat.write(learner_notebook(read(ROOT / "labs" / "source" / f"{lab}.ipynb"), lab, keep_solutions=True),
+                       subs / f"solved_{lab}.ipynb")
     grade_folder(subs, tmp / "scores.csv", timeout=300, jobs=2, executed_dir=tmp / "executed")
     rows = {r["submission"]: r for r in csv.DictReader((tmp / "scores.csv").open())}
     return rows, tmp / "executed"
@@ -202,3 +206,42 @@ def test_the_learner_version_runs_unchanged_and_every_check_fails_with_its_messa
         for part in ("First failing check:", "What happened:", "Hint:"):
             assert part in out, f"{lab} {qid}: {part!r} missing from\n{out}"
     assert row["percent"] == "0", row
+
+
+def strings(node) -> list[str]:
+    """Every string in a JSON document (cell sources, outputs, metadata), decoded."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        node = list(node.values())
+    return [s for item in node for s in strings(item)] if isinstance(node, list) else []
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_executed_feedback_notebooks_give_no_hidden_check_away(lab, graded):
+    """The executed notebooks (`grade --executed`) go back to learners: they must hold no line of a hidden
+    test cell, nothing of the grading harness, and no hidden case's name or message, whether every check
+    passes (the solved version) or fails (the untouched stubs)."""
+    rows, executed = graded
+    source = read(ROOT / "labs" / "source" / f"{lab}.ipynb")
+    hidden = [line.strip() for cell in source.cells if cell_kind(cell) == "hidden"
+              for line in cell.source.splitlines()]
+    checker = all_checks(lab)
+    public_names = {c.name for c in checker.cases if not c.hidden}
+    hidden_names = [c.name for c in checker.cases if c.hidden and not any(c.name in n for n in public_names)]
+    assert hidden and hidden_names
+    for who in ("solved", "learner"):
+        name = f"{who}_{lab}.ipynb"
+        assert rows[name]["percent"] == ("100" if who == "solved" else "0"), rows[name]
+        handed_in = "\n".join(strings(json.loads(nbformat.writes(read(executed.parent / "submissions" / name)))))
+        raw = (executed / name).read_text(encoding="utf-8")
+        text = raw + "\n".join(strings(json.loads(raw)))
+        # a line the submission itself holds (`import torch`, a blank line) may of course appear
+        leaked = sorted({line for line in hidden if line and line not in handed_in and line in text})
+        assert not leaked, f"{name}: the feedback notebook holds hidden test lines: {leaked[:5]}"
+        for harness in (RESULT_MARK, "grade_namespace", "HIDDEN TESTS", "hidden=True"):
+            assert harness not in text, f"{name}: the feedback notebook holds {harness!r}"
+        shown = [n for n in hidden_names if n in text and n not in handed_in]
+        assert not shown, f"{name}: the feedback names hidden cases: {shown}"
+        feedback = "".join(o.get("text", "") for o in read(executed / name).cells[-1].outputs)
+        assert "Total:" in feedback and all(f"{q} " in feedback for q in checker.questions), feedback
