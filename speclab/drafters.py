@@ -17,14 +17,16 @@ of every token it has processed and kept, from the pass that processed them: no 
 """
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from speclab.runner import ModelRunner
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
-from speclab.trees import chain_parents, check_parents, is_chain, prune_to_depth
+from speclab.trees import chain_parents, check_parents, depths, is_chain, prune_to_depth, tree_from_choices
 
 
 @dataclass
@@ -168,3 +170,102 @@ class PromptLookupDrafter(Drafter):
                     follow = seq[i + n:i + n + k]
                     return Draft(torch.tensor(follow, dtype=torch.long, device=ids.device))
         return Draft(ids.new_empty(0))
+
+
+class MedusaDrafter(Drafter):
+    """Medusa (Cai et al. 2024): heads on the target's last hidden state propose the tokens after the
+    pending one. Head i's top-k tokens fill depth i of a fixed tree (`tree`: "chain" for head top-1s,
+    or medusa_choices, paths of top-k ranks). Siblings are deterministic top-k picks, so their q is a
+    point mass and the rule stays lossless when sampling. The hidden state comes from the verification
+    pass (take_features): the heads never run the target themselves."""
+
+    name = "medusa"
+    feature_layers = (-1,)
+
+    def __init__(self, heads: torch.nn.Module, tree: str | list = "chain"):
+        self.heads = heads
+        self.device = next(heads.parameters()).device
+        self.set_tree(tree)
+        self.hidden: torch.Tensor | None = None
+
+    def set_tree(self, tree: str | list) -> None:
+        if tree == "chain":
+            self.choices = [(0,) * d for d in range(1, self.heads.num_heads + 1)]
+        elif isinstance(tree, str):
+            raise ValueError(f"tree must be 'chain' or a list of medusa_choices (tuples of top-k ranks); got {tree!r}")
+        else:
+            self.choices = [tuple(c) for c in tree]
+        self.parents, self.ranks = tree_from_choices(self.choices)
+        self.node_depths = depths(self.parents)
+        if max(self.node_depths) > self.heads.num_heads:
+            raise ValueError(f"the tree is {max(self.node_depths)} deep but there are only {self.heads.num_heads} "
+                             "heads (one per depth); drop the deeper choices")
+        self.is_chain = is_chain(self.parents)
+        self.top = max(self.ranks) + 1
+        self._depth_index = torch.tensor([d - 1 for d in self.node_depths], device=self.device)
+        self._rank_index = torch.tensor(self.ranks, device=self.device)
+
+    def start(self, prompt: torch.Tensor) -> None:
+        self.hidden = None
+
+    def take_features(self, features: torch.Tensor) -> None:
+        self.hidden = features[-1]
+
+    @torch.inference_mode()
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        if self.hidden is None:  # a one-token prompt: no hidden state yet, so no draft this round
+            return Draft(ids.new_empty(0))
+        logits = self.heads(self.hidden.to(self.heads.heads[0][-1].weight.dtype))  # (M, V)
+        check_finite(logits, "Medusa heads")
+        top = logits.topk(self.top, dim=-1).indices  # (M, top)
+        tokens = top[self._depth_index, self._rank_index]
+        return Draft(tokens, None, None if self.is_chain else self.parents)
+
+
+# ---------------------------------------------------------------- one entry point for every method
+METHODS = ("draft_model", "ngram", "medusa")  # vLLM's names for the same methods
+
+
+def load_drafter(method: str, target: torch.nn.Module | None = None, **options) -> Drafter:
+    """A drafter by method name (vLLM's names), for `target` (None: the bundled target).
+
+    draft_model  a draft model: draft= a model or a directory (default: the bundled draft)
+    ngram        prompt lookup: max_ngram=3, min_ngram=1
+    medusa       Medusa heads: heads= a directory (default: the heads shipped for the bundled
+                 target), tree= "chain" or medusa_choices (default: the tree chosen for them)
+    """
+    if method == "ngram":
+        return PromptLookupDrafter(**options)
+    if method == "draft_model":
+        from speclab.models import BUNDLED_DIR, load_model
+        from speclab.runner import model_device
+        draft = options.pop("draft", None)
+        if options:
+            raise ValueError(f"draft_model takes draft= only; got {sorted(options)}")
+        if draft is None or isinstance(draft, (str, Path)):
+            device = model_device(target) if target is not None else None
+            draft = load_model(draft or BUNDLED_DIR / "draft", device, torch.float32)
+        return ModelDrafter(draft)
+    if method == "medusa":
+        return load_medusa(target, **options)
+    raise ValueError(f"unknown drafting method {method!r}; choose from {METHODS}")
+
+
+def load_medusa(target: torch.nn.Module | None = None, heads: str | Path | None = None,
+                tree: str | list | None = None) -> MedusaDrafter:
+    """Medusa heads for `target` from `heads` (a directory written by train medusa), or the heads that
+    ship with the bundled target; refused with a clear error when they were trained for another model."""
+    from speclab.heads import MedusaHeads
+    from speclab.models import BUNDLED_DIR
+    from speclab.runner import model_device
+    directory = Path(heads) if heads is not None else BUNDLED_DIR / "medusa"
+    device = model_device(target) if target is not None else torch.device("cpu")
+    dtype = target.dtype if target is not None else torch.float32
+    loaded = MedusaHeads.load(directory, device, dtype)
+    if target is not None:
+        loaded.check_fits(target)
+    if tree is None:
+        record = directory / "tree.json"
+        tree = [tuple(c) for c in json.loads(record.read_text())["choices"]] if record.exists() else "chain"
+    return MedusaDrafter(loaded, tree)

@@ -3,6 +3,7 @@
     python -m speclab train pair --out runs/stdlib          # target and drafts (resumable)
     python -m speclab train pair --out /tmp/micro --preset micro   # a few-second smoke run
     python -m speclab train draft --target DIR --out runs/draft   # a new draft for an existing target
+    python -m speclab train medusa --target DIR --out runs/medusa # Medusa heads for a frozen target
 
 Every stage saves a checkpoint and is skipped or resumed when the command is run again, so a long
 run can be stopped (Ctrl-C, or --stop-after-minutes) and continued later, on CPU or CUDA.
@@ -398,6 +399,181 @@ def train_draft(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     return report
 
 
+# ---------------------------------------------------------------- Medusa heads for a frozen target
+@dataclass
+class MedusaPreset:
+    num_heads: int = 4
+    num_layers: int = 1       # residual blocks per head
+    corpus_rows: int = 1024   # corpus windows of seq_len + 1 tokens whose hidden states are kept
+    generated: int = 512      # the target's own continuations, as many rows again (on-policy data)
+    heldout_rows: int = 64
+    seq_len: int = 256
+    prompt_len: int = 64
+    batch: int = 8
+    steps: int = 800
+    lr: float = 1e-3
+    warmup: int = 50
+    decay: float = 0.8        # loss weight of head i: decay ** i (the Medusa paper's lambda_k)
+    eval_every: int = 100
+    ranks: int = 10           # top-k depth of the accuracy table trees are built from
+
+
+MEDUSA_PRESETS = {
+    "stdlib": MedusaPreset(),
+    "micro": MedusaPreset(num_heads=2, corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8,
+                          batch=4, steps=6, warmup=2, eval_every=3, ranks=3),
+}
+
+
+@torch.inference_mode()
+def target_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device, chunk: int = 16) -> torch.Tensor:
+    """The target's last hidden state (after the final norm: what its lm_head reads) at every position
+    of every row, float16 on the CPU: computed once, reused by every training step."""
+    out = []
+    for i in range(0, len(rows), chunk):
+        hidden = target(input_ids=rows[i:i + chunk].long().to(device), output_hidden_states=True).hidden_states[-1]
+        out.append(hidden.to("cpu", torch.float16))
+    return torch.cat(out)
+
+
+def medusa_loss(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tensor, decay: float
+                ) -> tuple[torch.Tensor, list[float]]:
+    """Self-distillation: head i at position t learns the target's own distribution for token t+2+i,
+    softmax(lm_head(h[t+1+i])), read off the stored features (Medusa-2's self-distillation, with the
+    backbone frozen as in Medusa-1). Returns the weighted loss and each head's loss."""
+    total, per_head = 0.0, []
+    length = h.shape[1]
+    for i, head in enumerate(heads.heads):
+        with torch.no_grad():
+            teacher = torch.softmax(lm_head(h[:, 1 + i:]).float(), -1)
+        student = torch.log_softmax(head(h[:, :length - 1 - i]).float(), -1)
+        loss = -(teacher * student).sum(-1).mean()
+        total = total + decay ** i * loss
+        per_head.append(loss.item())
+    return total, per_head
+
+
+@torch.no_grad()
+def head_accuracies(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tensor, ranks: int) -> list[list[float]]:
+    """acc[i][r]: how often head i's rank-r token is the target's own greedy choice at that place, on
+    held-out features: the numbers a Medusa tree is built from (speclab.trees.tree_from_accuracies)."""
+    table = []
+    length = h.shape[1]
+    for i, head in enumerate(heads.heads):
+        truth = lm_head(h[:, 1 + i:]).argmax(-1)
+        top = head(h[:, :length - 1 - i]).topk(ranks, dim=-1).indices
+        table.append([round(float((top[..., r] == truth).float().mean()), 4) for r in range(ranks)])
+    return table
+
+
+def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
+                 stop_after_minutes: float | None = None, **overrides) -> dict:
+    """Medusa heads for a frozen target (the bundled one, a local directory or a hub model), trained on
+    its hidden states over standard-library windows and over its own continuations. Resumable.
+    Writes out/medusa/ (heads and config) and out/medusa.json (the record: loss curve, accuracies)."""
+    from speclab.heads import MedusaHeads
+    from speclab.models import load_model, load_tokenizer
+    if preset not in MEDUSA_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(MEDUSA_PRESETS)}")
+    m = MedusaPreset(**{**asdict(MEDUSA_PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
+    out.mkdir(parents=True, exist_ok=True)
+    dev = pick_device(device)
+    deadline = time.time() + 60 * stop_after_minutes if stop_after_minutes else None
+    target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
+    lm_head = target.get_output_embeddings()
+    data_preset = resolve_preset("micro" if preset == "micro" else "stdlib", dict(
+        seq_len=m.seq_len, generated=m.generated, prompt_len=m.prompt_len))
+    tokenizer, train, heldout = prepare_data(out, data_preset, load_tokenizer(target_dir))
+    features_file = out / "features.pt"
+    if not features_file.exists():
+        generated = generate_continuations(target, train, data_preset, out, dev, seed + 3, deadline)
+        g = torch.Generator().manual_seed(seed)
+        starts = torch.randint(0, len(train) - m.seq_len, (m.corpus_rows,), generator=g).tolist()
+        rows = torch.cat([torch.stack([train[s:s + m.seq_len] for s in starts]), generated[:, :m.seq_len]])
+        held_starts = torch.linspace(0, len(heldout) - m.seq_len - 1, m.heldout_rows).long().tolist()
+        held = torch.stack([heldout[s:s + m.seq_len] for s in held_starts])
+        started = time.perf_counter()
+        torch.save({"train": target_features(target, rows, dev), "heldout": target_features(target, held, dev),
+                    "seconds": time.perf_counter() - started, "rows": len(rows)}, features_file)
+    features = torch.load(features_file)
+    train_h, held_h = features["train"], features["heldout"].to(dev, torch.float32)
+
+    torch.manual_seed(seed)
+    heads = MedusaHeads.for_target(target, m.num_heads, m.num_layers)
+    opt = torch.optim.AdamW(heads.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    ckpt_file = out / "medusa.ckpt"
+    step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": features["seconds"]}
+    if ckpt_file.exists():
+        state = torch.load(ckpt_file, map_location=dev)
+        heads.load_state_dict(state["heads"])
+        opt.load_state_dict(state["opt"])
+        step, log = state["step"], state["log"]
+    schedule = Preset(lr=m.lr, warmup=m.warmup)
+
+    def evaluate() -> None:
+        heads.eval()
+        with torch.no_grad():
+            loss, per_head = medusa_loss(heads, lm_head, held_h, m.decay)
+        top1 = [row[0] for row in head_accuracies(heads, lm_head, held_h, 1)]
+        log["evals"].append({"step": step, "heldout_loss": round(float(loss), 4),
+                             "heldout_head_loss": [round(x, 4) for x in per_head], "heldout_top1": top1})
+        heads.train()
+
+    if not log["evals"]:
+        evaluate()  # step 0: every head is a copy of lm_head, predicting the next token instead
+    bar = tqdm(total=m.steps, initial=step, desc="medusa", mininterval=5)
+    started, last_save = time.perf_counter(), time.perf_counter()
+    heads.train()
+    try:
+        while step < m.steps:
+            if deadline is not None and time.time() > deadline:
+                break
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, schedule, m.steps)
+            g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+            h = train_h[torch.randint(0, len(train_h), (m.batch,), generator=g)].to(dev, torch.float32)
+            loss, per_head = medusa_loss(heads, lm_head, h, m.decay)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+            bar.update(1)
+            log.setdefault("train", []).append([step, round(loss.item(), 4)])
+            if step % m.eval_every == 0 or step == m.steps:
+                evaluate()
+                last = log["evals"][-1]
+                bar.write(f"medusa step {step}: held-out loss {last['heldout_loss']:.3f}, top-1 {last['heldout_top1']}")
+            if time.perf_counter() - last_save > 120:
+                log["seconds"] += time.perf_counter() - started
+                started = last_save = time.perf_counter()
+                torch.save({"heads": heads.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, ckpt_file)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        bar.close()
+    log["seconds"] += time.perf_counter() - started
+    torch.save({"heads": heads.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, ckpt_file)
+    if step < m.steps:
+        raise SystemExit(f"medusa: stopped at step {step}/{m.steps}; run the same command again to resume.")
+    heads.eval()
+    report = {"preset": asdict(m), "target_from": str(target_dir), "device": str(dev), "hardware": hardware(dev),
+              "torch": torch.__version__, "seed": seed, "training_rows": features["rows"],
+              "parameters": sum(p.numel() for p in heads.parameters()), "log": log,
+              "accuracy": head_accuracies(heads, lm_head, held_h, m.ranks)}
+    heads.save(out / "medusa")
+    (out / "medusa" / "record.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def install_medusa(out: Path, dest: Path | None = None) -> Path:
+    """Copy trained heads (out/medusa/) into the package, next to the bundled target."""
+    from speclab.models import BUNDLED_DIR
+    dest = (dest or BUNDLED_DIR) / "medusa"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(out / "medusa", dest)
+    return dest
+
+
 def install_pair(out: Path, dest: Path | None = None) -> Path:
     """Copy what a run trained (target/, draft/, draft-plain/) into the package, where load_pair() finds
     it, and merge its training.json into the package's: a draft-only run keeps the target's record."""
@@ -439,7 +615,28 @@ def main(argv: list[str] | None = None) -> None:
         cmd.add_argument("--install", action="store_true", help="when done, copy the result into the package "
                          "(speclab/pairs/stdlib), where load_pair() finds it")
     pair.add_argument("--target-steps", type=int, help="override the preset's target steps")
+    medusa = sub.add_parser("medusa", help="train Medusa heads for a frozen target (resumable)")
+    medusa.add_argument("--target", required=True, help="target model: a local directory (the bundled one is "
+                        "speclab/pairs/stdlib/target) or a hub id")
+    medusa.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, heads)")
+    medusa.add_argument("--preset", choices=sorted(MEDUSA_PRESETS), default="stdlib")
+    medusa.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    medusa.add_argument("--seed", type=int, default=0)
+    medusa.add_argument("--heads", type=int, help="number of heads (default 4)")
+    medusa.add_argument("--steps", type=int, help="override the preset's training steps")
+    medusa.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+    medusa.add_argument("--install", action="store_true", help="when done, copy the heads into the package "
+                        "(speclab/pairs/stdlib/medusa), where load_drafter('medusa') finds them")
     args = parser.parse_args(argv)
+    if args.command == "medusa":
+        report = train_medusa(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
+                              stop_after_minutes=args.stop_after_minutes, num_heads=args.heads, steps=args.steps)
+        last = report["log"]["evals"][-1]
+        print(f"medusa: held-out loss {last['heldout_loss']:.3f}, top-1 accuracy by head {last['heldout_top1']}, "
+              f"{report['log']['seconds'] / 60:.1f} min")
+        if args.install:
+            print(f"installed into {install_medusa(args.out)}")
+        return
     common = dict(preset=args.preset, device=args.device, seed=args.seed, stop_after_minutes=args.stop_after_minutes,
                   plain_draft=not args.no_plain_draft, amp=False if args.no_amp else None,
                   draft_steps=args.draft_steps, draft_layers=args.draft_layers)

@@ -132,3 +132,34 @@ def tree_from_choices(choices: Sequence[Sequence[int]]) -> tuple[list[int], list
         raise ValueError(f"choice {missing[0]} has no parent {missing[0][:-1]} among the choices; add it")
     parents = [index[c[:-1]] if len(c) > 1 else -1 for c in nodes]
     return parents, [c[-1] for c in nodes]
+
+
+def tree_from_accuracies(accuracies: Sequence[Sequence[float]], budget: int) -> list[tuple[int, ...]]:
+    """The `budget`-node tree (as medusa_choices) with the most expected accepted tokens, when head d's
+    rank-r candidate is right with probability accuracies[d][r], independently (the construction of
+    the Medusa paper). A node's value is the product along its path, which is the chance that it is
+    accepted; a tree's expected accepted length is the sum of its nodes' values. A child is worth no
+    more than its parent, so taking the best nodes greedily keeps every parent in the tree."""
+    import heapq
+    frontier = [(-float(accuracies[0][r]), (r,)) for r in range(len(accuracies[0]))]
+    heapq.heapify(frontier)
+    chosen: list[tuple[int, ...]] = []
+    while frontier and len(chosen) < budget:
+        neg_value, node = heapq.heappop(frontier)
+        chosen.append(node)
+        depth = len(node)
+        if depth < len(accuracies):
+            for r, acc in enumerate(accuracies[depth]):
+                heapq.heappush(frontier, (neg_value * float(acc), node + (r,)))
+    return chosen
+
+
+def expected_accepted(choices: Sequence[Sequence[int]], accuracies: Sequence[Sequence[float]]) -> float:
+    """Expected accepted drafts per round of a tree under the same independence model."""
+    total = 0.0
+    for node in choices:
+        value = 1.0
+        for depth, r in enumerate(node):
+            value *= accuracies[depth][r]
+        total += value
+    return total
