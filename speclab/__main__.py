@@ -1,14 +1,17 @@
 """python -m speclab: the map of what speclab can do.
 
   generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
-  bench      target-only vs speculative vs transformers' assisted generation, side by side, and the
-             speedup model checked against the costs measured in the loop
+             (--method draft_model | ngram | medusa | target-only)
+  bench      target-only vs every drafting method (draft model, prompt lookup, Medusa) vs transformers'
+             assisted generation, side by side, and the speedup model checked against the costs
+             measured in the loop
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
   evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts
   card       measure the bundled pair and write its model card
   theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
-  train      train the bundled pair (python -m speclab train pair --out DIR), or new drafts for an
-             existing target (python -m speclab train draft --target DIR --out DIR)
+  train      train the bundled pair (python -m speclab train pair --out DIR), new drafts for an
+             existing target (train draft --target DIR --out DIR), or Medusa heads for a frozen
+             target (train medusa --target DIR --out DIR)
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 """
@@ -57,34 +60,39 @@ def prompts_for(args, tokenizer) -> list[torch.Tensor]:
     return [tokenizer(t, return_tensors="pt").input_ids[0] for t in texts]
 
 
+GENERATE_METHODS = {"target-only": "target-only", "none": "target-only", "draft_model": "draft_model",
+                    "model": "draft_model", "ngram": "ngram", "prompt-lookup": "ngram", "medusa": "medusa"}
+
+
 def cmd_generate(args) -> None:
-    from speclab import PromptLookupDrafter, generate, speculative_generate
+    from speclab import generate, load_drafter, speculative_generate
     target, draft, tok, device = load(args)
     text = args.prompt if args.prompt is not None else open(args.prompt_file).read()
     ids = tok(text, return_tensors="pt").input_ids[0].to(device)
     common = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, seed=args.seed, eos_token_id=tok.eos_token_id)
-    if args.drafter == "none":
+    method = GENERATE_METHODS[args.method]
+    if method == "target-only":
         result = generate(target, ids, **common)
     else:
-        drafter = draft if args.drafter == "model" else PromptLookupDrafter()
-        result = speculative_generate(target, drafter, ids, k=args.k, **common)
+        options = {"draft_model": dict(draft=draft), "ngram": {}, "medusa": dict(heads=args.heads)}[method]
+        result = speculative_generate(target, load_drafter(method, target, **options), ids, k=args.k, **common)
     print(text + tok.decode(result.tokens), end="\n\n")
     print(result.stats)
 
 
 def cmd_bench(args) -> None:
     from speclab import theory
-    from speclab.bench import METHODS, format_table, model_check, run_bench
+    from speclab.bench import default_methods, format_table, model_check, run_bench
     from speclab.profiling import cost_ratio, forward_ms
     target, draft, tok, device = load(args)
     prompts = [p.to(device) for p in prompts_for(args, tok)]
-    methods = tuple(args.methods.split(",")) if args.methods else METHODS
+    methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else default_methods(target, args.heads)
     print(f"device {device}, {len(prompts)} {args.workload} prompts, K={args.k}, {args.max_new_tokens} new tokens, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"median of {args.repeats} interleaved repeats; target {target.dtype}, draft {draft.dtype}")
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
-                     repeats=args.repeats)
+                     repeats=args.repeats, heads=args.heads)
     print(format_table(rows))
     summary = {"device": str(device), "k": args.k, "threads": torch.get_num_threads(),
                "rows": [dict(method=r.method, new_tokens=r.new_tokens, seconds=r.seconds, tokens_per_s=r.tokens_per_s,
@@ -177,6 +185,10 @@ def cmd_pairs(_args) -> None:
               f"fits a 16 GB T4: {'yes' if p.fits_t4 else 'no'}")
 
 
+BENCH_METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab medusa",
+                 "speclab medusa-chain", "hf target-only", "hf assisted", "hf prompt-lookup")  # = bench.METHODS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m speclab", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -188,8 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text")
-    g.add_argument("--drafter", choices=["model", "prompt-lookup", "none"], default="model",
-                   help="none = target-only decoding")
+    g.add_argument("--method", "--drafter", dest="method", choices=list(GENERATE_METHODS), default="draft_model",
+                   help="how to draft (vLLM's names): draft_model, ngram (prompt lookup), medusa; or target-only "
+                   "(older names: model, prompt-lookup, none)")
+    g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="speclab vs transformers, target-only vs speculative, one process")
@@ -198,9 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--workload", choices=["code", "prose"], default="code", help="held-out prompts to use")
     b.add_argument("--num-prompts", type=int, default=4)
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
-    b.add_argument("--methods", default=None, help="comma-separated subset of: " + ", ".join(
-        ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf target-only", "hf assisted",
-         "hf prompt-lookup")))
+    b.add_argument("--methods", "--method", dest="methods", default=None,
+                   help="comma-separated subset of: " + ", ".join(BENCH_METHODS) + " (default: all that fit the target)")
+    b.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.set_defaults(func=cmd_bench)
@@ -235,8 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_theory)
 
     sub.add_parser("pairs", help="list the bundled and hub pairs").set_defaults(func=cmd_pairs)
-    sub.add_parser("train", help="python -m speclab train pair --out DIR | train draft --target DIR --out DIR",
-                   add_help=False)
+    sub.add_parser("train", help="python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
+                   "train medusa --target DIR --out DIR", add_help=False)
     sub.add_parser("labs", help="python -m speclab labs build | grade DIR --out scores.csv", add_help=False)
     return parser
 

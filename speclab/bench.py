@@ -1,6 +1,7 @@
 """Side-by-side speed comparison on one pair, one set of prompts and settings, in one process:
-speclab target-only, speclab speculative (draft model and prompt lookup), and transformers'
-own generate: target-only, assisted generation (assistant_model) and prompt lookup.
+speclab target-only, speclab speculative (draft model, prompt lookup, Medusa heads with their tree
+and with a top-1 chain), and transformers' own generate: target-only, assisted generation
+(assistant_model) and prompt lookup.
 
 Every method decodes the same prompts for the same number of new tokens (EOS is ignored, so all
 produce max_new_tokens); the table reports tokens/s and the ratio to speclab target-only. Repeats
@@ -19,12 +20,32 @@ import torch
 from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
-from speclab.drafters import PromptLookupDrafter
+from speclab.drafters import PromptLookupDrafter, load_drafter
 from speclab.runner import model_device
 from speclab.stats import GenerationStats
 
-METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup",
-           "hf target-only", "hf assisted", "hf prompt-lookup")
+METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab medusa",
+           "speclab medusa-chain", "hf target-only", "hf assisted", "hf prompt-lookup")
+MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
+
+
+def default_methods(target, heads=None) -> tuple[str, ...]:
+    """Every method that can run on this target: the Medusa rows only where heads fit it."""
+    try:
+        load_drafter("medusa", target, heads=heads)
+    except (OSError, ValueError):
+        return tuple(m for m in METHODS if m not in MEDUSA_METHODS)
+    return METHODS
+
+
+def make_drafters(methods, target, draft, heads=None) -> dict:
+    """The drafter each speclab method uses, built once for the whole bench."""
+    drafters = {"speclab speculative": draft, "speclab prompt-lookup": PromptLookupDrafter()}
+    if "speclab medusa" in methods:
+        drafters["speclab medusa"] = load_drafter("medusa", target, heads=heads)
+    if "speclab medusa-chain" in methods:
+        drafters["speclab medusa-chain"] = load_drafter("medusa", target, heads=heads, tree="chain")
+    return drafters
 
 
 @dataclass
@@ -69,17 +90,17 @@ def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature:
 
 
 def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new_tokens: int,
-               temperature: float, seed: int):
-    """(new token ids, seconds, stats or None) for one prompt."""
+               temperature: float, seed: int, drafters: dict | None = None):
+    """(new token ids, seconds, stats or None) for one prompt. `drafters`: the speclab methods' drafters
+    (make_drafters); the draft model and prompt lookup are built here when it is not given."""
     device = model_device(target)
     common = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    drafters = drafters if drafters is not None else make_drafters((method,), target, draft)
     with timer(device) as t:
         if method == "speclab target-only":
             result = generate(target, prompt, **common)
-        elif method == "speclab speculative":
-            result = speculative_generate(target, draft, prompt, k=k, **common)
-        elif method == "speclab prompt-lookup":
-            result = speculative_generate(target, PromptLookupDrafter(), prompt, k=k, **common)
+        elif method in drafters:
+            result = speculative_generate(target, drafters[method], prompt, k=k, **common)
         elif method == "hf target-only":
             result = _hf_generate(target, prompt, max_new_tokens, temperature, seed)
         elif method == "hf assisted":
@@ -97,24 +118,27 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
 
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
-              warmup: bool = True, repeats: int = 1) -> list[BenchRow]:
+              warmup: bool = True, repeats: int = 1, heads=None) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved; one row per method with the
-    totals over the prompts from the median repeat."""
+    totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
+    heads shipped for the bundled target)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
+    drafters = make_drafters(methods, target, draft, heads)
     if warmup:
         for method in methods:
-            run_method(method, target, draft, prompts[0], k, min(16, max_new_tokens), temperature, seed)
+            run_method(method, target, draft, prompts[0], k, min(16, max_new_tokens), temperature, seed, drafters)
     # per method, per repeat: (seconds, token lists, stats list)
     runs: dict[str, list[tuple[float, list[list[int]], list]]] = {m: [] for m in methods}
     for _ in range(repeats):
         for method in methods:
             seconds, outputs, stats = 0.0, [], []
             for i, prompt in enumerate(prompts):
-                tokens, s, st = run_method(method, target, draft, prompt, k, max_new_tokens, temperature, seed + i)
+                tokens, s, st = run_method(method, target, draft, prompt, k, max_new_tokens, temperature, seed + i,
+                                           drafters)
                 seconds += s
                 outputs.append(tokens.tolist())
                 stats.append(st)
@@ -136,14 +160,15 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
 def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
     base = next((r for r in rows if r.method == baseline), rows[0])
     lines = [f"{'method':24} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'accept':>7} {'alpha':>6} "
-             f"{'tok/round':>9} {'same output':>11}"]
+             f"{'tok/round':>9} {'drafts/round':>12} {'same output':>11}"]
     for r in rows:
         accept = f"{r.acceptance_rate:.3f}" if r.acceptance_rate is not None else "-"
         alpha = f"{r.alpha:.3f}" if r.alpha is not None else "-"
         tpr = f"{r.tokens_per_round:.2f}" if r.tokens_per_round is not None else "-"
+        per_round = f"{r.stats.drafted / r.stats.rounds:.1f}" if r.has_drafts else "-"
         same = "-" if r.matches_target_only is None else ("yes" if r.matches_target_only else "no")
         lines.append(f"{r.method:24} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
-                     f"{accept:>7} {alpha:>6} {tpr:>9} {same:>11}")
+                     f"{accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {same:>11}")
     return "\n".join(lines)
 
 

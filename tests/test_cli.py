@@ -53,3 +53,29 @@ def test_profile_writes_a_measurement_file_named_with_the_device(tmp_path, capsy
     assert len(written) == 1
     record = json.loads(written[0].read_text())
     assert record["positions"][:2] == [1, 2] and len(record["target_ms"]) == len(record["positions"])
+
+
+def test_the_help_lists_the_same_bench_methods_as_the_bench():
+    from speclab.__main__ import BENCH_METHODS
+    from speclab.bench import METHODS
+    assert BENCH_METHODS == METHODS
+
+
+def test_generate_and_bench_run_medusa_with_a_heads_directory(tmp_path, capsys):
+    from speclab.heads import MedusaHeads
+    from speclab.models import load_model
+    from speclab.train import main as train_main
+    out = tmp_path / "micro"
+    train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    MedusaHeads.for_target(load_model(out / "target", "cpu", None), num_heads=2).save(tmp_path / "heads")
+    capsys.readouterr()
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "medusa", "--heads", str(tmp_path / "heads")])
+    assert "speculative (medusa)" in capsys.readouterr().out
+    main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--heads", str(tmp_path / "heads")])
+    table = capsys.readouterr().out
+    assert "speclab medusa " in table and "speclab medusa-chain" in table
+    main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1"])
+    assert "medusa" not in capsys.readouterr().out  # no heads for this target: the rows are left out
