@@ -49,9 +49,11 @@ def decode_floor_ms(weight_bytes: float, kv_bytes: float, bandwidth_gbs: float) 
 
 
 # ---------------------------------------------------------------- measured
-def forward_ms(model: torch.nn.Module, positions: int, context: int = 128, repeats: int = 10, seed: int = 0) -> float:
+def forward_ms(model: torch.nn.Module, positions: int, context: int = 128, repeats: int = 10, seed: int = 0,
+               parents: list[int] | None = None) -> float:
     """Median time (ms) of one cached forward pass over `positions` new tokens after `context`
-    cached ones: the cost of verifying positions - 1 drafts."""
+    cached ones: the cost of verifying positions - 1 drafts. With `parents` (positions - 1 of them)
+    the pass is a tree pass, with its 4-D mask and positions by depth, as the decode loop runs it."""
     device = model_device(model)
     vocab = model.get_output_embeddings().weight.shape[0]
     g = torch.Generator().manual_seed(seed)
@@ -62,7 +64,10 @@ def forward_ms(model: torch.nn.Module, positions: int, context: int = 128, repea
     times = []
     for i in range(repeats + 2):
         with timer(device) as t:
-            runner.forward(new)
+            if parents is None:
+                runner.forward(new)
+            else:
+                runner.verify_pass(new, parents)
         runner.rollback(context)
         if i >= 2:  # the first calls warm up kernels and allocators
             times.append(t["seconds"] * 1000)
@@ -99,3 +104,16 @@ def decode_bandwidth_gbs(model: torch.nn.Module, ms_per_step: float) -> float:
     """Weight bytes read per decode step divided by the step's time (KV-cache reads, small at short
     contexts, are left out, so this is a lower bound on the bandwidth used)."""
     return parameter_bytes(model) / (ms_per_step / 1000) / 1e9
+
+
+def tree_pass_costs(target: torch.nn.Module, accuracies, budgets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+                    context: int = 128, repeats: int = 10) -> dict[int, float]:
+    """Cost of a verify pass over each budget's tree (speclab.trees.tree_from_accuracies) plus the
+    pending token, in units of a one-token decode step, measured here and now."""
+    from speclab.trees import tree_from_accuracies, tree_from_choices
+    unit = forward_ms(target, 1, context, repeats)
+    costs = {}
+    for budget in budgets:
+        parents, _ = tree_from_choices(tree_from_accuracies(accuracies, budget))
+        costs[budget] = forward_ms(target, len(parents) + 1, context, repeats, parents=parents) / unit
+    return costs

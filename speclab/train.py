@@ -405,7 +405,7 @@ class MedusaPreset:
     num_heads: int = 4
     num_layers: int = 1       # residual blocks per head
     corpus_rows: int = 1024   # corpus windows of seq_len + 1 tokens whose hidden states are kept
-    generated: int = 512      # the target's own continuations, as many rows again (on-policy data)
+    generated: int = 128      # the target's own continuations (on-policy data), besides the corpus rows
     heldout_rows: int = 64
     seq_len: int = 256
     prompt_len: int = 64
@@ -565,8 +565,28 @@ def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", devi
     return report
 
 
+def choose_medusa_tree(target_dir: str | Path, heads_dir: Path, device: str | None = None) -> dict:
+    """Pick the heads' default tree on this device: for each node budget, the tree with the most
+    expected accepted tokens (from the heads' held-out accuracies), priced by a measured verify pass;
+    the fastest modelled one wins. Writes heads_dir/tree.json, which load_drafter("medusa") reads."""
+    from speclab.models import load_model
+    from speclab.profiling import tree_pass_costs
+    from speclab.trees import best_tree, tree_from_accuracies
+    record = json.loads((heads_dir / "record.json").read_text())
+    accuracies = record["accuracy"]
+    dev = pick_device(device)
+    target = load_model(target_dir, dev, torch.float32)
+    costs = tree_pass_costs(target, accuracies)
+    budget, table = best_tree(accuracies, costs)
+    choice = {"budget": budget, "choices": [list(c) for c in tree_from_accuracies(accuracies, budget)],
+              "table": table, "device": str(dev), "hardware": hardware(dev), "threads": torch.get_num_threads()}
+    (heads_dir / "tree.json").write_text(json.dumps(choice, indent=1))
+    return choice
+
+
 def install_medusa(out: Path, dest: Path | None = None) -> Path:
-    """Copy trained heads (out/medusa/) into the package, next to the bundled target."""
+    """Copy trained heads (out/medusa/: weights, record, chosen tree) into the package, next to the
+    bundled target."""
     from speclab.models import BUNDLED_DIR
     dest = (dest or BUNDLED_DIR) / "medusa"
     shutil.rmtree(dest, ignore_errors=True)
@@ -634,6 +654,12 @@ def main(argv: list[str] | None = None) -> None:
         last = report["log"]["evals"][-1]
         print(f"medusa: held-out loss {last['heldout_loss']:.3f}, top-1 accuracy by head {last['heldout_top1']}, "
               f"{report['log']['seconds'] / 60:.1f} min")
+        choice = choose_medusa_tree(args.target, args.out / "medusa", args.device)
+        print("tree by node budget (verify pass cost in one-token decode steps, measured here):")
+        for row in choice["table"]:
+            print(f"  {row['budget']:3d} nodes, depth {row['depth']}: {row['tokens_per_pass']:.2f} tokens/pass "
+                  f"modelled, pass cost {row['pass_cost']:.2f} -> {row['modelled_speedup']:.2f}x")
+        print(f"chosen: {choice['budget']} nodes (written to {args.out / 'medusa' / 'tree.json'})")
         if args.install:
             print(f"installed into {install_medusa(args.out)}")
         return

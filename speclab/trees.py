@@ -163,3 +163,19 @@ def expected_accepted(choices: Sequence[Sequence[int]], accuracies: Sequence[Seq
             value *= accuracies[depth][r]
         total += value
     return total
+
+
+def best_tree(accuracies: Sequence[Sequence[float]], pass_cost: dict[int, float], draft_cost: float = 0.0
+              ) -> tuple[int, list[dict]]:
+    """The node budget whose tree_from_accuracies tree is modelled fastest: tokens per round
+    (1 + expected accepted) over the round's cost, pass_cost[budget] (a verify pass over budget + 1
+    positions, in units of a one-token target step) plus draft_cost. Returns the best budget and the
+    table it was chosen from (one row per budget)."""
+    rows = []
+    for budget, cost in sorted(pass_cost.items()):
+        tree = tree_from_accuracies(accuracies, budget)
+        tokens = 1 + expected_accepted(tree, accuracies)
+        rows.append({"budget": budget, "depth": max(len(c) for c in tree), "tokens_per_pass": round(tokens, 3),
+                     "pass_cost": round(cost, 3), "modelled_speedup": round(tokens / (cost + draft_cost), 3)})
+    best = max(rows, key=lambda r: r["modelled_speedup"])
+    return best["budget"], rows

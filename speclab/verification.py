@@ -168,3 +168,16 @@ def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, 
             return path, int(sample(p, generator))
         path.append(chosen)
         node = chosen
+
+
+def typical_emitted_distribution(p: torch.Tensor, candidates: list[int], epsilon: float = 0.09,
+                                 delta: float = 0.3) -> torch.Tensor:
+    """Exact distribution of the token typical acceptance emits at one node whose children are the
+    deterministic `candidates` (in order): all mass on the first candidate that passes the threshold,
+    or p itself when none does. Compare it with p (what the rejection rule emits) to see the bias."""
+    entropy = -(p * torch.log(p.clamp(min=1e-30))).sum()
+    threshold = min(epsilon, delta * float(torch.exp(-entropy)))
+    for x in candidates:
+        if p[x] > threshold:
+            return torch.zeros_like(p).index_fill_(0, torch.tensor([x]), 1.0)
+    return p.clone()

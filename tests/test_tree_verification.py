@@ -140,3 +140,24 @@ def test_an_empty_tree_draws_from_the_first_row():
 def test_bad_input_is_refused(target, draft, tokens, parents, message):
     with pytest.raises(ValueError, match=message):
         verify_tree(target, draft, tokens, parents)
+
+
+def test_typical_acceptance_takes_the_first_plausible_child_and_is_biased():
+    from speclab.verification import typical_accept_tree, typical_emitted_distribution
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    target = torch.stack([p, p, p])
+    # children of the root: token 3 (below the threshold), then token 1 (above it)
+    assert typical_accept_tree(target, torch.tensor([3, 1]), [-1, -1])[0] == [1]
+    emitted = typical_emitted_distribution(p, [3, 1])
+    assert emitted[1] == 1 and 0.5 * (emitted - p).abs().sum() == pytest.approx(0.7)  # total variation 0.7
+    assert torch.equal(typical_emitted_distribution(p, [3, 4]), p)  # none passes: p itself
+
+
+def test_typical_runs_say_they_are_not_lossless(pair, prompt):
+    from speclab import generate, speculative_generate
+    target, draft = pair
+    result = speculative_generate(target, draft, prompt, k=3, max_new_tokens=20, acceptance="typical")
+    assert not result.stats.lossless and "NOT LOSSLESS" in str(result.stats)
+    assert result.tokens.tolist() == generate(target, prompt, max_new_tokens=20).tokens.tolist()  # greedy: exact
+    with pytest.raises(ValueError, match="acceptance must be"):
+        speculative_generate(target, draft, prompt, k=3, max_new_tokens=5, acceptance="lenient")
