@@ -466,6 +466,38 @@ def head_accuracies(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.T
     return table
 
 
+def medusa_step(heads: torch.nn.Module, lm_head: torch.nn.Module, opt: torch.optim.Optimizer, h: torch.Tensor,
+                lr: float, decay: float) -> float:
+    """One optimiser step of the heads on a batch of stored features h (B, T, H); returns the loss."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    loss, _ = medusa_loss(heads, lm_head, h, decay)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+def quick_medusa(target: PreTrainedModel, rows: torch.Tensor, steps: int, num_heads: int = 4, batch: int = 4,
+                 lr: float = 1e-3, decay: float = 0.8, seed: int = 0) -> tuple[torch.nn.Module, list[float]]:
+    """A short, in-memory run of the same training on token `rows` (n, T): fresh heads and the loss at
+    every step. For watching training happen (chapter 7); `train medusa` makes the real heads."""
+    from speclab.heads import MedusaHeads
+    device = next(target.parameters()).device
+    lm_head = target.get_output_embeddings()
+    features = target_features(target, rows, device)
+    torch.manual_seed(seed)
+    heads = MedusaHeads.for_target(target, num_heads)
+    opt = torch.optim.AdamW(heads.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    with torch.enable_grad():
+        for _ in range(steps):
+            h = features[torch.randint(0, len(features), (batch,), generator=g)].to(device, torch.float32)
+            losses.append(medusa_step(heads, lm_head, opt, h, lr, decay))
+    return heads.eval(), losses
+
+
 def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
                  stop_after_minutes: float | None = None, **overrides) -> dict:
     """Medusa heads for a frozen target (the bundled one, a local directory or a hub model), trained on
@@ -528,17 +560,12 @@ def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", devi
         while step < m.steps:
             if deadline is not None and time.time() > deadline:
                 break
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step, schedule, m.steps)
             g = torch.Generator().manual_seed(seed * 1_000_003 + step)
             h = train_h[torch.randint(0, len(train_h), (m.batch,), generator=g)].to(dev, torch.float32)
-            loss, per_head = medusa_loss(heads, lm_head, h, m.decay)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            loss = medusa_step(heads, lm_head, opt, h, lr_at(step, schedule, m.steps), m.decay)
             step += 1
             bar.update(1)
-            log.setdefault("train", []).append([step, round(loss.item(), 4)])
+            log.setdefault("train", []).append([step, round(loss, 4)])
             if step % m.eval_every == 0 or step == m.steps:
                 evaluate()
                 last = log["evals"][-1]

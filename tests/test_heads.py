@@ -92,3 +92,11 @@ def test_train_medusa_micro_resumes_installs_and_drafts(tmp_path):
     ids = tok("def f(x):\n", return_tensors="pt").input_ids[0]
     assert speclab.speculative_generate(target, drafter, ids, k=2, max_new_tokens=8).tokens.tolist() == \
         speclab.generate(target, ids, max_new_tokens=8).tokens.tolist()
+
+
+def test_a_quick_in_memory_run_lowers_the_loss():
+    from speclab.train import quick_medusa
+    target = tiny_model("llama", layers=2, seed=0)
+    rows = torch.randint(0, 96, (8, 32), generator=torch.Generator().manual_seed(0))
+    heads, losses = quick_medusa(target, rows, steps=30, num_heads=2)
+    assert len(losses) == 30 and sum(losses[-5:]) < sum(losses[:5]) and heads.num_heads == 2
