@@ -154,13 +154,22 @@ def cmd_evaluate(args) -> None:
 def cmd_card(args) -> None:
     from pathlib import Path
 
-    from speclab.evaluate import model_card
+    from speclab.evaluate import MEDUSA_HEADING, medusa_card, model_card, replace_section
     from speclab.models import BUNDLED_DIR
     if args.threads:
         torch.set_num_threads(args.threads)
     pair_dir = Path(args.pair_dir) if args.pair_dir else BUNDLED_DIR
-    card = model_card(pair_dir, args.num_prompts, args.max_new_tokens)
     out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
+    has_heads = (pair_dir / "medusa" / "tree.json").exists()
+    if args.only == "medusa":
+        if not has_heads:
+            raise SystemExit(f"no Medusa heads with a chosen tree in {pair_dir / 'medusa'}: train them with "
+                             "python -m speclab train medusa --target DIR --out DIR --install")
+        card = out.read_text() if out.exists() else ""
+    else:
+        card = model_card(pair_dir, args.num_prompts, args.max_new_tokens)
+    if has_heads:
+        card = replace_section(card, MEDUSA_HEADING, medusa_card(pair_dir, args.num_prompts, args.max_new_tokens))
     out.write_text(card)
     print(card)
     print(f"written to {out}")
@@ -240,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--num-prompts", type=int, default=4)
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
+    c.add_argument("--only", choices=["medusa"], default=None, help="re-measure only this section of the card "
+                   "(medusa: the heads shipped with the target) and keep the rest")
     c.set_defaults(func=cmd_card)
 
     t = sub.add_parser("theory", help="the speedup model for a given cost ratio")

@@ -182,3 +182,82 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
               f"(the model with these costs: {in_loop.modelled:.2f}x). A draft step costs more in the loop than alone "
               "because each target pass evicts the draft's weights from the CPU's caches (chapter 4).", ""]
     return "\n".join(lines)
+
+
+MEDUSA_HEADING = "## Medusa heads"
+
+
+def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the Medusa heads shipped with the bundled target: how they were
+    trained (from their record), held-out accuracy by head and rank, the tree chosen for them, and
+    tokens per target pass measured now (greedy, held-out prompts) for the top-1 chain and that tree."""
+    import json
+    from pathlib import Path
+
+    from speclab.corpus import heldout_prompts
+    from speclab.decoding import speculative_generate
+    from speclab.drafters import load_drafter
+    from speclab.models import load_model, load_tokenizer
+
+    pair_dir = Path(pair_dir)
+    heads_dir = pair_dir / "medusa"
+    record = json.loads((heads_dir / "record.json").read_text())
+    tree = json.loads((heads_dir / "tree.json").read_text())
+    m, log = record["preset"], record["log"]
+    first, last = log["evals"][0], log["evals"][-1]
+    target = load_model(pair_dir / "target", "cpu", torch.float32)
+    tok = load_tokenizer(pair_dir / "target", plain_fast=True)
+    room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
+    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in heldout_prompts("code", num_prompts)]
+    runs = {}
+    for name, choice in (("top-1 chain", "chain"), (f"chosen tree ({tree['budget']} nodes)", None)):
+        drafter = load_drafter("medusa", target, heads=heads_dir, tree=choice)
+        stats = GenerationStats.combine([speculative_generate(target, drafter, p, k=m["num_heads"],
+                                                              max_new_tokens=max_new_tokens).stats for p in prompts])
+        runs[name] = stats
+    lines = [
+        MEDUSA_HEADING, "",
+        f"{m['num_heads']} heads on the frozen target's last hidden state, each {m['num_layers']} residual block(s) "
+        f"(SiLU) and a vocabulary projection initialised from the target's lm_head: "
+        f"{record['parameters'] / 1e6:.2f}M parameters, float16 in `medusa/`. Trained by "
+        f"`python -m speclab train medusa --target speclab/pairs/stdlib/target --out runs/medusa --install`: "
+        f"self-distillation (head i learns the target's own distribution for the token i + 2 places ahead), "
+        f"loss weight {m['decay']}^i, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions from "
+        f"{record['training_rows']:,} rows ({m['corpus_rows']:,} corpus windows and {m['generated']} continuations "
+        f"written by the target), whose hidden states were computed once ({log['feature_seconds'] / 60:.1f} min); "
+        f"training {log['seconds'] / 60:.1f} min on {record['hardware']}.", "",
+        "| head (predicts token t + 1 + i) | held-out loss at start | held-out loss | top-1 accuracy at start | "
+        "top-1 accuracy | top-5 accuracy |", "|---|---|---|---|---|---|"]
+    for i in range(m["num_heads"]):
+        lines.append(f"| {i + 1} | {first['heldout_head_loss'][i]:.3f} | {last['heldout_head_loss'][i]:.3f} | "
+                     f"{first['heldout_top1'][i]:.3f} | {last['heldout_top1'][i]:.3f} | "
+                     f"{sum(record['accuracy'][i][:5]):.3f} |")
+    lines += ["", "Accuracy is agreement with the target's own greedy choice at that place, on held-out windows; "
+              "at the start every head is a copy of the lm_head and predicts the wrong token (the next one).", "",
+              f"Tree chosen by `train medusa` on {tree['hardware']} ({tree['threads']} threads): for each node budget, "
+              "the tree with the most expected accepted tokens under the measured accuracies, priced by a timed "
+              "verify pass (in one-token decode steps):", "",
+              "| nodes | depth | tokens per pass (modelled) | verify pass cost | modelled speedup |", "|---|---|---|---|---|"]
+    for row in tree["table"]:
+        mark = " (chosen)" if row["budget"] == tree["budget"] else ""
+        lines.append(f"| {row['budget']}{mark} | {row['depth']} | {row['tokens_per_pass']:.2f} | {row['pass_cost']:.2f} | "
+                     f"{row['modelled_speedup']:.2f} |")
+    lines += ["", f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens, "
+              "outputs equal to target-only decoding):", "",
+              "| drafting | tokens per target pass | drafts per round | accepted per round |", "|---|---|---|---|"]
+    for name, st in runs.items():
+        lines.append(f"| {name} | {st.mean_tokens_per_round:.2f} | {st.drafted / st.rounds:.1f} | "
+                     f"{st.accepted / st.rounds:.2f} |")
+    return "\n".join(lines)
+
+
+def replace_section(card: str, heading: str, section: str) -> str:
+    """`card` with the section under `heading` (up to the next heading of the same level) replaced by
+    `section`, or `section` appended when the card has none."""
+    lines = card.rstrip("\n").split("\n")
+    if heading not in lines:
+        return "\n".join(lines) + "\n\n" + section + "\n"
+    start = lines.index(heading)
+    level = heading.split(" ")[0] + " "
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
+    return "\n".join(lines[:start] + section.split("\n") + [""] * (end < len(lines)) + lines[end:]) + "\n"

@@ -85,7 +85,14 @@ def test_train_medusa_micro_resumes_installs_and_drafts(tmp_path):
     train_main(["medusa", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "5"])
     record = json.loads((out / "medusa" / "record.json").read_text())
     assert record["log"]["evals"][-1]["step"] == 5 and len(record["accuracy"]) == 2  # resumed, not restarted
+    assert json.loads((out / "medusa" / "tree.json").read_text())["choices"]  # a tree chosen by measurement
     installed = install_medusa(out, tmp_path / "package")
+    import shutil
+
+    from speclab.evaluate import MEDUSA_HEADING, medusa_card
+    shutil.copytree(pair / "target", tmp_path / "package" / "target")
+    section = medusa_card(tmp_path / "package", num_prompts=1, max_new_tokens=8)
+    assert section.startswith(MEDUSA_HEADING) and "(chosen)" in section and "top-1 chain" in section
     import speclab
     target, _, tok, _ = speclab.load_pair(str(pair / "target"), draft=pair / "draft", device="cpu")
     drafter = load_drafter("medusa", target, heads=installed)
@@ -100,3 +107,11 @@ def test_a_quick_in_memory_run_lowers_the_loss():
     rows = torch.randint(0, 96, (8, 32), generator=torch.Generator().manual_seed(0))
     heads, losses = quick_medusa(target, rows, steps=30, num_heads=2)
     assert len(losses) == 30 and sum(losses[-5:]) < sum(losses[:5]) and heads.num_heads == 2
+
+
+def test_a_card_section_is_replaced_or_appended():
+    from speclab.evaluate import replace_section
+    card = "# Card\n\n## A\nold a\n\n## B\nb\n"
+    assert replace_section(card, "## A", "## A\nnew a") == "# Card\n\n## A\nnew a\n\n## B\nb\n"
+    assert replace_section(card, "## C", "## C\nc") == card + "\n## C\nc\n"
+    assert replace_section(card, "## B", "## B\nnew b") == "# Card\n\n## A\nold a\n\n## B\nnew b\n"
