@@ -443,9 +443,10 @@ def medusa_loss(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tenso
     backbone frozen as in Medusa-1). Returns the weighted loss and each head's loss."""
     total, per_head = 0.0, []
     length = h.shape[1]
+    with torch.no_grad():
+        teacher_all = torch.softmax(lm_head(h[:, 1:]).float(), -1)  # the target's own next-token rows, once
     for i, head in enumerate(heads.heads):
-        with torch.no_grad():
-            teacher = torch.softmax(lm_head(h[:, 1 + i:]).float(), -1)
+        teacher = teacher_all[:, i:]
         student = torch.log_softmax(head(h[:, :length - 1 - i]).float(), -1)
         loss = -(teacher * student).sum(-1).mean()
         total = total + decay ** i * loss

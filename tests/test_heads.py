@@ -115,3 +115,24 @@ def test_a_card_section_is_replaced_or_appended():
     assert replace_section(card, "## A", "## A\nnew a") == "# Card\n\n## A\nnew a\n\n## B\nb\n"
     assert replace_section(card, "## C", "## C\nc") == card + "\n## C\nc\n"
     assert replace_section(card, "## B", "## B\nnew b") == "# Card\n\n## A\nold a\n\n## B\nnew b\n"
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    import speclab
+    from speclab.corpus import heldout_prompts
+    target, _, tok, _ = speclab.load_pair(device="cpu")
+    prompts = [tok(p, return_tensors="pt").input_ids[0] for p in heldout_prompts("code", 2)]
+    return target, prompts
+
+
+@pytest.mark.parametrize("tree", ["shipped", "chain"])
+def test_the_shipped_heads_decode_the_bundled_target_exactly(bundled, tree):
+    target, prompts = bundled
+    drafter = load_drafter("medusa", target, tree=None if tree == "shipped" else "chain")
+    assert drafter.is_chain == (tree == "chain")
+    for prompt in prompts:
+        reference = generate(target, prompt, max_new_tokens=48).tokens.tolist()
+        result = speculative_generate(target, drafter, prompt, k=4, max_new_tokens=48)
+        assert result.tokens.tolist() == reference
+        assert result.stats.mean_tokens_per_round > 1.3  # trained heads: far more than one token per pass

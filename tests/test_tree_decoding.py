@@ -190,3 +190,23 @@ def test_bad_drafts_are_refused():
         Draft(torch.tensor([1, 2]), parents=[-1])
     with pytest.raises(ValueError, match="rows"):
         Draft(torch.tensor([1, 2]), torch.ones(3, 5))
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9)],
+                         ids=["temperature 1", "temperature 0.7, top-p 0.9"])
+def test_medusa_top_k_trees_are_lossless_when_sampling(settings):
+    """Deterministic top-k siblings (point masses) under the sampled rule: the first two tokens still
+    follow the target."""
+    from speclab import MedusaDrafter
+    from speclab.heads import MedusaHeads
+    target = tiny_model("llama", layers=2, vocab=VOCAB, seed=10, init=0.2)
+    torch.manual_seed(3)
+    heads = MedusaHeads.for_target(target, num_heads=2)
+    for head in heads.heads:
+        head[0].linear.weight.data.normal_(0, 0.5)
+    drafter = MedusaDrafter(heads, [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0)])
+    counts = np.zeros((VOCAB, VOCAB))
+    for seed in range(2000):
+        t1, t2 = speculative_generate(target, drafter, PROMPT, k=2, max_new_tokens=2, seed=seed, **settings).tokens.tolist()
+        counts[t1, t2] += 1
+    assert chi_square_pvalue(counts, exact_joint(target, settings)) > 1e-3
