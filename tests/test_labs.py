@@ -45,8 +45,8 @@ def all_checks(lab: str) -> Lab:
     return checker
 
 
-def test_there_is_one_lab_per_chapter_of_part_one():
-    assert LABS == ["lab01", "lab02", "lab03", "lab04", "lab05"]
+def test_there_is_one_lab_per_chapter_of_part_one_and_one_for_medusa():
+    assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"] and "lab07" in LABS
 
 
 # ---------------------------------------------------------------- in process: every case can pass and can fail
@@ -108,6 +108,33 @@ MISTAKES = [
      "    k = len(h) - 1\n    return sum(j * c for j, c in enumerate(h)) / (k * sum(h))  # accepted / drafted"),
     ("lab05", "q4", "averaging speedups", "def choose_k(workloads, c, k_max=8):\n"
      "    return max(range(1, k_max + 1), key=lambda k: sum(s * theory.speedup(a, k, c) for s, a in workloads))"),
+    ("lab07", "q1", "sorted by depth, then by ranks", "def tree_from_choices(choices):\n"
+     "    nodes = sorted(tuple(c) for c in choices)  # tuple order only: (0, 0) before (1,)\n"
+     "    index = {c: i for i, c in enumerate(nodes)}\n"
+     "    return [index[c[:-1]] if len(c) > 1 else -1 for c in nodes], [c[-1] for c in nodes]"),
+    ("lab07", "q2", "siblings see neither", "def tree_buffers(parents):\n"
+     "    visible = torch.ones(len(parents) + 1, len(parents) + 1, dtype=torch.bool).tril()  # a causal mask\n"
+     "    return visible, [0] + speclab.trees.depths(parents), speclab.trees.leaf_paths(parents)"),
+    ("lab07", "q2", "one per leaf", "def tree_buffers(parents):\n"
+     "    return (speclab.trees.ancestor_matrix(parents), [0] + speclab.trees.depths(parents),\n"
+     "            [speclab.trees.path_to(parents, i) for i in range(len(parents))])  # every node, not only leaves"),
+    ("lab07", "q3", "its sibling matches", "def greedy_path(tokens, parents, target_argmax):\n"
+     "    path, node = [], -1\n    while True:\n"
+     "        kids = [i for i, p in enumerate(parents) if p == node]\n"
+     "        child = next((i for i in kids if int(tokens[i]) == int(target_argmax[i + 1])), None)  # the child's row\n"
+     "        if child is None:\n            return path, int(target_argmax[node + 1])\n"
+     "        path.append(child)\n        node = child"),
+    ("lab07", "q4", "tested against the residual", "def try_children(p, tokens, qs, u):\n"
+     "    for i, x in enumerate(tokens):\n"
+     "        q = qs[i] if qs is not None else torch.zeros_like(p).index_fill_(0, torch.tensor([int(x)]), 1.0)\n"
+     "        if u[i] * q[int(x)] < p[int(x)]:\n            return i, None\n"
+     "    r = torch.clamp(p - q, min=0.0)  # one residual after the loop, instead of one after each rejection\n"
+     "    return None, r / r.sum()"),
+    ("lab07", "q4", "without replacement", "def try_children(p, tokens, qs, u):\n"
+     "    for i, x in enumerate(tokens):\n"
+     "        q = qs[0] if qs is not None else torch.zeros_like(p).index_fill_(0, torch.tensor([int(x)]), 1.0)  # row 0\n"
+     "        if u[i] * q[int(x)] < p[int(x)]:\n            return i, None\n"
+     "        p = speclab.residual_distribution(p, q)\n    return None, p"),
 ]
 
 
