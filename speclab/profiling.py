@@ -111,9 +111,13 @@ def tree_pass_costs(target: torch.nn.Module, accuracies, budgets=(1, 2, 3, 4, 6,
     """Cost of a verify pass over each budget's tree (speclab.trees.tree_from_accuracies) plus the
     pending token, in units of a one-token decode step, measured here and now."""
     from speclab.trees import tree_from_accuracies, tree_from_choices
-    unit = forward_ms(target, 1, context, repeats)
     costs = {}
+    for _ in range(3):  # a fresh process's first passes are many times slower (allocators, kernel set-up)
+        forward_ms(target, 1, context, repeats)
     for budget in budgets:
         parents, _ = tree_from_choices(tree_from_accuracies(accuracies, budget))
+        # the one-token step is timed next to each tree pass, so a machine that slows for a while
+        # slows both sides of the ratio
+        unit = forward_ms(target, 1, context, repeats)
         costs[budget] = forward_ms(target, len(parents) + 1, context, repeats, parents=parents) / unit
     return costs
