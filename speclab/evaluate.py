@@ -195,7 +195,7 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     from pathlib import Path
 
     from speclab.corpus import heldout_prompts
-    from speclab.decoding import speculative_generate
+    from speclab.decoding import generate, speculative_generate
     from speclab.drafters import load_drafter
     from speclab.models import load_model, load_tokenizer
 
@@ -209,12 +209,14 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     tok = load_tokenizer(pair_dir / "target", plain_fast=True)
     room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
     prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in heldout_prompts("code", num_prompts)]
-    runs = {}
+    reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
+    runs, exact = {}, True
     for name, choice in (("top-1 chain", "chain"), (f"chosen tree ({tree['budget']} nodes)", None)):
         drafter = load_drafter("medusa", target, heads=heads_dir, tree=choice)
-        stats = GenerationStats.combine([speculative_generate(target, drafter, p, k=m["num_heads"],
-                                                              max_new_tokens=max_new_tokens).stats for p in prompts])
-        runs[name] = stats
+        results = [speculative_generate(target, drafter, p, k=m["num_heads"], max_new_tokens=max_new_tokens)
+                   for p in prompts]
+        exact = exact and [r.tokens.tolist() for r in results] == reference
+        runs[name] = GenerationStats.combine([r.stats for r in results])
     lines = [
         MEDUSA_HEADING, "",
         f"{m['num_heads']} heads on the frozen target's last hidden state, each {m['num_layers']} residual block(s) "
@@ -234,7 +236,7 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
                      f"{sum(record['accuracy'][i][:5]):.3f} |")
     lines += ["", "Accuracy is agreement with the target's own greedy choice at that place, on held-out windows; "
               "at the start every head is a copy of the lm_head and predicts the wrong token (the next one).", "",
-              f"Tree chosen by `train medusa` on {tree['hardware']} ({tree['threads']} threads): for each node budget, "
+              f"Tree chosen by `train medusa` on {tree['hardware']}: for each node budget, "
               "the tree with the most expected accepted tokens under the measured accuracies, priced by a timed "
               "verify pass (in one-token decode steps):", "",
               "| nodes | depth | tokens per pass (modelled) | verify pass cost | modelled speedup |", "|---|---|---|---|---|"]
@@ -242,8 +244,9 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         mark = " (chosen)" if row["budget"] == tree["budget"] else ""
         lines.append(f"| {row['budget']}{mark} | {row['depth']} | {row['tokens_per_pass']:.2f} | {row['pass_cost']:.2f} | "
                      f"{row['modelled_speedup']:.2f} |")
-    lines += ["", f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens, "
-              "outputs equal to target-only decoding):", "",
+    same = "equal to" if exact else "DIFFERENT FROM"
+    lines += ["", f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs "
+              f"{same} target-only decoding's):", "",
               "| drafting | tokens per target pass | drafts per round | accepted per round |", "|---|---|---|---|"]
     for name, st in runs.items():
         lines.append(f"| {name} | {st.mean_tokens_per_round:.2f} | {st.drafted / st.rounds:.1f} | "
