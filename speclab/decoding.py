@@ -17,7 +17,6 @@ from speclab.drafters import Draft, Drafter, ModelDrafter
 from speclab.runner import ModelRunner, context_length, model_device
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
 from speclab.stats import GenerationResult, GenerationStats, Round
-from speclab.trees import kept_positions
 from speclab.verification import typical_accept_tree, verify_tree
 
 
@@ -174,7 +173,7 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                 path, next_token = typical_accept_tree(p, proposal.tokens, tree, typical_epsilon, typical_delta,
                                                        generator)
 
-            runner.keep(kept_positions(cached, path))  # the prefix, the pending token, the accepted path
+            runner.keep_path(cached, path)  # the prefix, the pending token, the accepted path
             new = proposal.tokens[path].tolist() + [next_token]
             ids = torch.cat([ids, torch.tensor(new, dtype=torch.long, device=ids.device)])
             if features:

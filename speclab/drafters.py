@@ -256,12 +256,16 @@ def load_medusa(target: torch.nn.Module | None = None, heads: str | Path | None 
                 tree: str | list | None = None) -> MedusaDrafter:
     """Medusa heads for `target` from `heads` (a directory written by train medusa), or the heads that
     ship with the bundled target; refused with a clear error when they were trained for another model."""
+    from speclab.devices import draft_dtype
     from speclab.heads import MedusaHeads
     from speclab.models import BUNDLED_DIR
     from speclab.runner import model_device
     directory = Path(heads) if heads is not None else BUNDLED_DIR / "medusa"
     device = model_device(target) if target is not None else torch.device("cpu")
-    dtype = target.dtype if target is not None else torch.float32
+    # Like a draft model, the heads only propose: their rounding can change what is accepted, never
+    # what is emitted. On a CPU their four vocabulary projections are a quarter of the bundled
+    # target's bytes, so half precision halves what every round reads (as devices.draft_dtype says).
+    dtype = draft_dtype(device, target.dtype if target is not None else torch.float32)
     loaded = MedusaHeads.load(directory, device, dtype)
     if target is not None:
         loaded.check_fits(target)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from speclab.trees import tree_attention_mask, tree_position_ids
+from speclab.trees import kept_positions, tree_attention_mask, tree_position_ids
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -77,12 +77,18 @@ class ModelRunner:
             features = torch.cat([out.hidden_states[layer][0] for layer in feature_layers], dim=-1)
         return out.logits[0], features
 
+    def keep_path(self, cached: int, path: Sequence[int]) -> None:
+        """After a pass over [pending, nodes] appended at row `cached`: keep the prefix, the pending
+        token and the accepted path. A path through the first nodes in order (every chain's) is a
+        prefix of what was appended, so cropping does; otherwise its rows are gathered."""
+        if list(path) == list(range(len(path))):
+            self.rollback(cached + 1 + len(path))
+        else:
+            self.keep(kept_positions(cached, path))
+
     def keep(self, positions: Sequence[int]) -> None:
         """Keep only these cache rows, in this order (the rest are forgotten)."""
         positions = list(positions)
-        if positions == list(range(len(positions))):
-            self.rollback(len(positions))
-            return
         index = torch.tensor(positions, dtype=torch.long, device=self.device)
         for layer in self.cache.layers:
             if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
