@@ -216,7 +216,7 @@ class MedusaDrafter(Drafter):
                 generator: torch.Generator | None = None) -> Draft:
         if self.hidden is None:  # a one-token prompt: no hidden state yet, so no draft this round
             return Draft(ids.new_empty(0))
-        logits = self.heads(self.hidden.to(self.heads.heads[0][-1].weight.dtype))  # (M, V)
+        logits = self.heads(self.hidden)  # (M, V)
         check_finite(logits, "Medusa heads")
         top = logits.topk(self.top, dim=-1).indices  # (M, top)
         tokens = top[self._depth_index, self._rank_index]

@@ -61,7 +61,12 @@ class MedusaHeads(nn.Module):
     def num_heads(self) -> int:
         return len(self.heads)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.heads[0][-1].weight.dtype
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h = h.to(self.dtype)  # the target's features may be float32 while the heads run in float16
         return torch.stack([head(h) for head in self.heads])
 
     def check_fits(self, target: nn.Module) -> None:
