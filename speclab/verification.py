@@ -181,3 +181,15 @@ def typical_emitted_distribution(p: torch.Tensor, candidates: list[int], epsilon
         if p[x] > threshold:
             return torch.zeros_like(p).index_fill_(0, torch.tensor([x]), 1.0)
     return p.clone()
+
+
+def sibling_emitted_distribution(p: torch.Tensor, candidates: list[int]) -> torch.Tensor:
+    """Exact distribution of the token `verify_tree` emits at one node whose children are the
+    deterministic `candidates` (point masses, tried in order): the first is accepted with probability
+    p(x), otherwise the rule goes on with the residual. It equals p: the claim of multi-candidate
+    rejection sampling, computed rather than sampled (compare typical_emitted_distribution)."""
+    if not candidates:
+        return p
+    q = point_mass(torch.tensor(candidates[0]), len(p), p)
+    accept = p[candidates[0]]
+    return accept * q + (1 - accept) * sibling_emitted_distribution(residual_distribution(p, q), candidates[1:])

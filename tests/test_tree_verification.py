@@ -161,3 +161,10 @@ def test_typical_runs_say_they_are_not_lossless(pair, prompt):
     assert result.tokens.tolist() == generate(target, prompt, max_new_tokens=20).tokens.tolist()  # greedy: exact
     with pytest.raises(ValueError, match="acceptance must be"):
         speculative_generate(target, draft, prompt, k=3, max_new_tokens=5, acceptance="lenient")
+
+
+def test_the_exact_sibling_distribution_is_the_target_row():
+    from speclab.verification import sibling_emitted_distribution
+    p = random_dist(torch.Generator().manual_seed(4))
+    for candidates in ([], [2], [3, 0], [4, 1, 2, 0]):
+        torch.testing.assert_close(sibling_emitted_distribution(p, candidates), p)
