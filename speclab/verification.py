@@ -33,27 +33,12 @@ def emitted_distribution(target_probs: torch.Tensor, sampled_probs: torch.Tensor
     accepted: q_s(x) min(1, p(x) / q_r(x)); otherwise the residual of (p, q_r). With q_r = q_s this is
     p exactly, the lemma behind losslessness; with q_r != q_s (a draft reporting its raw softmax while
     sampling from top-k, say) it is not, and the difference is the bias. Same edge rule as
-    accepted_mask: a token reported with q = 0 is accepted wherever p > 0.
+    verify_tree: a token reported with q = 0 is accepted wherever p > 0.
     """
     q_r = sampled_probs if reported_probs is None else reported_probs
     ratio = torch.where(q_r > 0, (target_probs / q_r.clamp(min=1e-30)).clamp(max=1), (target_probs > 0).to(q_r.dtype))
     accepted = sampled_probs * ratio
     return accepted + (1 - accepted.sum(-1, keepdim=True)) * residual_distribution(target_probs, q_r)
-
-
-def accepted_mask(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
-    """For each draft position, whether its token passes the test u < p(x) / q(x), u ~ U[0, 1).
-
-    Written as u * q(x) < p(x): a token the target gives no mass is always refused, and one the draft
-    gave no mass (it cannot have been sampled from q, but a deterministic drafter may propose it) is
-    accepted wherever the target gives it mass.
-    """
-    rows = torch.arange(len(draft_tokens), device=draft_tokens.device)
-    p = target_probs[rows, draft_tokens]
-    q = draft_probs[rows, draft_tokens]
-    u = torch.rand(len(draft_tokens), generator=generator, device=target_probs.device)
-    return u * q < p
 
 
 def verify(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
@@ -118,7 +103,8 @@ def verify_tree(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, dr
     kids = children(parents)
     if n:
         # Every node's test against its parent's row as it stands before any sibling is refused; one
-        # uniform per node, drawn at once (a chain reads exactly the stream `accepted_mask` reads).
+        # uniform per node, drawn at once, tested as u * q(x) < p(x): a token the target gives no
+        # mass is always refused, one a deterministic drafter proposes with q = 0 never is.
         nodes = torch.arange(n, device=draft_tokens.device)
         p_at = target_probs[torch.tensor(parents, device=draft_tokens.device) + 1, draft_tokens]
         q_at = draft_probs[nodes, draft_tokens] if draft_probs is not None else torch.ones_like(p_at)
@@ -147,6 +133,12 @@ def point_mass(token: torch.Tensor, vocab: int, like: torch.Tensor) -> torch.Ten
     return torch.zeros(vocab, dtype=like.dtype, device=like.device).index_fill_(0, token.view(1), 1.0)
 
 
+def typical_threshold(p: torch.Tensor, epsilon: float, delta: float) -> float:
+    """Typical acceptance's bar for a candidate under target row p: min(epsilon, delta * exp(-H(p)))."""
+    entropy = -(p * torch.log(p.clamp(min=1e-30))).sum()
+    return min(epsilon, delta * float(torch.exp(-entropy)))
+
+
 def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, parents,
                         epsilon: float = 0.09, delta: float = 0.3,
                         generator: torch.Generator | None = None) -> tuple[list[int], int]:
@@ -161,8 +153,7 @@ def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, 
     node = -1
     while True:
         p = target_probs[node + 1]
-        entropy = -(p * torch.log(p.clamp(min=1e-30))).sum()
-        threshold = torch.minimum(torch.tensor(epsilon, dtype=p.dtype), delta * torch.exp(-entropy))
+        threshold = typical_threshold(p, epsilon, delta)
         chosen = next((c for c in kids[node + 1] if p[draft_tokens[c]] > threshold), None)
         if chosen is None:
             return path, int(sample(p, generator))
@@ -175,8 +166,7 @@ def typical_emitted_distribution(p: torch.Tensor, candidates: list[int], epsilon
     """Exact distribution of the token typical acceptance emits at one node whose children are the
     deterministic `candidates` (in order): all mass on the first candidate that passes the threshold,
     or p itself when none does. Compare it with p (what the rejection rule emits) to see the bias."""
-    entropy = -(p * torch.log(p.clamp(min=1e-30))).sum()
-    threshold = min(epsilon, delta * float(torch.exp(-entropy)))
+    threshold = typical_threshold(p, epsilon, delta)
     for x in candidates:
         if p[x] > threshold:
             return torch.zeros_like(p).index_fill_(0, torch.tensor([x]), 1.0)
