@@ -157,13 +157,18 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
             proposal = proposal.cut(k_round) if proposal is not None else Draft(ids.new_empty(0))
             n_drafted, tree = len(proposal), proposal.tree
 
-            cached = runner.length
+            cached, side = runner.length, proposal.side
             with timer(runner.device) as verifying:  # N + 1 rows: a check for every node, and the bonus
-                logits, hidden = runner.verify_pass(torch.cat([ids[-1:], proposal.tokens]),
-                                                    None if proposal.is_chain else tree, features)
+                logits, hidden = runner.verify_pass(
+                    torch.cat([ids[-1:], proposal.tokens] + ([side.tokens] if side is not None else [])),
+                    None if proposal.is_chain else tree, features, side)
+            if side is not None:  # rows the drafter added for their logits alone (lookahead's window)
+                drafter.take_side_logits(logits[n_drafted + 1:])
+                logits = logits[:n_drafted + 1]
             stats.draft_s += drafting["seconds"]
             stats.target_s += verifying["seconds"]
             stats.target_calls += 1
+            stats.verified_positions += n_drafted + 1 + (len(side) if side is not None else 0)
             check_finite(logits, "target model")
             width = max(logits.shape[-1], proposal.vocab_width)
             p = pad_vocab(sampling.probs(logits), width)

@@ -14,6 +14,11 @@ proposed token, and the rejection rule then accepts x with probability p(x).
 Drafters that read the target's hidden states (Medusa heads, EAGLE) name the layers in
 `feature_layers`; the decode loop then hands them, through `take_features`, the target's features
 of every token it has processed and kept, from the pass that processed them: no extra target pass.
+
+A drafter may also ride along in the verification pass with tokens that are not candidates (a
+`SideBranch`: lookahead decoding's Jacobi window). They get their own attention pattern, never see
+or are seen by the candidates, their logits come back through `take_side_logits`, and their cache
+rows are dropped with the rejected nodes'. So lookahead needs no branch of its own in the loop.
 """
 from __future__ import annotations
 
@@ -30,14 +35,40 @@ from speclab.trees import chain_parents, check_parents, depths, is_chain, prune_
 
 
 @dataclass
+class SideBranch:
+    """M tokens a drafter adds to the verification pass for their logits only. Each sees the cached
+    prefix and the pending token; among the side tokens, row j sees token i where sees[j, i] (itself
+    included); it sits at position pending + depths[j]. It never sees a draft node, nor a node it."""
+
+    tokens: torch.Tensor
+    depths: list[int]
+    sees: torch.Tensor
+
+    def __post_init__(self) -> None:
+        m = int(self.tokens.shape[0]) if self.tokens.dim() == 1 else -1
+        if m < 0:
+            raise ValueError(f"SideBranch.tokens must be 1-D (M,), got shape {tuple(self.tokens.shape)}")
+        self.depths = [int(d) for d in self.depths]
+        if len(self.depths) != m or any(d < 1 for d in self.depths):
+            raise ValueError(f"SideBranch.depths needs one position offset >= 1 per token ({m}), got {self.depths}")
+        if tuple(self.sees.shape) != (m, m) or not bool(self.sees.diagonal().all()):
+            raise ValueError(f"SideBranch.sees must be an ({m}, {m}) bool matrix whose diagonal is True (each token "
+                             f"sees itself); got shape {tuple(self.sees.shape)}")
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+@dataclass
 class Draft:
     """N proposed token ids, the (N, V) served draft distributions they came from (None: point masses),
     and the tree they form: parents[i] is node i's parent, -1 for a child of the pending token
-    (None: a chain, node i under node i - 1)."""
+    (None: a chain, node i under node i - 1); `side`: tokens that ride along for their logits only."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None = None
     parents: list[int] | None = None
+    side: SideBranch | None = None
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 1:
@@ -63,12 +94,12 @@ class Draft:
         """The draft without the nodes deeper than max_depth (a chain keeps its first max_depth tokens)."""
         if self.is_chain:
             n = min(max_depth, len(self))
-            return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n])
+            return Draft(self.tokens[:n], None if self.probs is None else self.probs[:n], None, self.side)
         keep, parents = prune_to_depth(self.parents, max_depth)
         if len(keep) == len(self):
             return self
         index = torch.tensor(keep, dtype=torch.long, device=self.tokens.device)
-        return Draft(self.tokens[index], None if self.probs is None else self.probs[index], parents)
+        return Draft(self.tokens[index], None if self.probs is None else self.probs[index], parents, self.side)
 
     @property
     def vocab_width(self) -> int:
@@ -104,6 +135,10 @@ class Drafter(ABC):
         prompt but its last token; after a round, those of the pending token and the accepted drafts
         (so the last row belongs to the token just before the newest one in `ids`). Called before
         `update`."""
+
+    def take_side_logits(self, logits: torch.Tensor) -> None:  # noqa: B027 (optional hook)
+        """For drafters whose Draft carries a SideBranch: the target's logits (M, V) for its tokens, from
+        the verification pass. Called before `update`."""
 
 
 class ModelDrafter(Drafter):
@@ -147,29 +182,100 @@ class ModelDrafter(Drafter):
         self.runner.rollback(min(self.runner.length, len(ids) - 1))
 
 
+MATCH_CHOICES = ("latest", "first", "frequent", "longest")
+
+
+def lookup_continuation(seq: list[int], num_tokens: int, max_ngram: int = 3, min_ngram: int = 1,
+                        choose: str = "latest") -> list[int]:
+    """Prompt lookup's proposal for the sequence `seq`: find earlier occurrences of its last n tokens
+    (n from max_ngram down to min_ngram; the longest n with a match wins) and return up to num_tokens
+    of what followed one of them ([] when nothing matches). Which occurrence, when there are several:
+
+    latest    the most recent one (the reference implementation's scan from the end; recent text is
+              the most likely to be restated)
+    first     the earliest one (transformers' prompt lookup scans left to right)
+    frequent  the most common continuation: walk the occurrences' continuations token by token,
+              taking the token most of them agree on (ties to the latest)
+    longest   the one whose preceding text agrees with the sequence's for longest (a longer context
+              match, beyond max_ngram), ties to the latest
+    """
+    if choose not in MATCH_CHOICES:
+        raise ValueError(f"choose must be one of {MATCH_CHOICES}, got {choose!r}")
+    for n in range(min(max_ngram, len(seq) - 1), min_ngram - 1, -1):
+        tail = seq[-n:]
+        # starts i with seq[i:i+n] == tail and at least one token after the match, latest first
+        starts = [i for i in range(len(seq) - n - 1, -1, -1) if seq[i:i + n] == tail]
+        if not starts:
+            continue
+        if choose == "latest":
+            i = starts[0]
+        elif choose == "first":
+            i = starts[-1]
+        elif choose == "longest":
+            i = max(starts, key=lambda j: (_agreement(seq, j + n, len(seq)), j))
+        else:
+            return _most_frequent(seq, [j + n for j in starts], num_tokens)
+        return seq[i + n:i + n + num_tokens]
+    return []
+
+
+def _agreement(seq: list[int], end_a: int, end_b: int, cap: int = 256) -> int:
+    """How many tokens before end_a equal those before end_b (a common suffix length, at most cap)."""
+    m = 0
+    while m < cap and m < end_a and seq[end_a - 1 - m] == seq[end_b - 1 - m]:
+        m += 1
+    return m
+
+
+def _most_frequent(seq: list[int], follows: list[int], num_tokens: int) -> list[int]:
+    """From continuation starts `follows` (latest first), the token-by-token majority continuation."""
+    out: list[int] = []
+    while follows and len(out) < num_tokens:
+        counts: dict[int, int] = {}
+        for j in follows:
+            if j < len(seq):
+                counts[seq[j]] = counts.get(seq[j], 0) + 1
+        if not counts:
+            break
+        token = max(counts, key=counts.get)  # dicts keep insertion order, so ties go to the latest
+        out.append(token)
+        follows = [j + 1 for j in follows if j < len(seq) and seq[j] == token]
+    return out
+
+
 class PromptLookupDrafter(Drafter):
-    """Prompt lookup decoding (Saxena 2023): find the latest earlier occurrence of the sequence's last
-    n tokens (n from max_ngram down to min_ngram) and propose what followed it. No model, no
-    probabilities; it wins where the output copies its context (code edits, summaries, retrieval)."""
+    """Prompt lookup decoding (Saxena 2023): find an earlier occurrence of the sequence's last n tokens
+    (n from max_ngram down to min_ngram) and propose the num_tokens that followed it (None: as many as
+    the round allows, k). No model, no probabilities; it wins where the output copies its context
+    (code edits, answers quoting a passage, summaries). `choose` picks among several occurrences
+    (see lookup_continuation). The same knobs elsewhere:
+
+    speclab      transformers generate()        vLLM speculative_config (method "ngram")
+    max_ngram    max_matching_ngram_size (2)    prompt_lookup_max
+    min_ngram    - (1)                          prompt_lookup_min
+    num_tokens   prompt_lookup_num_tokens       num_speculative_tokens
+    choose       "first"                        -
+    """
 
     name = "prompt lookup"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram; got min_ngram={min_ngram}, max_ngram={max_ngram}")
-        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int | None = None,
+                 choose: str = "latest"):
+        if not isinstance(min_ngram, int) or not isinstance(max_ngram, int) or not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need integers 1 <= min_ngram <= max_ngram; got min_ngram={min_ngram!r}, "
+                             f"max_ngram={max_ngram!r}")
+        if num_tokens is not None and (not isinstance(num_tokens, int) or num_tokens < 1):
+            raise ValueError(f"num_tokens (tokens per proposal) must be an integer >= 1 or None (use k); "
+                             f"got {num_tokens!r}")
+        if choose not in MATCH_CHOICES:
+            raise ValueError(f"choose must be one of {MATCH_CHOICES}, got {choose!r}")
+        self.max_ngram, self.min_ngram, self.num_tokens, self.choose = max_ngram, min_ngram, num_tokens, choose
 
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
-        seq = ids.tolist()
-        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
-            tail = seq[-n:]
-            # latest start i < len - n with seq[i:i+n] == tail, so at least one token follows it
-            for i in range(len(seq) - n - 1, -1, -1):
-                if seq[i:i + n] == tail:
-                    follow = seq[i + n:i + n + k]
-                    return Draft(torch.tensor(follow, dtype=torch.long, device=ids.device))
-        return Draft(ids.new_empty(0))
+        n = k if self.num_tokens is None else min(k, self.num_tokens)  # never more than the round allows
+        follow = lookup_continuation(ids.tolist(), n, self.max_ngram, self.min_ngram, self.choose)
+        return Draft(torch.tensor(follow, dtype=torch.long, device=ids.device))
 
 
 class MedusaDrafter(Drafter):
@@ -224,19 +330,32 @@ class MedusaDrafter(Drafter):
 
 
 # ---------------------------------------------------------------- one entry point for every method
-METHODS = ("draft_model", "ngram", "medusa")  # vLLM's names for the same methods
+METHODS = ("draft_model", "ngram", "medusa", "lookahead")  # vLLM's names where vLLM has the method
+NGRAM_ALIASES = {"prompt_lookup_max": "max_ngram", "prompt_lookup_min": "min_ngram",  # vLLM
+                 "num_speculative_tokens": "num_tokens", "max_matching_ngram_size": "max_ngram",  # transformers
+                 "prompt_lookup_num_tokens": "num_tokens"}
 
 
 def load_drafter(method: str, target: torch.nn.Module | None = None, **options) -> Drafter:
     """A drafter by method name (vLLM's names), for `target` (None: the bundled target).
 
     draft_model  a draft model: draft= a model or a directory (default: the bundled draft)
-    ngram        prompt lookup: max_ngram=3, min_ngram=1
+    ngram        prompt lookup: max_ngram=3, min_ngram=1, num_tokens=None (k), choose="latest";
+                 vLLM's and transformers' option names are accepted too
     medusa       Medusa heads: heads= a directory (default: the heads shipped for the bundled
                  target), tree= "chain" or medusa_choices (default: the tree chosen for them)
+    lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
     """
     if method == "ngram":
+        for alias, name in NGRAM_ALIASES.items():
+            if alias in options:
+                if name in options:
+                    raise ValueError(f"pass {name}= or {alias}=, not both")
+                options[name] = options.pop(alias)
         return PromptLookupDrafter(**options)
+    if method == "lookahead":
+        from speclab.lookahead import LookaheadDrafter
+        return LookaheadDrafter(**options)
     if method == "draft_model":
         from speclab.models import BUNDLED_DIR, load_model
         from speclab.runner import model_device

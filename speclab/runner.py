@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from speclab.trees import kept_positions, tree_attention_mask, tree_position_ids
+from speclab.trees import chain_parents, kept_positions, tree_attention_mask, tree_position_ids
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -57,19 +57,22 @@ class ModelRunner:
 
     @torch.inference_mode()
     def verify_pass(self, ids: torch.Tensor, parents: Sequence[int] | None = None,
-                    feature_layers: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """One pass over [pending token, draft nodes] (1-D `ids`), appended after the cached tokens:
-        (logits (n, V), features or None). With `parents` the nodes form a tree (speclab.trees): each
-        sees the cache, the pending token and its own ancestors, at position cache + depth. Without,
-        they form a chain, whose tree mask is the causal mask the model builds itself. `features`
-        (n, len(feature_layers) * H) concatenates the hidden states hidden_states[layer] of the
-        requested layers (-1: the last, after the final norm: what the lm_head reads)."""
+                    feature_layers: Sequence[int] = (), side=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One pass over [pending token, draft nodes, side tokens] (1-D `ids`), appended after the cached
+        tokens: (logits (n, V), features or None). With `parents` the nodes form a tree (speclab.trees):
+        each sees the cache, the pending token and its own ancestors, at position cache + depth. Without,
+        they form a chain, whose tree mask is the causal mask the model builds itself. `side` (a
+        drafters.SideBranch, its tokens last in `ids`) adds rows with their own mask and positions.
+        `features` (n, len(feature_layers) * H) concatenates the hidden states hidden_states[layer] of
+        the requested layers (-1: the last, after the final norm: what the lm_head reads)."""
         extra = {}
-        if parents is not None:
+        if parents is not None or side is not None:
             check_tree_attention(self.model)
             cached = self.length
-            extra = dict(attention_mask=tree_attention_mask(parents, cached, self.model.dtype, self.device),
-                         position_ids=tree_position_ids(parents, cached, self.device))
+            parents = parents if parents is not None else chain_parents(len(ids) - 1 - len(side))
+            sees, offsets = (side.sees, side.depths) if side is not None else (None, ())
+            extra = dict(attention_mask=tree_attention_mask(parents, cached, self.model.dtype, self.device, sees),
+                         position_ids=tree_position_ids(parents, cached, self.device, offsets))
         out = self.model(input_ids=ids.view(1, -1), past_key_values=self.cache, use_cache=True,
                          output_hidden_states=bool(feature_layers), **extra)
         features = None

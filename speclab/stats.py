@@ -32,6 +32,7 @@ class GenerationStats:
     rounds: int = 0             # verify rounds (for target-only decoding: decode steps)
     drafted: int = 0            # draft tokens verified (for trees: every node)
     accepted: int = 0
+    verified_positions: int = 0  # positions in the verify passes: pending + nodes + side tokens (lookahead)
     rejections: int = 0         # rounds that ended with a draft refused (a tree: the path stopped above a leaf)
     accepted_lengths: list[int] = field(default_factory=list)  # histogram: rounds that kept 0, 1, ..., K drafts
     prefill_s: float = 0.0
@@ -83,6 +84,7 @@ class GenerationStats:
             if (s.method, s.k) != (total.method, total.k):
                 raise ValueError(f"cannot combine runs of {s.method!r} (K={s.k}) with {total.method!r} (K={total.k})")
             for name in ("new_tokens", "target_calls", "draft_calls", "rounds", "drafted", "accepted", "rejections",
+                         "verified_positions",
                          "prefill_s", "draft_s", "target_s", "wall_s"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             total.accepted_lengths = [a + b for a, b in zip(total.accepted_lengths, s.accepted_lengths)]

@@ -96,21 +96,36 @@ def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:
 
 
 def tree_attention_mask(parents: Sequence[int], cached: int, dtype: torch.dtype,
-                        device: torch.device | str = "cpu") -> torch.Tensor:
+                        device: torch.device | str = "cpu", side_sees: torch.Tensor | None = None) -> torch.Tensor:
     """Additive 4-D mask (1, 1, N+1, cached + N+1) in `dtype` for the pass over [root, nodes]: 0 where a
     row may attend, the dtype's most negative number where it may not. Every row sees the whole cached
     prefix. transformers 5 hands a 4-D mask to eager and SDPA attention as it is, and eager attention
-    adds it to the scores, so it must be additive and in the model's dtype, not boolean."""
-    sees = ancestor_matrix(parents).to(device)
+    adds it to the scores, so it must be additive and in the model's dtype, not boolean.
+
+    `side_sees` (M, M) bool appends M side rows after the nodes (a drafter's extra tokens, such as
+    lookahead's Jacobi window): each sees the prefix, the root and the side rows `side_sees` names; no
+    node sees a side row and no side row sees a node."""
+    sees = ancestor_matrix(parents)
+    if side_sees is not None:
+        m, n1 = len(side_sees), len(sees)
+        both = torch.zeros(n1 + m, n1 + m, dtype=torch.bool)
+        both[:n1, :n1] = sees
+        both[n1:, 0] = True
+        both[n1:, n1:] = side_sees.to(torch.bool).cpu()
+        sees = both
+    sees = sees.to(device)
     visible = torch.cat([torch.ones(len(sees), cached, dtype=torch.bool, device=device), sees], dim=1)
     mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, torch.finfo(dtype).min)
     return mask[None, None]
 
 
-def tree_position_ids(parents: Sequence[int], cached: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """(1, N+1) positions for [root, nodes]: the root at `cached`, a node at cached + its depth, so that
-    siblings share a position as the alternatives they are."""
-    return torch.tensor([[cached] + [cached + d for d in depths(parents)]], dtype=torch.long, device=device)
+def tree_position_ids(parents: Sequence[int], cached: int, device: torch.device | str = "cpu",
+                      side_depths: Sequence[int] = ()) -> torch.Tensor:
+    """(1, N+1 [+ M]) positions for [root, nodes, side rows]: the root at `cached`, a node at cached + its
+    depth, so that siblings share a position as the alternatives they are; a side row at cached + its
+    entry in `side_depths`."""
+    return torch.tensor([[cached] + [cached + d for d in depths(parents)] + [cached + int(d) for d in side_depths]],
+                        dtype=torch.long, device=device)
 
 
 def kept_positions(cached: int, path: Sequence[int]) -> list[int]:
