@@ -1,10 +1,11 @@
 """python -m speclab: the map of what speclab can do.
 
   generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
-             (--method draft_model | ngram | medusa | target-only)
-  bench      target-only vs every drafting method (draft model, prompt lookup, Medusa) vs transformers'
-             assisted generation, side by side, and the speedup model checked against the costs
-             measured in the loop
+             (--method draft_model | ngram | lookahead | medusa | target-only)
+  bench      target-only vs every drafting method (draft model, prompt lookup, lookahead, Medusa) vs
+             transformers' assisted generation and prompt lookup, side by side, on one or more
+             workloads (code, prose, and the copying sets edit and quote), and the speedup model
+             checked against the costs measured in the loop
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
   evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts
   card       measure the bundled pair and write its model card
@@ -54,14 +55,24 @@ def load(args):
     return load_pair(args.pair, device=args.device, draft=args.draft, draft_dtype=draft_dtype)
 
 
-def prompts_for(args, tokenizer) -> list[torch.Tensor]:
-    from speclab.corpus import heldout_prompts
-    texts = [args.prompt] if getattr(args, "prompt", None) else heldout_prompts(args.workload, args.num_prompts)
+def prompts_for(args, tokenizer, workload: str | None = None) -> list[torch.Tensor]:
+    from speclab.workloads import load_prompts
+    texts = [args.prompt] if getattr(args, "prompt", None) else load_prompts(workload or args.workload, args.num_prompts)
     return [tokenizer(t, return_tensors="pt").input_ids[0] for t in texts]
 
 
+def lookahead_setting(text: str) -> tuple[int, int, int]:
+    """'W,N,G' -> (W, N, G), for --lookahead."""
+    try:
+        window, ngram, pool = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lookahead takes W,N,G (three integers, e.g. 4,4,4), got {text!r}")
+    return window, ngram, pool
+
+
 GENERATE_METHODS = {"target-only": "target-only", "none": "target-only", "draft_model": "draft_model",
-                    "model": "draft_model", "ngram": "ngram", "prompt-lookup": "ngram", "medusa": "medusa"}
+                    "model": "draft_model", "ngram": "ngram", "prompt-lookup": "ngram", "medusa": "medusa",
+                    "lookahead": "lookahead"}
 
 
 def cmd_generate(args) -> None:
@@ -75,26 +86,43 @@ def cmd_generate(args) -> None:
     if method == "target-only":
         result = generate(target, ids, **common)
     else:
-        options = {"draft_model": dict(draft=draft), "ngram": {}, "medusa": dict(heads=args.heads)}[method]
+        window, ngram, pool = args.lookahead
+        options = {"draft_model": dict(draft=draft), "ngram": {}, "medusa": dict(heads=args.heads),
+                   "lookahead": dict(window=window, ngram=ngram, pool=pool)}[method]
         result = speculative_generate(target, load_drafter(method, target, **options), ids, k=args.k, **common)
     print(text + tok.decode(result.tokens), end="\n\n")
     print(result.stats)
 
 
 def cmd_bench(args) -> None:
+    from speclab.workloads import WORKLOADS
+    target, draft, tok, device = load(args)
+    workloads = [w.strip() for w in args.workload.split(",")]
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    summaries = [bench_workload(args, target, draft, tok, device, w) for w in workloads]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summaries[0] if len(summaries) == 1 else {"workloads": summaries}, f, indent=1)
+
+
+def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     from speclab import theory
     from speclab.bench import default_methods, format_table, model_check, run_bench
     from speclab.profiling import cost_ratio, forward_ms
-    target, draft, tok, device = load(args)
-    prompts = [p.to(device) for p in prompts_for(args, tok)]
+    prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
     methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else default_methods(target, args.heads)
-    print(f"device {device}, {len(prompts)} {args.workload} prompts, K={args.k}, {args.max_new_tokens} new tokens, "
+    settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
+    print(f"device {device}, {len(prompts)} {workload} prompts, K={args.k}, {args.max_new_tokens} new tokens, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"median of {args.repeats} interleaved repeats; target {target.dtype}, draft {draft.dtype}")
+          f"median of {args.repeats} interleaved repeats; target {target.dtype}, draft {draft.dtype}; "
+          f"lookahead W,N,G {settings}")
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
-                     repeats=args.repeats, heads=args.heads)
+                     repeats=args.repeats, heads=args.heads, lookahead=args.lookahead)
     print(format_table(rows))
-    summary = {"device": str(device), "k": args.k, "threads": torch.get_num_threads(),
+    summary = {"device": str(device), "workload": workload, "k": args.k, "threads": torch.get_num_threads(),
+               "lookahead": [list(s) for s in args.lookahead],
                "rows": [dict(method=r.method, new_tokens=r.new_tokens, seconds=r.seconds, tokens_per_s=r.tokens_per_s,
                              repeat_seconds=r.repeat_seconds, matches_target_only=r.matches_target_only,
                              stats=r.stats.to_dict() if r.stats else None) for r in rows]}
@@ -109,9 +137,8 @@ def cmd_bench(args) -> None:
               f"-> modelled {theory.speedup(check.alpha, args.k, c_alone, verify_alone):.2f}x")
         summary.update(model_check=dict(vars(check), modelled=check.modelled, ratio=check.ratio),
                        c_alone=c_alone, verify_cost_alone=verify_alone)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+    print()
+    return summary
 
 
 def cmd_profile(args) -> None:
@@ -194,8 +221,9 @@ def cmd_pairs(_args) -> None:
               f"fits a 16 GB T4: {'yes' if p.fits_t4 else 'no'}")
 
 
-BENCH_METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab medusa",
-                 "speclab medusa-chain", "hf target-only", "hf assisted", "hf prompt-lookup")  # = bench.METHODS
+BENCH_METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead",
+                 "speclab medusa", "speclab medusa-chain", "hf target-only", "hf assisted",
+                 "hf prompt-lookup")  # = bench.METHODS (without importing it, so --help stays fast)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,15 +238,21 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text")
     g.add_argument("--method", "--drafter", dest="method", choices=list(GENERATE_METHODS), default="draft_model",
-                   help="how to draft (vLLM's names): draft_model, ngram (prompt lookup), medusa; or target-only "
-                   "(older names: model, prompt-lookup, none)")
+                   help="how to draft (vLLM's names): draft_model, ngram (prompt lookup), lookahead, medusa; or "
+                   "target-only (older names: model, prompt-lookup, none)")
+    g.add_argument("--lookahead", type=lookahead_setting, default="4,4,4", metavar="W,N,G",
+                   help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
     g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="speclab vs transformers, target-only vs speculative, one process")
     add_pair_args(b)
     add_sampling_args(b)
-    b.add_argument("--workload", choices=["code", "prose"], default="code", help="held-out prompts to use")
+    b.add_argument("--workload", default="code", help="comma-separated workloads, each benchmarked in turn: code "
+                   "and prose (held-out windows), edit and quote (the shipped copying sets; speclab.workloads)")
+    b.add_argument("--lookahead", type=lookahead_setting, nargs="+", default=[(4, 4, 4)], metavar="W,N,G",
+                   help="the lookahead row's window, n-gram size and pool size per key (default 4,4,4); several "
+                   "settings give a row each, side by side (a sweep)")
     b.add_argument("--num-prompts", type=int, default=4)
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
     b.add_argument("--methods", "--method", dest="methods", default=None,

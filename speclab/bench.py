@@ -1,7 +1,7 @@
 """Side-by-side speed comparison on one pair, one set of prompts and settings, in one process:
-speclab target-only, speclab speculative (draft model, prompt lookup, Medusa heads with their tree
-and with a top-1 chain), and transformers' own generate: target-only, assisted generation
-(assistant_model) and prompt lookup.
+speclab target-only, speclab speculative (draft model, prompt lookup, lookahead, Medusa heads with
+their tree and with a top-1 chain), and transformers' own generate: target-only, assisted
+generation (assistant_model) and prompt lookup.
 
 Every method decodes the same prompts for the same number of new tokens (EOS is ignored, so all
 produce max_new_tokens); the table reports tokens/s and the ratio to speclab target-only. Repeats
@@ -24,8 +24,26 @@ from speclab.drafters import PromptLookupDrafter, load_drafter
 from speclab.runner import model_device
 from speclab.stats import GenerationStats
 
-METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab medusa",
-           "speclab medusa-chain", "hf target-only", "hf assisted", "hf prompt-lookup")
+METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead",
+           "speclab medusa", "speclab medusa-chain", "hf target-only", "hf assisted", "hf prompt-lookup")
+LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
+
+
+def lookahead_rows(settings) -> dict[str, tuple[int, int, int]]:
+    """The lookahead row name for each (W, N, G): "speclab lookahead" for one setting, and
+    "speclab lookahead W,N,G" for each of several (a sweep, side by side in one run)."""
+    settings = [tuple(s) for s in settings]
+    if len(settings) == 1:
+        return {"speclab lookahead": settings[0]}
+    return {f"speclab lookahead {w},{n},{g}": (w, n, g) for w, n, g in settings}
+
+
+def expand_methods(methods, lookahead=LOOKAHEAD) -> tuple[str, ...]:
+    """methods with "speclab lookahead" replaced by one row per lookahead setting."""
+    out: list[str] = []
+    for m in methods:
+        out += list(lookahead_rows(lookahead)) if m == "speclab lookahead" else [m]
+    return tuple(out)
 MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
 
 
@@ -38,9 +56,12 @@ def default_methods(target, heads=None) -> tuple[str, ...]:
     return METHODS
 
 
-def make_drafters(methods, target, draft, heads=None) -> dict:
-    """The drafter each speclab method uses, built once for the whole bench."""
+def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD) -> dict:
+    """The drafter each speclab method uses, built once for the whole bench. `lookahead`: (W, N, G)
+    settings, one lookahead row each."""
     drafters = {"speclab speculative": draft, "speclab prompt-lookup": PromptLookupDrafter()}
+    for name, (window, ngram, pool) in lookahead_rows(lookahead).items():
+        drafters[name] = load_drafter("lookahead", window=window, ngram=ngram, pool=pool)
     if "speclab medusa" in methods:
         drafters["speclab medusa"] = load_drafter("medusa", target, heads=heads)
     if "speclab medusa-chain" in methods:
@@ -118,16 +139,18 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
 
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
-              warmup: bool = True, repeats: int = 1, heads=None) -> list[BenchRow]:
+              warmup: bool = True, repeats: int = 1, heads=None,
+              lookahead=LOOKAHEAD) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved; one row per method with the
     totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
-    heads shipped for the bundled target)."""
+    heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
-    drafters = make_drafters(methods, target, draft, heads)
+    methods = expand_methods(methods, lookahead)
+    drafters = make_drafters(methods, target, draft, heads, lookahead)
     if warmup:
         for method in methods:
             run_method(method, target, draft, prompts[0], k, min(16, max_new_tokens), temperature, seed, drafters)
@@ -160,15 +183,16 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
 def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
     base = next((r for r in rows if r.method == baseline), rows[0])
     lines = [f"{'method':24} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'accept':>7} {'alpha':>6} "
-             f"{'tok/round':>9} {'drafts/round':>12} {'same output':>11}"]
+             f"{'tok/round':>9} {'drafts/round':>12} {'pass width':>10} {'same output':>11}"]
     for r in rows:
         accept = f"{r.acceptance_rate:.3f}" if r.acceptance_rate is not None else "-"
         alpha = f"{r.alpha:.3f}" if r.alpha is not None else "-"
         tpr = f"{r.tokens_per_round:.2f}" if r.tokens_per_round is not None else "-"
         per_round = f"{r.stats.drafted / r.stats.rounds:.1f}" if r.has_drafts else "-"
+        width = f"{r.stats.verified_positions / r.stats.rounds:.1f}" if r.has_drafts else "-"
         same = "-" if r.matches_target_only is None else ("yes" if r.matches_target_only else "no")
         lines.append(f"{r.method:24} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
-                     f"{accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {same:>11}")
+                     f"{accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {width:>10} {same:>11}")
     return "\n".join(lines)
 
 

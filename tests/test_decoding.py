@@ -36,7 +36,7 @@ def test_prompt_lookup_is_exact_and_drafts_from_repetition(pair):
 
 
 def test_prompt_lookup_proposes_what_followed_the_latest_match():
-    drafter = PromptLookupDrafter(max_ngram=2)
+    drafter = PromptLookupDrafter(max_ngram=2, choose="latest")
     ids = torch.tensor([1, 2, 3, 9, 1, 2, 4, 5, 1, 2])
     draft = drafter.propose(ids, 3, None)
     assert draft.tokens.tolist() == [4, 5, 1] and draft.probs is None
