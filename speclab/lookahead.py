@@ -185,3 +185,39 @@ class LookaheadDrafter(Drafter):
     def update(self, ids: torch.Tensor, num_accepted: int) -> None:
         if self.from_context:
             self._learn(ids.tolist())
+
+
+# ---------------------------------------------------------------- for teaching: Jacobi alone, and the pass's layout
+@torch.inference_mode()
+def jacobi_decode(target: torch.nn.Module, prompt: torch.Tensor, width: int, max_iterations: int | None = None,
+                  seed: int = 0) -> list[list[int]]:
+    """Plain Jacobi decoding of one block of `width` tokens after `prompt` (1-D ids), greedy: start from
+    guesses drawn from the prompt, then replace every guess at once by the target's argmax given the
+    guesses before it, until nothing changes. Returns the block after each iteration (the first entry
+    is the initial guess). At least one more position is final after every iteration, so it ends
+    within `width` iterations; the last entry is what greedy decoding produces."""
+    if not isinstance(width, int) or width < 1:
+        raise ValueError(f"width must be an integer >= 1, got {width!r}")
+    rng = random.Random(seed)
+    ids = prompt.tolist()
+    block = [rng.choice(ids) for _ in range(width)]
+    history = [list(block)]
+    device = next(target.parameters()).device
+    for _ in range(max_iterations or width):
+        sequence = torch.tensor(ids + block, dtype=torch.long, device=device)
+        logits = target(sequence.view(1, -1)).logits[0, len(ids) - 1:-1]  # position j guesses block[j]
+        new = logits.argmax(dim=-1).tolist()
+        history.append(new)
+        if new == block:
+            break
+        block = new
+    return history
+
+
+def pass_visibility(draft: Draft) -> torch.Tensor:
+    """(1 + N + M) square bool matrix of who sees whom in the verify pass of a Draft with a side branch
+    (rows and columns: the pending token, the N candidate nodes, the M window tokens): the mask the
+    decode loop builds, without the cached prefix that every row sees."""
+    from speclab.trees import tree_attention_mask
+    sees = draft.side.sees if draft.side is not None else None
+    return tree_attention_mask(draft.tree, 0, torch.float32, "cpu", sees)[0, 0] == 0

@@ -9,7 +9,8 @@ import speclab.decoding as decoding
 from speclab import Draft, generate, load_drafter, speculative_generate
 from speclab.drafters import SideBranch
 from speclab.evaluate import chi_square_pvalue
-from speclab.lookahead import (LookaheadDrafter, NgramPool, candidate_tree, window_ngrams, window_positions,
+from speclab.lookahead import (LookaheadDrafter, NgramPool, candidate_tree, jacobi_decode, pass_visibility,
+                               window_ngrams, window_positions,
                                window_sees)
 from speclab.trees import tree_attention_mask, tree_position_ids
 from tests.conftest import tiny_model
@@ -240,3 +241,25 @@ def test_bad_side_branches_are_refused():
         SideBranch(torch.tensor([1, 2]), [0, 1], torch.eye(2, dtype=torch.bool))
     with pytest.raises(ValueError, match="diagonal"):
         SideBranch(torch.tensor([1, 2]), [1, 2], torch.zeros(2, 2, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- the teaching helpers
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_jacobi_iteration_converges_to_greedy_within_width_iterations(arch):
+    target = tiny_model(arch, layers=2, seed=0)
+    history = jacobi_decode(target, REPEATING, width=6)
+    assert history[-1] == generate(target, REPEATING, max_new_tokens=6).tokens.tolist()
+    assert 2 <= len(history) <= 7
+    # after iteration t at least the first t positions are final
+    for t, block in enumerate(history[1:], start=1):
+        assert block[:t] == history[-1][:t]
+
+
+def test_the_pass_layout_shows_candidates_and_window_apart():
+    drafter = LookaheadDrafter(window=2, ngram=3, pool=2)
+    drafter.start(torch.tensor([4, 5, 6, 4, 5, 7, 4]))
+    draft = drafter.propose(torch.tensor([4, 5, 6, 4, 5, 7, 4]), 4, None)
+    assert draft.tokens.tolist() == [5, 7, 6] and draft.parents == [-1, 0, 0]  # (5, 7) and (5, 6) merged
+    sees = pass_visibility(draft)
+    assert sees.shape == (1 + 3 + 2, 1 + 3 + 2)
+    assert not sees[4:, 1:4].any() and not sees[1:4, 4:].any() and sees[:, 0].all()
