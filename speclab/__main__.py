@@ -114,14 +114,16 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
     methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else default_methods(target, args.heads)
     settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
-    print(f"device {device}, {len(prompts)} {workload} prompts, K={args.k}, {args.max_new_tokens} new tokens, "
+    lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
+    print(f"device {device}, {len(prompts)} {workload} prompts, K={args.k}{lookup}, {args.max_new_tokens} new tokens, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"median of {args.repeats} interleaved repeats; target {target.dtype}, draft {draft.dtype}; "
           f"lookahead W,N,G {settings}")
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
-                     repeats=args.repeats, heads=args.heads, lookahead=args.lookahead)
+                     repeats=args.repeats, heads=args.heads, lookahead=args.lookahead, lookup_k=args.lookup_k)
     print(format_table(rows))
-    summary = {"device": str(device), "workload": workload, "k": args.k, "threads": torch.get_num_threads(),
+    summary = {"device": str(device), "workload": workload, "k": args.k, "lookup_k": args.lookup_k or args.k,
+               "threads": torch.get_num_threads(),
                "lookahead": [list(s) for s in args.lookahead],
                "rows": [dict(method=r.method, new_tokens=r.new_tokens, seconds=r.seconds, tokens_per_s=r.tokens_per_s,
                              repeat_seconds=r.repeat_seconds, matches_target_only=r.matches_target_only,
@@ -254,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the lookahead row's window, n-gram size and pool size per key (default 4,4,4); several "
                    "settings give a row each, side by side (a sweep)")
     b.add_argument("--num-prompts", type=int, default=4)
+    b.add_argument("--lookup-k", type=int, default=None, help="tokens per round for the prompt-lookup rows, "
+                   "speclab's and transformers' (default: --k); copying pays at a larger K (chapter 6)")
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
     b.add_argument("--methods", "--method", dest="methods", default=None,
                    help="comma-separated subset of: " + ", ".join(BENCH_METHODS) + " (default: all that fit the target)")

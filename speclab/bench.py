@@ -44,6 +44,7 @@ def expand_methods(methods, lookahead=LOOKAHEAD) -> tuple[str, ...]:
     for m in methods:
         out += list(lookahead_rows(lookahead)) if m == "speclab lookahead" else [m]
     return tuple(out)
+LOOKUP_METHODS = ("speclab prompt-lookup", "hf prompt-lookup")
 MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
 
 
@@ -140,10 +141,12 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
               warmup: bool = True, repeats: int = 1, heads=None,
-              lookahead=LOOKAHEAD) -> list[BenchRow]:
+              lookahead=LOOKAHEAD, lookup_k: int | None = None) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved; one row per method with the
     totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
-    heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep)."""
+    heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep);
+    `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'), which
+    draft almost for free and so pay off at a larger K than a draft model (default: k)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
@@ -151,17 +154,19 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
     methods = expand_methods(methods, lookahead)
     drafters = make_drafters(methods, target, draft, heads, lookahead)
+    k_of = {m: lookup_k if lookup_k is not None and m in LOOKUP_METHODS else k for m in methods}
     if warmup:
         for method in methods:
-            run_method(method, target, draft, prompts[0], k, min(16, max_new_tokens), temperature, seed, drafters)
+            run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,
+                       drafters)
     # per method, per repeat: (seconds, token lists, stats list)
     runs: dict[str, list[tuple[float, list[list[int]], list]]] = {m: [] for m in methods}
     for _ in range(repeats):
         for method in methods:
             seconds, outputs, stats = 0.0, [], []
             for i, prompt in enumerate(prompts):
-                tokens, s, st = run_method(method, target, draft, prompt, k, max_new_tokens, temperature, seed + i,
-                                           drafters)
+                tokens, s, st = run_method(method, target, draft, prompt, k_of[method], max_new_tokens, temperature,
+                                           seed + i, drafters)
                 seconds += s
                 outputs.append(tokens.tolist())
                 stats.append(st)
