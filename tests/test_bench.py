@@ -58,3 +58,20 @@ def test_combined_stats_sum_runs_and_refuse_mixed_methods():
     assert total.wall_s == pytest.approx(0.75) and total.alpha == pytest.approx(7 / 10)
     with pytest.raises(ValueError, match="cannot combine"):
         GenerationStats.combine([a, GenerationStats()])
+
+
+def test_lookahead_settings_become_rows_side_by_side(pair, prompt):
+    from speclab.bench import expand_methods
+    methods = ("speclab target-only", "speclab lookahead", "speclab prompt-lookup", "hf prompt-lookup")
+    assert expand_methods(methods, [(4, 4, 4)]) == methods
+    settings = [(2, 2, 1), (3, 3, 2)]
+    rows = run_bench(*pair, [prompt], k=3, max_new_tokens=10, methods=methods, lookahead=settings, lookup_k=5,
+                     warmup=False)
+    names = [r.method for r in rows]
+    assert names == ["speclab target-only", "speclab lookahead 2,2,1", "speclab lookahead 3,3,2",
+                     "speclab prompt-lookup", "hf prompt-lookup"]
+    by_name = {r.method: r for r in rows}
+    assert by_name["speclab prompt-lookup"].stats.k == 5 and by_name["speclab lookahead 2,2,1"].stats.k == 3
+    wide, narrow = by_name["speclab lookahead 3,3,2"].stats, by_name["speclab lookahead 2,2,1"].stats
+    assert wide.verified_positions / wide.rounds > narrow.verified_positions / narrow.rounds  # a wider window
+    assert all(r.matches_target_only for r in rows[1:])

@@ -1,4 +1,5 @@
 """The command line: `python -m speclab --help` is the map, and each command runs."""
+import json
 import subprocess
 import sys
 
@@ -35,6 +36,21 @@ def test_generate_and_bench_on_a_local_pair(tmp_path, capsys):
         assert method in table
     assert "target torch.float32, draft torch.float16" in table  # the CPU default
     assert (tmp_path / "bench.json").exists()
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"),
+          "--prompt", "import os\nimport sys\nimport os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "lookahead", "--lookahead", "3,3,2"])
+    assert "speculative (lookahead)" in capsys.readouterr().out
+    main(["bench", "--workload", "edit,quote",  # the bundled pair: the copying prompts need its 1024 positions
+          "--num-prompts", "1", "--max-new-tokens", "6", "--device", "cpu", "--repeats", "1", "--lookahead", "2,2,1",
+          "3,3,3", "--methods", "speclab target-only,speclab lookahead,speclab prompt-lookup", "--lookup-k", "6",
+          "--json", str(tmp_path / "two.json")])
+    table = capsys.readouterr().out
+    assert "1 edit prompts" in table and "1 quote prompts" in table and "speclab lookahead 3,3,3" in table
+    assert [w["workload"] for w in json.loads((tmp_path / "two.json").read_text())["workloads"]] == ["edit", "quote"]
+    with pytest.raises(SystemExit):
+        main(["bench", "--workload", "poetry"])
+    with pytest.raises(SystemExit):
+        main(["bench", "--lookahead", "4,4"])
 
 
 def test_generate_refuses_a_bad_k(tmp_path):
