@@ -10,6 +10,8 @@
   evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts
   card       measure the bundled pair and write its model card
   theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
+  workloads  the prompt sets bench runs on (code, prose, and the copying sets edit and quote);
+             --build rewrites the shipped copying sets from this Python's standard library
   train      train the bundled pair (python -m speclab train pair --out DIR), new drafts for an
              existing target (train draft --target DIR --out DIR), or Medusa heads for a frozen
              target (train medusa --target DIR --out DIR)
@@ -215,6 +217,16 @@ def cmd_theory(args) -> None:
         print(f"best K at a={a}: {theory.best_k(a, args.c, args.k_max)}")
 
 
+def cmd_workloads(args) -> None:
+    from speclab import workloads
+    if args.build:
+        print(f"wrote {workloads.write()}")
+    for name in workloads.WORKLOADS:
+        first = workloads.load_prompts(name, 1)[0]
+        print(f"== {name}: first prompt ({len(first)} characters), last lines:")
+        print("\n".join(first.rstrip("\n").splitlines()[-4:]) + "\n")
+
+
 def cmd_pairs(_args) -> None:
     from speclab.models import BUNDLED_DIR, HUB_PAIRS
     print(f"bundled (default): {BUNDLED_DIR}")
@@ -298,6 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=cmd_theory)
 
     sub.add_parser("pairs", help="list the bundled and hub pairs").set_defaults(func=cmd_pairs)
+    w = sub.add_parser("workloads", help="show the prompt sets; --build rewrites the shipped copying sets")
+    w.add_argument("--build", action="store_true", help="rebuild speclab/data/workloads.json from this Python's "
+                   "standard library (held-out files only)")
+    w.set_defaults(func=cmd_workloads)
     sub.add_parser("train", help="python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
                    "train medusa --target DIR --out DIR", add_help=False)
     sub.add_parser("labs", help="python -m speclab labs build | grade DIR --out scores.csv", add_help=False)

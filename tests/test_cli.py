@@ -10,7 +10,8 @@ from speclab.__main__ import main
 
 def test_help_lists_every_command():
     out = subprocess.run([sys.executable, "-m", "speclab", "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("generate", "bench", "profile", "evaluate", "card", "theory", "pairs", "train", "labs"):
+    for command in ("generate", "bench", "profile", "evaluate", "card", "theory", "pairs", "train", "labs",
+                    "workloads"):
         assert command in out
 
 
@@ -95,3 +96,9 @@ def test_generate_and_bench_run_medusa_with_a_heads_directory(tmp_path, capsys):
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1"])
     assert "medusa" not in capsys.readouterr().out  # no heads for this target: the rows are left out
+
+
+def test_workloads_shows_each_set(capsys):
+    main(["workloads"])
+    out = capsys.readouterr().out
+    assert all(f"== {name}:" in out for name in ("code", "prose", "edit", "quote")) and "_revised(" in out
