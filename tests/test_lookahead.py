@@ -14,8 +14,8 @@ from speclab.lookahead import (LookaheadDrafter, NgramPool, candidate_tree, jaco
                                window_sees)
 from speclab.trees import tree_attention_mask, tree_position_ids
 from tests.conftest import tiny_model
+import tests.test_lossless as lossless
 from tests.test_lossless import VOCAB
-from speclab.sampling import logits_to_probs
 
 REPEATING = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30, 5, 17, 42, 9, 23, 61, 7])
 
@@ -179,12 +179,8 @@ def test_the_bundled_target_decodes_exactly_with_lookahead():
 LOOKAHEAD_PROMPT = torch.tensor([7, 7, 1, 0, 6, 4, 7])
 
 
-@torch.no_grad()
 def exact_joint(target, settings) -> np.ndarray:
-    first = logits_to_probs(target(LOOKAHEAD_PROMPT.view(1, -1)).logits[0, -1], **settings)
-    rows = [first[t1] * logits_to_probs(target(torch.cat([LOOKAHEAD_PROMPT, torch.tensor([t1])]).view(1, -1))
-                                        .logits[0, -1], **settings) for t1 in range(VOCAB)]
-    return torch.stack(rows).numpy()
+    return lossless.exact_joint(target, settings, LOOKAHEAD_PROMPT)
 
 
 def sampled_joint(target, settings, samples=2000) -> tuple[np.ndarray, int]:
