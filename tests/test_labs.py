@@ -46,7 +46,7 @@ def all_checks(lab: str) -> Lab:
 
 
 def test_there_is_one_lab_per_chapter_of_part_one_and_one_for_medusa():
-    assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"] and "lab07" in LABS
+    assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"] and "lab06" in LABS and "lab07" in LABS
 
 
 # ---------------------------------------------------------------- in process: every case can pass and can fail
@@ -108,6 +108,45 @@ MISTAKES = [
      "    k = len(h) - 1\n    return sum(j * c for j, c in enumerate(h)) / (k * sum(h))  # accepted / drafted"),
     ("lab05", "q4", "averaging speedups", "def choose_k(workloads, c, k_max=8):\n"
      "    return max(range(1, k_max + 1), key=lambda k: sum(s * theory.speedup(a, k, c) for s, a in workloads))"),
+    ("lab06", "q1", "the latest one wins", "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min(max_ngram, len(seq) - 1), min_ngram - 1, -1):\n"
+     "        for i in range(len(seq) - n):  # left to right: the first occurrence\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q1", "a longer match beats", "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min_ngram, min(max_ngram, len(seq) - 1) + 1):  # the shortest n first\n"
+     "        for i in range(len(seq) - n - 1, -1, -1):\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q1", "never its own match", "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min(max_ngram, len(seq)), min_ngram - 1, -1):\n"
+     "        for i in range(len(seq) - n, -1, -1):  # the tail itself is a start too\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q2", "the oldest continuation is dropped", "def update_pool(pool, levels, outputs, per_key):\n"
+     "    for i, out in enumerate(outputs):\n"
+     "        gram = [level[i] for level in levels] + [out]\n        entries = pool.setdefault(gram[0], [])\n"
+     "        if tuple(gram[1:]) in entries:\n            entries.remove(tuple(gram[1:]))\n"
+     "        if len(entries) >= per_key:\n            entries.pop()  # drops the newest\n"
+     "        entries.append(tuple(gram[1:]))"),
+    ("lab06", "q2", "re-adding a stored continuation", "def update_pool(pool, levels, outputs, per_key):\n"
+     "    for i, out in enumerate(outputs):\n"
+     "        gram = [level[i] for level in levels] + [out]\n        entries = pool.setdefault(gram[0], [])\n"
+     "        if tuple(gram[1:]) not in entries:  # a stored one stays where it is\n"
+     "            entries.append(tuple(gram[1:]))\n            del entries[:-per_key]"),
+    ("lab06", "q3", "up to its slot", "def lookahead_mask(width, levels):\n"
+     "    mask = speclab.lookahead.window_sees(width, levels)\n"
+     "    mask[width:, :width] = True  # higher levels see the whole of level 0\n    return mask"),
+    ("lab06", "q3", "its own column above level 0", "def lookahead_mask(width, levels):\n"
+     "    m = width * levels\n    mask = torch.zeros(m, m, dtype=torch.bool)\n"
+     "    for r in range(m):\n        for c in range(m):\n"
+     "            mask[r, c] = (c < width and c <= r % width) or c % width == r % width  # the whole column\n"
+     "    return mask"),
+    ("lab06", "q4", "verified once", "def candidate_tree(candidates):\n    tokens, parents = [], []\n"
+     "    for candidate in dict.fromkeys(tuple(c) for c in candidates):  # chains side by side, no merging\n"
+     "        for j, t in enumerate(candidate):\n"
+     "            parents.append(-1 if j == 0 else len(tokens) - 1)\n            tokens.append(t)\n"
+     "    return tokens, parents"),
     ("lab07", "q1", "sorted by depth, then by ranks", "def tree_from_choices(choices):\n"
      "    nodes = sorted(tuple(c) for c in choices)  # tuple order only: (0, 0) before (1,)\n"
      "    index = {c: i for i, c in enumerate(nodes)}\n"
