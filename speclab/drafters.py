@@ -332,7 +332,7 @@ class MedusaDrafter(Drafter):
 
 
 # ---------------------------------------------------------------- one entry point for every method
-METHODS = ("draft_model", "ngram", "medusa", "lookahead")  # vLLM's names where vLLM has the method
+METHODS = ("draft_model", "ngram", "medusa", "lookahead", "eagle")  # vLLM's names where vLLM has the method
 NGRAM_ALIASES = {"prompt_lookup_max": "max_ngram", "prompt_lookup_min": "min_ngram",  # vLLM
                  "num_speculative_tokens": "num_tokens", "max_matching_ngram_size": "max_ngram",  # transformers
                  "prompt_lookup_num_tokens": "num_tokens"}
@@ -347,6 +347,7 @@ def load_drafter(method: str, target: torch.nn.Module | None = None, **options) 
     medusa       Medusa heads: heads= a directory (default: the heads shipped for the bundled
                  target), tree= "chain" or medusa_choices (default: the tree chosen for them)
     lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
+    eagle        an EAGLE-1 head (chain drafting): head= a directory written by train eagle
     """
     if method == "ngram":
         for alias, name in NGRAM_ALIASES.items():
@@ -358,6 +359,12 @@ def load_drafter(method: str, target: torch.nn.Module | None = None, **options) 
     if method == "lookahead":
         from speclab.lookahead import LookaheadDrafter
         return LookaheadDrafter(**options)
+    if method == "eagle":
+        from speclab.eagle import load_eagle
+        if target is None:
+            from speclab.models import load_pair
+            target = load_pair(device="cpu").target
+        return load_eagle(target, **options)
     if method == "draft_model":
         from speclab.models import BUNDLED_DIR, load_model
         from speclab.runner import model_device

@@ -454,6 +454,27 @@ def medusa_loss(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tenso
     return total, per_head
 
 
+def eagle_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
+               h: torch.Tensor, noise: float = 0.1, ce_weight: float = 0.1,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, float, float]:
+    """EAGLE-1's loss on rows `tokens` (B, T) with the target's features `h` (B, T, H): from pair
+    (f_t, x_{t+1}) the head predicts f_{t+1}. Smooth L1 to the true feature, plus ce_weight times the
+    cross-entropy of lm_head(prediction) against the target's own distribution lm_head(f_{t+1}) (the
+    token after x_{t+1}). Uniform noise U(-noise, noise) on the input features teaches the head to
+    draft on from its own imperfect predictions (Li et al. 2024). Returns (loss, feature loss, ce)."""
+    inputs, truth = h[:, :-1].float(), h[:, 1:].float()
+    if noise:
+        inputs = inputs + (torch.rand(inputs.shape, generator=generator, device=inputs.device) * 2 - 1) * noise
+    embeds = embed(tokens[:, 1:].to(h.device)).float()
+    x = head.fc(torch.cat([embeds, inputs], dim=-1))
+    predicted = head.model(inputs_embeds=x, use_cache=False).last_hidden_state
+    feature_loss = torch.nn.functional.smooth_l1_loss(predicted, truth)
+    with torch.no_grad():
+        teacher = torch.softmax(lm_head(truth).float(), -1)
+    ce = -(teacher * torch.log_softmax(lm_head(predicted).float(), -1)).sum(-1).mean()
+    return feature_loss + ce_weight * ce, feature_loss.item(), ce.item()
+
+
 @torch.no_grad()
 def head_accuracies(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tensor, ranks: int) -> list[list[float]]:
     """acc[i][r]: how often head i's rank-r token is the target's own greedy choice at that place, on

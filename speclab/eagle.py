@@ -1,0 +1,204 @@
+"""EAGLE (Li et al. 2024): draft in the target's feature space with one decoder layer.
+
+The target's feature f_t (its last hidden state after the final norm: what its lm_head reads) holds
+most of what it knows about the next token. EAGLE-1 predicts the *next feature* from the current
+one and the token that follows it: an input projection of [embedding(x_{t+1}); f_t] (2H -> H) into
+one decoder layer of the target's own architecture, whose output f^_{t+1} goes through the target's
+frozen lm_head to give the draft distribution of x_{t+2}. Embeddings and lm_head are the target's
+(frozen, not stored with the head), so the head is one layer and one H x 2H matrix.
+
+Drafting runs autoregressively on the head's own predicted features, with its own KV cache: each
+round the head first catches up on the true features the verification pass handed over (the same
+hand-over Medusa uses: Drafter.take_features), then drafts from there; the rows it computed from its
+own guesses are rolled back at the next round, like a draft model's.
+
+This module holds the head and the chain drafter (EAGLE-1); training is in speclab.train.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoConfig, AutoModel, DynamicCache
+
+from speclab.drafters import Draft, Drafter
+from speclab.heads import _close, fingerprint
+from speclab.sampling import SamplingParams, check_finite, sample
+
+CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
+
+
+def one_layer_config(config):
+    """The target's config cut to one decoder layer (per-layer lists cut alike)."""
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = 1
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types[-1:])
+    return config
+
+
+def check_mirrorable(target: nn.Module) -> None:
+    """A TypeError saying what to do unless the head can copy the target's decoder layer: a transformers
+    causal LM whose base model (target.model) has `layers`, `norm` and `rotary_emb`, as the Llama
+    family (Llama, Qwen2, Qwen3, Mistral, ...) does."""
+    base = getattr(target, "model", None)
+    if not all(hasattr(base, name) for name in ("layers", "norm", "rotary_emb")) or not hasattr(target, "config"):
+        raise TypeError(f"an EAGLE head mirrors one decoder layer of a Llama-family model (a .model with layers, "
+                        f"norm and rotary_emb); {type(target).__name__} has no such layers: use another drafter "
+                        "(draft_model, ngram, medusa) for it")
+
+
+class EagleHead(nn.Module):
+    """fc([embedding; feature]) -> one decoder layer of the target's architecture -> predicted feature.
+
+    forward(embeds (n, H), features (n, H), cache) -> (n, H): row j predicts the feature of the position
+    after the token whose embedding is embeds[j]. No final norm: it regresses the target's features,
+    which are already normed, so the target's lm_head reads its output directly (as in EAGLE-1)."""
+
+    def __init__(self, target_config: dict, target_fingerprint: dict | None = None):
+        super().__init__()
+        config = AutoConfig.for_model(**target_config)
+        self.config = dict(target_config=target_config, target_fingerprint=target_fingerprint)
+        self.layer_config = one_layer_config(config)
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.model = AutoModel.from_config(self.layer_config)
+        self.model.embed_tokens = None       # tokens are embedded with the target's own embeddings
+        self.model.norm = nn.Identity()      # the output is a (normed) feature already
+
+    @classmethod
+    def for_target(cls, target: nn.Module) -> EagleHead:
+        """A fresh head for `target`; its decoder layer starts as a copy of the target's last layer."""
+        check_mirrorable(target)
+        config = target.config.to_dict()
+        head = cls(config, {**fingerprint(target), "layers": int(target.config.num_hidden_layers),
+                            "model_type": target.config.model_type})
+        head.model.layers[0].load_state_dict(target.model.layers[-1].state_dict())
+        return head.to(device=target.device, dtype=torch.float32)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.layer_config)
+
+    def forward(self, embeds: torch.Tensor, features: torch.Tensor, cache: DynamicCache | None = None,
+                **extra) -> torch.Tensor:
+        x = self.fc(torch.cat([embeds, features], dim=-1).to(self.dtype))
+        out = self.model(inputs_embeds=x.unsqueeze(0), past_key_values=cache, use_cache=cache is not None, **extra)
+        return out.last_hidden_state[0]
+
+    def check_fits(self, target: nn.Module) -> None:
+        """A ValueError, saying how to get a fitting head, unless this head was trained for `target`."""
+        check_mirrorable(target)
+        mine = self.config["target_fingerprint"] or {}
+        theirs = {**fingerprint(target), "layers": int(target.config.num_hidden_layers),
+                  "model_type": target.config.model_type}
+        how = "train one for it: python -m speclab train eagle --target DIR --out DIR"
+        for key in ("model_type", "hidden", "vocab", "layers"):
+            if mine.get(key) is not None and mine.get(key) != theirs[key]:
+                raise ValueError(f"this EAGLE head was trained for a target with {key} {mine.get(key)!r}; this "
+                                 f"{type(target).__name__} has {theirs[key]!r}; {how}")
+        if mine.get("lm_head_checksum") is not None and not _close(mine["lm_head_checksum"], theirs["lm_head_checksum"]):
+            raise ValueError(f"this EAGLE head was trained for another target of the same shape (lm_head checksums "
+                             f"differ); {how}")
+
+    def save(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / CONFIG_FILE).write_text(json.dumps(self.config, indent=1))
+        state = {k: v.detach().to(torch.float16).contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(directory / WEIGHTS_FILE))
+
+    @classmethod
+    def load(cls, directory: str | Path, device: torch.device | str = "cpu",
+             dtype: torch.dtype = torch.float32) -> EagleHead:
+        directory = Path(directory)
+        if not (directory / CONFIG_FILE).exists():
+            raise FileNotFoundError(f"no EAGLE head in {directory} ({CONFIG_FILE} missing); train one with "
+                                    "python -m speclab train eagle --target DIR --out DIR")
+        config = json.loads((directory / CONFIG_FILE).read_text())
+        head = cls(**config)
+        head.load_state_dict({k: v for k, v in load_file(str(directory / WEIGHTS_FILE)).items()}, strict=False)
+        return head.to(device=device, dtype=dtype).eval()
+
+
+class EagleDrafter(Drafter):
+    """EAGLE-1 as a chain drafter: k tokens per round, each from the head's predicted feature.
+
+    Bookkeeping: pair j is (feature f_j, token x_{j+1}). After the prefill the target has handed over
+    f_0..f_{n-2} for a prompt of n tokens, and x_1..x_{n-1} are known, so pairs 0..n-2 are all true.
+    Each round the head rolls its cache back to the true pairs, feeds the new ones (the verify pass's
+    features of the pending token and the accepted drafts), and drafts on from its own guesses."""
+
+    name = "eagle"
+    feature_layers = (-1,)
+
+    def __init__(self, head: EagleHead, target: nn.Module):
+        head.check_fits(target)
+        self.head = head
+        self.embed = target.get_input_embeddings()
+        self.lm_head = target.get_output_embeddings()
+        self.forward_calls = 0
+        self.start(torch.empty(0, dtype=torch.long))
+
+    def start(self, prompt: torch.Tensor) -> None:
+        self.cache = self.head.new_cache()
+        self.true_pairs = 0                          # pairs in the head's cache computed from true features
+        self.pending: list[torch.Tensor] = []        # true features handed over, not yet in the cache
+        self.forward_calls = 0
+
+    def take_features(self, features: torch.Tensor) -> None:
+        self.pending.append(features)
+
+    def _head_step(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        self.forward_calls += 1
+        return self.head(self.embed(tokens).to(self.head.dtype), features.to(self.head.dtype), self.cache)
+
+    def _logits(self, feature: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(feature.to(self.lm_head.weight.dtype))
+        check_finite(logits, "EAGLE head")
+        return logits
+
+    @torch.inference_mode()
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        if not self.pending and self.true_pairs == 0:  # a one-token prompt: no feature yet
+            return Draft(ids.new_empty(0))
+        crop = self.cache.get_seq_length() - self.true_pairs
+        if crop > 0:
+            self.cache.crop(-crop)  # forget the rows computed from last round's guesses
+        features = torch.cat(self.pending) if self.pending else None
+        if features is not None:
+            start = self.true_pairs
+            tokens = ids[start + 1:start + 1 + len(features)]
+            feature = self._head_step(tokens, features)[-1]
+            self.true_pairs += len(features)
+            self.pending = []
+        else:
+            raise RuntimeError("EagleDrafter.propose called twice without features in between")
+        drafted, probs = [], []
+        for i in range(k):
+            q = sampling.probs(self._logits(feature))
+            token = sample(q, generator)
+            drafted.append(token)
+            probs.append(q)
+            if i + 1 < k:
+                feature = self._head_step(token.view(1), feature.view(1, -1))[-1]
+        return Draft(torch.stack(drafted), torch.stack(probs))
+
+
+def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None) -> EagleDrafter:
+    """An EAGLE-1 drafter for `target` from a head directory (train eagle), a head, or None: the head
+    that ships with the bundled target."""
+    from speclab.models import BUNDLED_DIR
+    if head is None:
+        head = BUNDLED_DIR / "eagle"
+    if not isinstance(head, EagleHead):
+        head = EagleHead.load(head, device=target.device)
+    return EagleDrafter(head, target)

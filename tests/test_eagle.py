@@ -1,0 +1,130 @@
+"""EAGLE-1 (speclab.eagle): the head, the drafter's feature bookkeeping, exactness, losslessness, and
+heads refused for the wrong target."""
+import numpy as np
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import tests.test_lossless as lossless
+from speclab import SamplingParams, generate, speculative_generate
+from speclab.eagle import EagleDrafter, EagleHead
+from speclab.evaluate import chi_square_pvalue
+from speclab.train import eagle_loss, target_features
+from tests.conftest import tiny_model
+
+PROMPT = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30, 5, 17, 42, 9])
+
+
+def random_head(target, seed=0, scale=0.5):
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(target)
+    torch.nn.init.normal_(head.fc.weight, 0, scale / head.fc.weight.shape[1] ** 0.5)
+    return head.eval()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_greedy_eagle_equals_target_only(arch):
+    target = tiny_model(arch, layers=2, seed=0)
+    reference = generate(target, PROMPT, max_new_tokens=30).tokens.tolist()
+    drafter = EagleDrafter(random_head(target), target)
+    for k in (1, 3, 5):
+        assert speculative_generate(target, drafter, PROMPT, k=k, max_new_tokens=30).tokens.tolist() == reference
+    one = torch.tensor([7])  # a one-token prompt: no feature before the first round
+    assert speculative_generate(target, drafter, one, k=3, max_new_tokens=8).tokens.tolist() == \
+        generate(target, one, max_new_tokens=8).tokens.tolist()
+
+
+def test_the_drafter_pairs_features_and_tokens_as_training_does():
+    """The first draft of a round is the head's prediction from the last (feature, token) pair, exactly
+    what eagle_loss trains at that position: features and tokens are not off by one."""
+    target = tiny_model("llama", layers=2, seed=0)
+    head = random_head(target)
+    h = target_features(target, PROMPT.view(1, -1), torch.device("cpu")).float()
+    with torch.no_grad():
+        embeds = target.get_input_embeddings()(PROMPT[1:]).float()
+        predicted = head(embeds, h[0, :-1])
+    drafter = EagleDrafter(head, target)
+    drafter.start(PROMPT)
+    drafter.take_features(h[0, :-1])  # what the prefill hands over: features of all but the pending token
+    draft = drafter.propose(PROMPT, 1, SamplingParams(0.0))
+    assert draft.tokens.tolist() == [int(target.get_output_embeddings()(predicted[-1]).argmax())]
+
+
+def test_a_short_training_lowers_both_losses():
+    target = tiny_model("llama", layers=2, seed=0)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    rows = torch.randint(0, 96, (8, 24), generator=torch.Generator().manual_seed(0))
+    h = target_features(target, rows, torch.device("cpu")).float()
+    head = EagleHead.for_target(target)
+    opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(30):
+        loss, feature_loss, ce = eagle_loss(head, target.get_input_embeddings(), target.get_output_embeddings(),
+                                            rows, h, noise=0.0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append((feature_loss, ce))
+    assert losses[-1][0] < 0.5 * losses[0][0] and losses[-1][1] < losses[0][1]
+
+
+def sampled_joint(target, drafter, settings) -> tuple[np.ndarray, int]:
+    counts, accepted = np.zeros((lossless.VOCAB, lossless.VOCAB)), 0
+    for seed in range(2000):
+        result = speculative_generate(target, drafter, lossless.PROMPT, k=2, max_new_tokens=2, seed=seed, **settings)
+        t1, t2 = result.tokens.tolist()
+        counts[t1, t2] += 1
+        accepted += result.stats.accepted
+    return counts, accepted
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=1.0, top_p=0.8)],
+                         ids=["temperature 1", "top-p 0.8"])
+def test_sampled_eagle_chains_follow_the_target(settings):
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    counts, accepted = sampled_joint(target, EagleDrafter(random_head(target, scale=2.0), target), settings)
+    assert accepted > 100
+    assert chi_square_pvalue(counts, lossless.exact_joint(target, settings)) > 1e-3
+
+
+def test_the_check_catches_a_rule_without_residual(monkeypatch):
+    """A deliberately broken rule (after a rejection, sample p instead of the residual) fails the same
+    test with the same head. (Dropping q instead would not: the point-mass rule is lossless for any
+    proposed token, however it was chosen.)"""
+    import speclab.verification as verification
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    monkeypatch.setattr(verification, "residual_distribution", lambda p, q: p)
+    counts, _ = sampled_joint(target, EagleDrafter(random_head(target, scale=2.0), target), dict(temperature=1.0))
+    assert chi_square_pvalue(counts, lossless.exact_joint(target, dict(temperature=1.0))) < 1e-3
+
+
+def test_a_head_for_another_target_is_refused_with_what_to_do(tmp_path):
+    target = tiny_model("llama", layers=2, seed=0)
+    head = EagleHead.for_target(target)
+    head.save(tmp_path / "eagle")
+    loaded = EagleHead.load(tmp_path / "eagle")
+    EagleDrafter(loaded, target)  # fits its own target
+    for other, what in [(tiny_model("llama", layers=3, seed=0), "layers"),
+                        (tiny_model("llama", layers=2, vocab=64, seed=0), "vocab"),
+                        (tiny_model("qwen2", layers=2, seed=0), "model_type"),
+                        (tiny_model("llama", layers=2, seed=5), "checksums")]:
+        with pytest.raises(ValueError, match=what) as error:
+            EagleDrafter(loaded, other)
+        assert "train eagle" in str(error.value)
+
+
+def test_a_target_whose_layers_cannot_be_mirrored_is_refused():
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=96))
+    with pytest.raises(TypeError, match="Llama-family"):
+        EagleHead.for_target(gpt2)
+
+
+def test_load_drafter_builds_eagle_from_a_head_directory(tmp_path):
+    from speclab import load_drafter
+    target = tiny_model("llama", layers=2, seed=0)
+    EagleHead.for_target(target).save(tmp_path / "eagle")
+    drafter = load_drafter("eagle", target, head=tmp_path / "eagle")
+    assert isinstance(drafter, EagleDrafter)
+    with pytest.raises(FileNotFoundError, match="train eagle"):
+        load_drafter("eagle", target, head=tmp_path / "nothing")
