@@ -454,20 +454,27 @@ def medusa_loss(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tenso
     return total, per_head
 
 
+def eagle_predict(head: torch.nn.Module, embed: torch.nn.Module, tokens: torch.Tensor, h: torch.Tensor,
+                  noise: float = 0.0, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The head's predicted features (B, T-1, H) for rows `tokens` (B, T) with the target's features h
+    (B, T, H), teacher-forced: from pair (f_t, x_{t+1}) it predicts f_{t+1}. `noise`: U(-noise, noise)
+    added to the input features."""
+    inputs = h[:, :-1].float()
+    if noise:
+        inputs = inputs + (torch.rand(inputs.shape, generator=generator, device=inputs.device) * 2 - 1) * noise
+    x = head.fc(torch.cat([embed(tokens[:, 1:].to(h.device)).float(), inputs], dim=-1))
+    return head.model(inputs_embeds=x, use_cache=False).last_hidden_state
+
+
 def eagle_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
                h: torch.Tensor, noise: float = 0.1, ce_weight: float = 0.1,
                generator: torch.Generator | None = None) -> tuple[torch.Tensor, float, float]:
-    """EAGLE-1's loss on rows `tokens` (B, T) with the target's features `h` (B, T, H): from pair
-    (f_t, x_{t+1}) the head predicts f_{t+1}. Smooth L1 to the true feature, plus ce_weight times the
-    cross-entropy of lm_head(prediction) against the target's own distribution lm_head(f_{t+1}) (the
-    token after x_{t+1}). Uniform noise U(-noise, noise) on the input features teaches the head to
-    draft on from its own imperfect predictions (Li et al. 2024). Returns (loss, feature loss, ce)."""
-    inputs, truth = h[:, :-1].float(), h[:, 1:].float()
-    if noise:
-        inputs = inputs + (torch.rand(inputs.shape, generator=generator, device=inputs.device) * 2 - 1) * noise
-    embeds = embed(tokens[:, 1:].to(h.device)).float()
-    x = head.fc(torch.cat([embeds, inputs], dim=-1))
-    predicted = head.model(inputs_embeds=x, use_cache=False).last_hidden_state
+    """EAGLE-1's loss (Li et al. 2024): smooth L1 from the predicted to the true next feature, plus
+    ce_weight times the cross-entropy of lm_head(prediction) against the target's own distribution
+    lm_head(f_{t+1}) (the token after x_{t+1}). The noise on the input features teaches the head to
+    draft on from its own imperfect predictions. Returns (loss, feature loss, cross-entropy)."""
+    predicted = eagle_predict(head, embed, tokens, h, noise, generator)
+    truth = h[:, 1:].float()
     feature_loss = torch.nn.functional.smooth_l1_loss(predicted, truth)
     with torch.no_grad():
         teacher = torch.softmax(lm_head(truth).float(), -1)
@@ -520,13 +527,42 @@ def quick_medusa(target: PreTrainedModel, rows: torch.Tensor, steps: int, num_he
     return heads.eval(), losses
 
 
+def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, data: str, m, dev: torch.device,
+                    seed: int, deadline: float | None = None) -> dict:
+    """The frozen target's features over its training rows, computed once into out/features.pt and
+    reused by every head trained on them (Medusa, EAGLE): m.corpus_rows standard-library windows and
+    m.generated of the target's own continuations (m.seq_len tokens each), and m.heldout_rows held-out
+    windows. Returns {"train", "heldout": features (n, T, H) float16; "train_rows", "heldout_rows":
+    the token ids (n, T); "seconds", "rows"}."""
+    from speclab.models import load_tokenizer
+    data_preset = resolve_preset(data, dict(seq_len=m.seq_len, generated=m.generated, prompt_len=m.prompt_len))
+    _, train, heldout = prepare_data(out, data_preset, load_tokenizer(target_dir))
+    features_file = out / "features.pt"
+    features = torch.load(features_file) if features_file.exists() else None
+    if features is not None and "train_rows" in features:
+        return features
+    generated = generate_continuations(target, train, data_preset, out, dev, seed + 3, deadline)
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(train) - m.seq_len, (m.corpus_rows,), generator=g).tolist()
+    rows = torch.cat([torch.stack([train[s:s + m.seq_len] for s in starts]), generated[:, :m.seq_len]])
+    held_starts = torch.linspace(0, len(heldout) - m.seq_len - 1, m.heldout_rows).long().tolist()
+    held = torch.stack([heldout[s:s + m.seq_len] for s in held_starts])
+    if features is None:  # (files from before rows were kept only lack the rows, rebuilt above)
+        started = time.perf_counter()
+        features = {"train": target_features(target, rows, dev), "heldout": target_features(target, held, dev),
+                    "seconds": time.perf_counter() - started, "rows": len(rows)}
+    features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32))
+    torch.save(features, features_file)
+    return features
+
+
 def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
                  stop_after_minutes: float | None = None, **overrides) -> dict:
     """Medusa heads for a frozen target (the bundled one, a local directory or a hub model), trained on
     its hidden states over standard-library windows and over its own continuations. Resumable.
     Writes out/medusa/ (heads and config) and out/medusa.json (the record: loss curve, accuracies)."""
     from speclab.heads import MedusaHeads
-    from speclab.models import load_model, load_tokenizer
+    from speclab.models import load_model
     if preset not in MEDUSA_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(MEDUSA_PRESETS)}")
     m = MedusaPreset(**{**asdict(MEDUSA_PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
@@ -535,21 +571,8 @@ def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", devi
     deadline = time.time() + 60 * stop_after_minutes if stop_after_minutes else None
     target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
     lm_head = target.get_output_embeddings()
-    data_preset = resolve_preset("micro" if preset == "micro" else "stdlib", dict(
-        seq_len=m.seq_len, generated=m.generated, prompt_len=m.prompt_len))
-    tokenizer, train, heldout = prepare_data(out, data_preset, load_tokenizer(target_dir))
-    features_file = out / "features.pt"
-    if not features_file.exists():
-        generated = generate_continuations(target, train, data_preset, out, dev, seed + 3, deadline)
-        g = torch.Generator().manual_seed(seed)
-        starts = torch.randint(0, len(train) - m.seq_len, (m.corpus_rows,), generator=g).tolist()
-        rows = torch.cat([torch.stack([train[s:s + m.seq_len] for s in starts]), generated[:, :m.seq_len]])
-        held_starts = torch.linspace(0, len(heldout) - m.seq_len - 1, m.heldout_rows).long().tolist()
-        held = torch.stack([heldout[s:s + m.seq_len] for s in held_starts])
-        started = time.perf_counter()
-        torch.save({"train": target_features(target, rows, dev), "heldout": target_features(target, held, dev),
-                    "seconds": time.perf_counter() - started, "rows": len(rows)}, features_file)
-    features = torch.load(features_file)
+    features = cached_features(target, target_dir, out, "micro" if preset == "micro" else "stdlib", m, dev, seed,
+                               deadline)
     train_h, held_h = features["train"], features["heldout"].to(dev, torch.float32)
 
     torch.manual_seed(seed)
@@ -612,6 +635,138 @@ def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", devi
     heads.save(out / "medusa")
     (out / "medusa" / "record.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+@dataclass
+class EaglePreset:
+    corpus_rows: int = 1024   # the same rows as Medusa's, so out/features.pt can be shared
+    generated: int = 128
+    heldout_rows: int = 64
+    seq_len: int = 256
+    prompt_len: int = 64
+    batch: int = 8
+    steps: int = 1500
+    lr: float = 1e-3
+    warmup: int = 50
+    noise: float = 0.1        # U(-noise, noise) on the input features (Li et al. 2024)
+    ce_weight: float = 0.1
+    clip: float = 0.5         # gradient norm clip, as in the reference recipe
+    eval_every: int = 100
+
+
+EAGLE_PRESETS = {
+    "stdlib": EaglePreset(),
+    "micro": EaglePreset(corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8, batch=4, steps=6,
+                         warmup=2, eval_every=3),
+}
+
+
+@torch.no_grad()
+def eagle_accuracy(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
+                   h: torch.Tensor) -> float:
+    """How often lm_head(predicted feature) names the target's own greedy token (teacher-forced: the
+    head sees true features, as in the first draft step of every round)."""
+    predicted = eagle_predict(head, embed, tokens, h)
+    return float((lm_head(predicted).argmax(-1) == lm_head(h[:, 1:].float()).argmax(-1)).float().mean())
+
+
+def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
+                stop_after_minutes: float | None = None, **overrides) -> dict:
+    """An EAGLE-1 head for a frozen Llama-family target, trained on the target's features over
+    standard-library windows and its own continuations (cached_features: shared with Medusa).
+    Resumable. Writes out/eagle/ (head, config and record.json: loss curves, held-out accuracy)."""
+    from speclab.eagle import EagleHead
+    from speclab.models import load_model
+    if preset not in EAGLE_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(EAGLE_PRESETS)}")
+    m = EaglePreset(**{**asdict(EAGLE_PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
+    out.mkdir(parents=True, exist_ok=True)
+    dev = pick_device(device)
+    deadline = time.time() + 60 * stop_after_minutes if stop_after_minutes else None
+    target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    features = cached_features(target, target_dir, out, "micro" if preset == "micro" else "stdlib", m, dev, seed,
+                               deadline)
+    train_h, train_rows = features["train"], features["train_rows"].long()
+    held_h, held_rows = features["heldout"].to(dev, torch.float32), features["heldout_rows"].long().to(dev)
+
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(target)
+    opt = torch.optim.AdamW(head.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    ckpt_file = out / "eagle.ckpt"
+    step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": features["seconds"]}
+    if ckpt_file.exists():
+        state = torch.load(ckpt_file, map_location=dev)
+        head.load_state_dict(state["head"])
+        opt.load_state_dict(state["opt"])
+        step, log = state["step"], state["log"]
+    schedule = Preset(lr=m.lr, warmup=m.warmup)
+
+    def evaluate() -> None:
+        head.eval()
+        with torch.no_grad():
+            loss, feature_loss, ce = eagle_loss(head, embed, lm_head, held_rows, held_h, noise=0.0,
+                                                ce_weight=m.ce_weight)
+        log["evals"].append({"step": step, "heldout_loss": round(float(loss), 4),
+                             "heldout_feature_loss": round(feature_loss, 4), "heldout_ce": round(ce, 4),
+                             "heldout_top1": round(eagle_accuracy(head, embed, lm_head, held_rows, held_h), 4)})
+        head.train()
+
+    if not log["evals"]:
+        evaluate()
+    bar = tqdm(total=m.steps, initial=step, desc="eagle", mininterval=5)
+    started, last_save = time.perf_counter(), time.perf_counter()
+    head.train()
+    try:
+        while step < m.steps:
+            if deadline is not None and time.time() > deadline:
+                break
+            g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+            pick = torch.randint(0, len(train_h), (m.batch,), generator=g)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, schedule, m.steps)
+            loss, feature_loss, ce = eagle_loss(head, embed, lm_head, train_rows[pick].to(dev),
+                                                train_h[pick].to(dev, torch.float32), m.noise, m.ce_weight, g)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), m.clip)
+            opt.step()
+            step += 1
+            bar.update(1)
+            log.setdefault("train", []).append([step, round(feature_loss, 4), round(ce, 4)])
+            if step % m.eval_every == 0 or step == m.steps:
+                evaluate()
+                last = log["evals"][-1]
+                bar.write(f"eagle step {step}: held-out feature loss {last['heldout_feature_loss']:.4f}, "
+                          f"ce {last['heldout_ce']:.3f}, top-1 {last['heldout_top1']:.3f}")
+            if time.perf_counter() - last_save > 120:
+                log["seconds"] += time.perf_counter() - started
+                started = last_save = time.perf_counter()
+                torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, ckpt_file)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        bar.close()
+    log["seconds"] += time.perf_counter() - started
+    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, ckpt_file)
+    if step < m.steps:
+        raise SystemExit(f"eagle: stopped at step {step}/{m.steps}; run the same command again to resume.")
+    head.eval()
+    report = {"preset": asdict(m), "target_from": str(target_dir), "device": str(dev), "hardware": hardware(dev),
+              "torch": torch.__version__, "seed": seed, "training_rows": features["rows"],
+              "parameters": sum(p.numel() for p in head.parameters()), "log": log}
+    head.save(out / "eagle")
+    (out / "eagle" / "record.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def install_eagle(out: Path, dest: Path | None = None) -> Path:
+    """Copy a trained EAGLE head (out/eagle/) into the package, next to the bundled target."""
+    from speclab.models import BUNDLED_DIR
+    dest = (dest or BUNDLED_DIR) / "eagle"
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(out / "eagle", dest)
+    return dest
 
 
 def choose_medusa_tree(target_dir: str | Path, heads_dir: Path, device: str | None = None) -> dict:
@@ -696,7 +851,28 @@ def main(argv: list[str] | None = None) -> None:
     medusa.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
     medusa.add_argument("--install", action="store_true", help="when done, copy the heads into the package "
                         "(speclab/pairs/stdlib/medusa), where load_drafter('medusa') finds them")
+    eagle = sub.add_parser("eagle", help="train an EAGLE-1 head for a frozen Llama-family target (resumable)")
+    eagle.add_argument("--target", required=True, help="target model: a local directory (the bundled one is "
+                       "speclab/pairs/stdlib/target) or a hub id")
+    eagle.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, head); "
+                       "the folder of train medusa reuses its cached features")
+    eagle.add_argument("--preset", choices=sorted(EAGLE_PRESETS), default="stdlib")
+    eagle.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    eagle.add_argument("--seed", type=int, default=0)
+    eagle.add_argument("--steps", type=int, help="override the preset's training steps")
+    eagle.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+    eagle.add_argument("--install", action="store_true", help="when done, copy the head into the package "
+                       "(speclab/pairs/stdlib/eagle), where load_drafter('eagle') finds it")
     args = parser.parse_args(argv)
+    if args.command == "eagle":
+        report = train_eagle(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
+                             stop_after_minutes=args.stop_after_minutes, steps=args.steps)
+        last = report["log"]["evals"][-1]
+        print(f"eagle: held-out feature loss {last['heldout_feature_loss']:.4f}, ce {last['heldout_ce']:.3f}, "
+              f"top-1 {last['heldout_top1']:.3f}, {report['log']['seconds'] / 60:.1f} min")
+        if args.install:
+            print(f"installed into {install_eagle(args.out)}")
+        return
     if args.command == "medusa":
         report = train_medusa(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
                               stop_after_minutes=args.stop_after_minutes, num_heads=args.heads, steps=args.steps)

@@ -128,3 +128,28 @@ def test_load_drafter_builds_eagle_from_a_head_directory(tmp_path):
     assert isinstance(drafter, EagleDrafter)
     with pytest.raises(FileNotFoundError, match="train eagle"):
         load_drafter("eagle", target, head=tmp_path / "nothing")
+
+
+def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path):
+    import json
+
+    import speclab
+    from speclab.train import install_eagle
+    from speclab.train import main as train_main
+    pair = tmp_path / "pair"
+    train_main(["pair", "--out", str(pair), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    out = tmp_path / "heads"
+    train_main(["medusa", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "2"])
+    features = (out / "features.pt").stat().st_mtime
+    train_main(["eagle", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "3"])
+    train_main(["eagle", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "5"])
+    assert (out / "features.pt").stat().st_mtime == features  # Medusa's cached features, reused
+    record = json.loads((out / "eagle" / "record.json").read_text())
+    assert [e["step"] for e in record["log"]["evals"]] == [0, 3, 5]  # resumed, not restarted
+    assert len(record["log"]["train"]) == 5
+    installed = install_eagle(out, tmp_path / "package")
+    target, _, tok, _ = speclab.load_pair(str(pair / "target"), draft=pair / "draft", device="cpu")
+    drafter = speclab.load_drafter("eagle", target, head=installed)
+    ids = tok("def f(x):\n", return_tensors="pt").input_ids[0]
+    assert speclab.speculative_generate(target, drafter, ids, k=3, max_new_tokens=8).tokens.tolist() == \
+        speclab.generate(target, ids, max_new_tokens=8).tokens.tolist()
