@@ -129,19 +129,34 @@ class EagleHead(nn.Module):
 
 
 class EagleDrafter(Drafter):
-    """EAGLE-1 as a chain drafter: k tokens per round, each from the head's predicted feature.
+    """EAGLE-1's head drafting a chain (tree="chain": k tokens per round, each from the head's own
+    predicted feature, sampled from the served distribution) or EAGLE-2's dynamic tree (tree="dynamic",
+    the default: Li et al. 2024b). The dynamic tree grows `depth` levels (at most k): every frontier
+    node's top_k children are scored by the cumulative log-probability of their path, the best top_k
+    of them become the next frontier, and at the end the best `total_tokens` of every node scored
+    form the tree the target verifies. A child never scores above its parent, so that set is closed
+    under ancestors. Its nodes are deterministic top-k picks, so the rule sees point masses and stays
+    lossless at any temperature.
 
     Bookkeeping: pair j is (feature f_j, token x_{j+1}). After the prefill the target has handed over
     f_0..f_{n-2} for a prompt of n tokens, and x_1..x_{n-1} are known, so pairs 0..n-2 are all true.
     Each round the head rolls its cache back to the true pairs, feeds the new ones (the verify pass's
-    features of the pending token and the accepted drafts), and drafts on from its own guesses."""
+    features of the pending token and the accepted drafts), and drafts on from there."""
 
     name = "eagle"
     feature_layers = (-1,)
 
-    def __init__(self, head: EagleHead, target: nn.Module):
+    def __init__(self, head: EagleHead, target: nn.Module, tree: str = "dynamic", top_k: int = 4, depth: int = 5,
+                 total_tokens: int = 16):
         head.check_fits(target)
-        self.head = head
+        if tree not in ("dynamic", "chain"):
+            raise ValueError(f"tree must be 'dynamic' (EAGLE-2) or 'chain' (EAGLE-1), got {tree!r}")
+        for label, value in (("top_k", top_k), ("depth", depth), ("total_tokens", total_tokens)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"EAGLE-2's {label} must be an integer >= 1, got {value!r}")
+        self.head, self.tree = head, tree
+        self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
+        self.name = "eagle-2" if tree == "dynamic" else "eagle"
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.forward_calls = 0
@@ -156,32 +171,36 @@ class EagleDrafter(Drafter):
     def take_features(self, features: torch.Tensor) -> None:
         self.pending.append(features)
 
-    def _head_step(self, tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    def _head_step(self, tokens: torch.Tensor, features: torch.Tensor, **extra) -> torch.Tensor:
         self.forward_calls += 1
-        return self.head(self.embed(tokens).to(self.head.dtype), features.to(self.head.dtype), self.cache)
+        return self.head(self.embed(tokens).to(self.head.dtype), features.to(self.head.dtype), self.cache, **extra)
 
     def _logits(self, feature: torch.Tensor) -> torch.Tensor:
         logits = self.lm_head(feature.to(self.lm_head.weight.dtype))
         check_finite(logits, "EAGLE head")
         return logits
 
+    def _catch_up(self, ids: torch.Tensor) -> torch.Tensor:
+        """Roll back the rows computed from guesses, feed the true pairs handed over since, and return
+        the predicted feature of the position after the pending token."""
+        crop = self.cache.get_seq_length() - self.true_pairs
+        if crop > 0:
+            self.cache.crop(-crop)
+        features = torch.cat(self.pending)
+        tokens = ids[self.true_pairs + 1:self.true_pairs + 1 + len(features)]
+        feature = self._head_step(tokens, features)[-1]
+        self.true_pairs += len(features)
+        self.pending = []
+        return feature
+
     @torch.inference_mode()
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
-        if not self.pending and self.true_pairs == 0:  # a one-token prompt: no feature yet
+        if not self.pending:  # a one-token prompt (no feature yet), or a second call without a verify pass
             return Draft(ids.new_empty(0))
-        crop = self.cache.get_seq_length() - self.true_pairs
-        if crop > 0:
-            self.cache.crop(-crop)  # forget the rows computed from last round's guesses
-        features = torch.cat(self.pending) if self.pending else None
-        if features is not None:
-            start = self.true_pairs
-            tokens = ids[start + 1:start + 1 + len(features)]
-            feature = self._head_step(tokens, features)[-1]
-            self.true_pairs += len(features)
-            self.pending = []
-        else:
-            raise RuntimeError("EagleDrafter.propose called twice without features in between")
+        feature = self._catch_up(ids)
+        if self.tree == "dynamic":
+            return self._dynamic_tree(feature, min(k, self.depth), ids.device)
         drafted, probs = [], []
         for i in range(k):
             q = sampling.probs(self._logits(feature))
@@ -192,13 +211,69 @@ class EagleDrafter(Drafter):
                 feature = self._head_step(token.view(1), feature.view(1, -1))[-1]
         return Draft(torch.stack(drafted), torch.stack(probs))
 
+    def _dynamic_tree(self, feature: torch.Tensor, depth: int, device: torch.device) -> Draft:
+        """EAGLE-2: expand, score by cumulative log-probability, keep the best; one head pass per level."""
+        row_of: dict[int, int] = {}                  # node -> its row in the head's cache
+        log_probs = torch.log_softmax(self._logits(feature).float(), -1)
+        top = log_probs.topk(self.top_k)
+        frontier = list(range(self.top_k))
+        tokens, parents, scores = top.indices.tolist(), [-1] * self.top_k, top.values.tolist()
+        parent_features = feature.view(1, -1).expand(len(frontier), -1)
+        for _ in range(depth - 1):
+            # one pass over the frontier: each node sees the true prefix, its ancestors and itself
+            cached = self.cache.get_seq_length()
+            visible = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
+            visible[:, :self.true_pairs] = True
+            for i, node in enumerate(frontier):
+                ancestor = parents[node]
+                while ancestor >= 0:
+                    visible[i, row_of[ancestor]] = True
+                    ancestor = parents[ancestor]
+                visible[i, cached + i] = True
+                row_of[node] = cached + i
+            blocked = torch.finfo(self.head.dtype).min
+            mask = torch.zeros(visible.shape, dtype=self.head.dtype).masked_fill_(~visible, blocked)
+            positions = torch.tensor([[self.true_pairs + node_depth(parents, n) - 1 for n in frontier]], device=device)
+            frontier_tokens = torch.tensor([tokens[n] for n in frontier], device=device)
+            new_features = self._head_step(frontier_tokens, parent_features, attention_mask=mask[None, None].to(device),
+                                           position_ids=positions)
+            log_probs = torch.log_softmax(self._logits(new_features).float(), -1)
+            top = log_probs.topk(self.top_k, dim=-1)
+            candidates = []  # (score, parent node, token, parent's row in new_features)
+            for i, node in enumerate(frontier):
+                for lp, token in zip(top.values[i].tolist(), top.indices[i].tolist()):
+                    candidates.append((scores[node] + lp, node, token, i))
+            candidates.sort(key=lambda c: -c[0])
+            next_frontier, next_rows = [], []
+            for rank, (score, parent, token, i) in enumerate(candidates):
+                tokens.append(token)
+                parents.append(parent)
+                scores.append(score)
+                if rank < self.top_k:
+                    next_frontier.append(len(tokens) - 1)
+                    next_rows.append(i)
+            frontier, parent_features = next_frontier, new_features[next_rows]
+        # the best total_tokens nodes: sorted by score, ties to the earlier node, so parents come first
+        keep = sorted(sorted(range(len(tokens)), key=lambda n: (-scores[n], n))[:self.total_tokens])
+        renumber = {old: new for new, old in enumerate(keep)}
+        return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), None,
+                     [renumber[parents[n]] if parents[n] >= 0 else -1 for n in keep])
 
-def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None) -> EagleDrafter:
-    """An EAGLE-1 drafter for `target` from a head directory (train eagle), a head, or None: the head
-    that ships with the bundled target."""
+
+def node_depth(parents: list[int], node: int) -> int:
+    depth = 1
+    while parents[node] >= 0:
+        node, depth = parents[node], depth + 1
+    return depth
+
+
+def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, **options) -> EagleDrafter:
+    """An EAGLE drafter for `target` from a head directory (train eagle), a head, or None: the head
+    that ships with the bundled target. options: tree="dynamic" (EAGLE-2, default) or "chain"
+    (EAGLE-1), top_k, depth, total_tokens."""
     from speclab.models import BUNDLED_DIR
     if head is None:
         head = BUNDLED_DIR / "eagle"
     if not isinstance(head, EagleHead):
         head = EagleHead.load(head, device=target.device)
-    return EagleDrafter(head, target)
+    return EagleDrafter(head, target, **options)

@@ -6,7 +6,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 import tests.test_lossless as lossless
-from speclab import SamplingParams, generate, speculative_generate
+from speclab import SamplingParams, generate, speculative_generate, trees
 from speclab.eagle import EagleDrafter, EagleHead
 from speclab.evaluate import chi_square_pvalue
 from speclab.train import eagle_loss, target_features
@@ -23,10 +23,11 @@ def random_head(target, seed=0, scale=0.5):
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
-def test_greedy_eagle_equals_target_only(arch):
+@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+def test_greedy_eagle_equals_target_only(arch, tree):
     target = tiny_model(arch, layers=2, seed=0)
     reference = generate(target, PROMPT, max_new_tokens=30).tokens.tolist()
-    drafter = EagleDrafter(random_head(target), target)
+    drafter = EagleDrafter(random_head(target), target, tree=tree, top_k=3, depth=4, total_tokens=10)
     for k in (1, 3, 5):
         assert speculative_generate(target, drafter, PROMPT, k=k, max_new_tokens=30).tokens.tolist() == reference
     one = torch.tensor([7])  # a one-token prompt: no feature before the first round
@@ -43,11 +44,58 @@ def test_the_drafter_pairs_features_and_tokens_as_training_does():
     with torch.no_grad():
         embeds = target.get_input_embeddings()(PROMPT[1:]).float()
         predicted = head(embeds, h[0, :-1])
-    drafter = EagleDrafter(head, target)
+    drafter = EagleDrafter(head, target, tree="chain")
     drafter.start(PROMPT)
     drafter.take_features(h[0, :-1])  # what the prefill hands over: features of all but the pending token
     draft = drafter.propose(PROMPT, 1, SamplingParams(0.0))
     assert draft.tokens.tolist() == [int(target.get_output_embeddings()(predicted[-1]).argmax())]
+
+
+def test_the_dynamic_tree_is_what_the_head_predicts_along_each_path():
+    """EAGLE-2's level-by-level tree pass in the head's cache (tree mask, positions by depth) gives each
+    node the feature the head computes when it drafts that path as a chain: every node's children are
+    among the top_k tokens of that feature. The tree is ancestor-closed, at most total_tokens nodes, and
+    scores fall along every path."""
+    target = tiny_model("llama", layers=2, seed=0)
+    head = random_head(target, scale=2.0)
+    h = target_features(target, PROMPT.view(1, -1), torch.device("cpu")).float()
+    drafter = EagleDrafter(head, target, tree="dynamic", top_k=3, depth=4, total_tokens=12)
+    drafter.start(PROMPT)
+    drafter.take_features(h[0, :-1])
+    draft = drafter.propose(PROMPT, 4, SamplingParams(0.0))
+    assert len(draft) == 12 and max(trees.depths(draft.parents)) <= 4
+    lm_head, embed = target.get_output_embeddings(), target.get_input_embeddings()
+    with torch.no_grad():
+        for node in range(-1, len(draft)):
+            children = [i for i, p in enumerate(draft.parents) if p == node]
+            if not children:
+                continue
+            path = trees.path_to(draft.parents, node)
+            cache = head.new_cache()
+            feature = head(embed(PROMPT[1:]), h[0, :-1], cache)[-1]
+            for n in path:
+                feature = head(embed(draft.tokens[n].view(1)), feature.view(1, -1), cache)[-1]
+            allowed = set(lm_head(feature).topk(3).indices.tolist())
+            assert {int(draft.tokens[c]) for c in children} <= allowed, (node, path)
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=1.0, top_p=0.8)],
+                         ids=["temperature 1", "top-p 0.8"])
+def test_sampled_eagle2_trees_follow_the_target(settings):
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    drafter = EagleDrafter(random_head(target, scale=2.0), target, tree="dynamic", top_k=2, depth=2, total_tokens=5)
+    counts, accepted = sampled_joint(target, drafter, settings)
+    assert accepted > 100
+    assert chi_square_pvalue(counts, lossless.exact_joint(target, settings)) > 1e-3
+
+
+def test_bad_eagle2_settings_are_refused():
+    target = tiny_model("llama", layers=2, seed=0)
+    head = EagleHead.for_target(target)
+    for options, message in [(dict(tree="wide"), "tree must be"), (dict(top_k=0), "top_k"), (dict(depth=0), "depth"),
+                             (dict(total_tokens=0), "total_tokens")]:
+        with pytest.raises(ValueError, match=message):
+            EagleDrafter(head, target, **options)
 
 
 def test_a_short_training_lowers_both_losses():
@@ -83,7 +131,8 @@ def sampled_joint(target, drafter, settings) -> tuple[np.ndarray, int]:
                          ids=["temperature 1", "top-p 0.8"])
 def test_sampled_eagle_chains_follow_the_target(settings):
     target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
-    counts, accepted = sampled_joint(target, EagleDrafter(random_head(target, scale=2.0), target), settings)
+    drafter = EagleDrafter(random_head(target, scale=2.0), target, tree="chain")
+    counts, accepted = sampled_joint(target, drafter, settings)
     assert accepted > 100
     assert chi_square_pvalue(counts, lossless.exact_joint(target, settings)) > 1e-3
 
@@ -95,7 +144,8 @@ def test_the_check_catches_a_rule_without_residual(monkeypatch):
     import speclab.verification as verification
     target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
     monkeypatch.setattr(verification, "residual_distribution", lambda p, q: p)
-    counts, _ = sampled_joint(target, EagleDrafter(random_head(target, scale=2.0), target), dict(temperature=1.0))
+    drafter = EagleDrafter(random_head(target, scale=2.0), target, tree="chain")
+    counts, _ = sampled_joint(target, drafter, dict(temperature=1.0))
     assert chi_square_pvalue(counts, lossless.exact_joint(target, dict(temperature=1.0))) < 1e-3
 
 
