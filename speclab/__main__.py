@@ -1,7 +1,7 @@
 """python -m speclab: the map of what speclab can do.
 
   generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
-             (--method draft_model | ngram | lookahead | medusa | target-only)
+             (--method draft_model | ngram | lookahead | medusa | eagle | target-only)
   bench      target-only vs every drafting method (draft model, prompt lookup, lookahead, Medusa) vs
              transformers' assisted generation and prompt lookup, side by side, on one or more
              workloads (code, prose, and the copying sets edit and quote), and the speedup model
@@ -13,8 +13,8 @@
   workloads  the prompt sets bench runs on (code, prose, and the copying sets edit and quote);
              --build rewrites the shipped copying sets from this Python's standard library
   train      train the bundled pair (python -m speclab train pair --out DIR), new drafts for an
-             existing target (train draft --target DIR --out DIR), or Medusa heads for a frozen
-             target (train medusa --target DIR --out DIR)
+             existing target (train draft --target DIR --out DIR), Medusa heads for a frozen
+             target (train medusa --target DIR --out DIR), or an EAGLE head (train eagle ...)
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 """
@@ -74,7 +74,7 @@ def lookahead_setting(text: str) -> tuple[int, int, int]:
 
 GENERATE_METHODS = {"target-only": "target-only", "none": "target-only", "draft_model": "draft_model",
                     "model": "draft_model", "ngram": "ngram", "prompt-lookup": "ngram", "medusa": "medusa",
-                    "lookahead": "lookahead"}
+                    "lookahead": "lookahead", "eagle": "eagle"}
 
 
 def cmd_generate(args) -> None:
@@ -90,7 +90,7 @@ def cmd_generate(args) -> None:
     else:
         window, ngram, pool = args.lookahead
         options = {"draft_model": dict(draft=draft), "ngram": {}, "medusa": dict(heads=args.heads),
-                   "lookahead": dict(window=window, ngram=ngram, pool=pool)}[method]
+                   "lookahead": dict(window=window, ngram=ngram, pool=pool), "eagle": dict(head=args.eagle)}[method]
         result = speculative_generate(target, load_drafter(method, target, **options), ids, k=args.k, **common)
     print(text + tok.decode(result.tokens), end="\n\n")
     print(result.stats)
@@ -114,7 +114,8 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     from speclab.bench import default_methods, format_table, model_check, run_bench
     from speclab.profiling import cost_ratio, forward_ms
     prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
-    methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else default_methods(target, args.heads)
+    methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else \
+        default_methods(target, args.heads, args.eagle)
     settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
     print(f"device {device}, {len(prompts)} {workload} prompts, K={args.k}{lookup}, {args.max_new_tokens} new tokens, "
@@ -122,7 +123,8 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
           f"median of {args.repeats} interleaved repeats; target {target.dtype}, draft {draft.dtype}; "
           f"lookahead W,N,G {settings}")
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
-                     repeats=args.repeats, heads=args.heads, lookahead=args.lookahead, lookup_k=args.lookup_k)
+                     repeats=args.repeats, heads=args.heads, lookahead=args.lookahead, lookup_k=args.lookup_k,
+                     eagle=args.eagle)
     print(format_table(rows))
     summary = {"device": str(device), "workload": workload, "k": args.k, "lookup_k": args.lookup_k or args.k,
                "threads": torch.get_num_threads(),
@@ -185,22 +187,26 @@ def cmd_evaluate(args) -> None:
 def cmd_card(args) -> None:
     from pathlib import Path
 
-    from speclab.evaluate import MEDUSA_HEADING, medusa_card, model_card, replace_section
+    from speclab.evaluate import EAGLE_HEADING, MEDUSA_HEADING, eagle_card, medusa_card, model_card, replace_section
     from speclab.models import BUNDLED_DIR
     if args.threads:
         torch.set_num_threads(args.threads)
     pair_dir = Path(args.pair_dir) if args.pair_dir else BUNDLED_DIR
     out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
-    has_heads = (pair_dir / "medusa" / "tree.json").exists()
-    if args.only == "medusa":
-        if not has_heads:
-            raise SystemExit(f"no Medusa heads with a chosen tree in {pair_dir / 'medusa'}: train them with "
-                             "python -m speclab train medusa --target DIR --out DIR --install")
+    sections = {"medusa": (pair_dir / "medusa" / "tree.json", MEDUSA_HEADING, medusa_card, "medusa"),
+                "eagle": (pair_dir / "eagle" / "record.json", EAGLE_HEADING, eagle_card, "eagle")}
+    if args.only:
+        marker, _, _, trainer = sections[args.only]
+        if not marker.exists():
+            raise SystemExit(f"no trained {args.only} head in {marker.parent}: train it with "
+                             f"python -m speclab train {trainer} --target DIR --out DIR --install")
         card = out.read_text() if out.exists() else ""
+        sections = {args.only: sections[args.only]}
     else:
         card = model_card(pair_dir, args.num_prompts, args.max_new_tokens)
-    if has_heads:
-        card = replace_section(card, MEDUSA_HEADING, medusa_card(pair_dir, args.num_prompts, args.max_new_tokens))
+    for marker, heading, section, _ in sections.values():
+        if marker.exists():
+            card = replace_section(card, heading, section(pair_dir, args.num_prompts, args.max_new_tokens))
     out.write_text(card)
     print(card)
     print(f"written to {out}")
@@ -236,8 +242,8 @@ def cmd_pairs(_args) -> None:
 
 
 BENCH_METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead",
-                 "speclab medusa", "speclab medusa-chain", "hf target-only", "hf assisted",
-                 "hf prompt-lookup")  # = bench.METHODS (without importing it, so --help stays fast)
+                 "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain",
+                 "hf target-only", "hf assisted", "hf prompt-lookup")  # = bench.METHODS (without importing it, so --help stays fast)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lookahead", type=lookahead_setting, default="4,4,4", metavar="W,N,G",
                    help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
     g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
+    g.add_argument("--eagle", default=None, help="EAGLE head directory (default: the one shipped with the bundled target)")
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="speclab vs transformers, target-only vs speculative, one process")
@@ -274,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", "--method", dest="methods", default=None,
                    help="comma-separated subset of: " + ", ".join(BENCH_METHODS) + " (default: all that fit the target)")
     b.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
+    b.add_argument("--eagle", default=None, help="EAGLE head directory, for the eagle rows (default: the one shipped "
+                   "with the bundled target)")
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.set_defaults(func=cmd_bench)
@@ -299,8 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--num-prompts", type=int, default=4)
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
-    c.add_argument("--only", choices=["medusa"], default=None, help="re-measure only this section of the card "
-                   "(medusa: the heads shipped with the target) and keep the rest")
+    c.add_argument("--only", choices=["medusa", "eagle"], default=None, help="re-measure only this section of the "
+                   "card (the Medusa heads or the EAGLE head shipped with the target) and keep the rest")
     c.set_defaults(func=cmd_card)
 
     t = sub.add_parser("theory", help="the speedup model for a given cost ratio")
@@ -315,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "standard library (held-out files only)")
     w.set_defaults(func=cmd_workloads)
     sub.add_parser("train", help="python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
-                   "train medusa --target DIR --out DIR", add_help=False)
+                   "train medusa --target DIR --out DIR | train eagle --target DIR --out DIR", add_help=False)
     sub.add_parser("labs", help="python -m speclab labs build | grade DIR --out scores.csv", add_help=False)
     return parser
 

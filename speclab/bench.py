@@ -25,7 +25,8 @@ from speclab.runner import model_device
 from speclab.stats import GenerationStats
 
 METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead",
-           "speclab medusa", "speclab medusa-chain", "hf target-only", "hf assisted", "hf prompt-lookup")
+           "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain", "hf target-only",
+           "hf assisted", "hf prompt-lookup")
 LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
 
 
@@ -44,22 +45,32 @@ def expand_methods(methods, lookahead=LOOKAHEAD) -> tuple[str, ...]:
     for m in methods:
         out += list(lookahead_rows(lookahead)) if m == "speclab lookahead" else [m]
     return tuple(out)
+
+
 LOOKUP_METHODS = ("speclab prompt-lookup", "hf prompt-lookup")
 MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
+EAGLE_METHODS = ("speclab eagle", "speclab eagle-chain")     # EAGLE-2's dynamic tree, and EAGLE-1's chain
 
 
-def default_methods(target, heads=None) -> tuple[str, ...]:
-    """Every method that can run on this target: the Medusa rows only where heads fit it."""
+def _fits(method: str, target, **options) -> bool:
     try:
-        load_drafter("medusa", target, heads=heads)
-    except (OSError, ValueError):
-        return tuple(m for m in METHODS if m not in MEDUSA_METHODS)
-    return METHODS
+        load_drafter(method, target, **options)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
 
 
-def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD) -> dict:
+def default_methods(target, heads=None, eagle=None) -> tuple[str, ...]:
+    """Every method that can run on this target: the Medusa and EAGLE rows only where a head fits it."""
+    skip = (() if _fits("medusa", target, heads=heads) else MEDUSA_METHODS) + \
+        (() if _fits("eagle", target, head=eagle) else EAGLE_METHODS)
+    return tuple(m for m in METHODS if m not in skip)
+
+
+def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle=None) -> dict:
     """The drafter each speclab method uses, built once for the whole bench. `lookahead`: (W, N, G)
-    settings, one lookahead row each."""
+    settings, one lookahead row each; `heads`, `eagle`: Medusa heads and EAGLE head directories
+    (default: those shipped with the bundled target)."""
     drafters = {"speclab speculative": draft, "speclab prompt-lookup": PromptLookupDrafter()}
     for name, (window, ngram, pool) in lookahead_rows(lookahead).items():
         drafters[name] = load_drafter("lookahead", window=window, ngram=ngram, pool=pool)
@@ -67,6 +78,10 @@ def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD) -> di
         drafters["speclab medusa"] = load_drafter("medusa", target, heads=heads)
     if "speclab medusa-chain" in methods:
         drafters["speclab medusa-chain"] = load_drafter("medusa", target, heads=heads, tree="chain")
+    if "speclab eagle" in methods:
+        drafters["speclab eagle"] = load_drafter("eagle", target, head=eagle)
+    if "speclab eagle-chain" in methods:
+        drafters["speclab eagle-chain"] = load_drafter("eagle", target, head=eagle, tree="chain")
     return drafters
 
 
@@ -141,20 +156,23 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
               warmup: bool = True, repeats: int = 1, heads=None,
-              lookahead=LOOKAHEAD, lookup_k: int | None = None) -> list[BenchRow]:
+              lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved; one row per method with the
     totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
     heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep);
     `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'), which
-    draft almost for free and so pay off at a larger K than a draft model (default: k)."""
+    draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
+    EAGLE head directory (default: the head shipped for the bundled target)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
     methods = expand_methods(methods, lookahead)
-    drafters = make_drafters(methods, target, draft, heads, lookahead)
+    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle)
     k_of = {m: lookup_k if lookup_k is not None and m in LOOKUP_METHODS else k for m in methods}
+    if "speclab eagle" in methods:  # EAGLE-2's tree has its own depth: K would only cut it
+        k_of["speclab eagle"] = drafters["speclab eagle"].depth
     if warmup:
         for method in methods:
             run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,

@@ -78,24 +78,32 @@ def test_the_help_lists_the_same_bench_methods_as_the_bench():
     assert BENCH_METHODS == METHODS
 
 
-def test_generate_and_bench_run_medusa_with_a_heads_directory(tmp_path, capsys):
+def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(tmp_path, capsys):
+    from speclab.eagle import EagleHead
     from speclab.heads import MedusaHeads
     from speclab.models import load_model
     from speclab.train import main as train_main
     out = tmp_path / "micro"
     train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
     MedusaHeads.for_target(load_model(out / "target", "cpu", None), num_heads=2).save(tmp_path / "heads")
+    EagleHead.for_target(load_model(out / "target", "cpu", None)).save(tmp_path / "eagle")
     capsys.readouterr()
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle", "--eagle", str(tmp_path / "eagle")])
+    assert "speculative (eagle-2)" in capsys.readouterr().out
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "medusa", "--heads", str(tmp_path / "heads")])
     assert "speculative (medusa)" in capsys.readouterr().out
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
-          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--heads", str(tmp_path / "heads")])
+          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--heads", str(tmp_path / "heads"),
+          "--eagle", str(tmp_path / "eagle")])
     table = capsys.readouterr().out
     assert "speclab medusa " in table and "speclab medusa-chain" in table
+    assert "speclab eagle " in table and "speclab eagle-chain" in table
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1"])
-    assert "medusa" not in capsys.readouterr().out  # no heads for this target: the rows are left out
+    table = capsys.readouterr().out
+    assert "medusa" not in table and "eagle" not in table  # no heads for this target: the rows are left out
 
 
 def test_workloads_shows_each_set(capsys):
