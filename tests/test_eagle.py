@@ -203,3 +203,15 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     ids = tok("def f(x):\n", return_tensors="pt").input_ids[0]
     assert speclab.speculative_generate(target, drafter, ids, k=3, max_new_tokens=8).tokens.tolist() == \
         speclab.generate(target, ids, max_new_tokens=8).tokens.tolist()
+
+
+@pytest.mark.parametrize("tree", ["dynamic", "chain"])
+def test_the_shipped_head_decodes_the_bundled_target_exactly(tree):
+    import speclab
+    from speclab.corpus import heldout_prompts
+    target, _, tok, _ = speclab.load_pair(device="cpu")
+    drafter = speclab.load_drafter("eagle", target, tree=tree)
+    prompt = tok(heldout_prompts("code", 1)[0], return_tensors="pt").input_ids[0]
+    result = speculative_generate(target, drafter, prompt, k=6, max_new_tokens=48)
+    assert result.tokens.tolist() == generate(target, prompt, max_new_tokens=48).tokens.tolist()
+    assert result.stats.mean_tokens_per_round > 2.0  # a trained head; an untrained one gives about 1.0
