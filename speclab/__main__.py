@@ -124,7 +124,7 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
           f"lookahead W,N,G {settings}")
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
                      repeats=args.repeats, heads=args.heads, lookahead=args.lookahead, lookup_k=args.lookup_k,
-                     eagle=args.eagle)
+                     eagle=args.eagle, lookup_choices=args.lookup_choose)
     print(format_table(rows))
     summary = {"device": str(device), "workload": workload, "k": args.k, "lookup_k": args.lookup_k or args.k,
                "threads": torch.get_num_threads(),
@@ -277,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--num-prompts", type=int, default=4)
     b.add_argument("--lookup-k", type=int, default=None, help="tokens per round for the prompt-lookup rows, "
                    "speclab's and transformers' (default: --k); copying pays at a larger K (chapter 6)")
+    b.add_argument("--lookup-choose", nargs="+", default=None, choices=["latest", "first", "frequent", "longest"],
+                   help="prompt lookup's rule for choosing among several matches (default: frequent); several "
+                   "give a row each, side by side")
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
     b.add_argument("--methods", "--method", dest="methods", default=None,
                    help="comma-separated subset of: " + ", ".join(BENCH_METHODS) + " (default: all that fit the target)")

@@ -39,15 +39,29 @@ def lookahead_rows(settings) -> dict[str, tuple[int, int, int]]:
     return {f"speclab lookahead {w},{n},{g}": (w, n, g) for w, n, g in settings}
 
 
-def expand_methods(methods, lookahead=LOOKAHEAD) -> tuple[str, ...]:
-    """methods with "speclab lookahead" replaced by one row per lookahead setting."""
+def lookup_rows(choices) -> dict[str, str]:
+    """The prompt-lookup row name for each match rule (drafters.MATCH_CHOICES): "speclab prompt-lookup"
+    for one rule (None: the default), "speclab prompt-lookup RULE" for each of several."""
+    choices = list(choices or [None])
+    if len(choices) == 1:
+        return {"speclab prompt-lookup": choices[0]}
+    return {f"speclab prompt-lookup {c}": c for c in choices}
+
+
+def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None) -> tuple[str, ...]:
+    """methods with "speclab lookahead" replaced by one row per lookahead setting, and "speclab
+    prompt-lookup" by one row per match rule."""
     out: list[str] = []
     for m in methods:
-        out += list(lookahead_rows(lookahead)) if m == "speclab lookahead" else [m]
+        if m == "speclab lookahead":
+            out += list(lookahead_rows(lookahead))
+        elif m == "speclab prompt-lookup":
+            out += list(lookup_rows(lookup_choices))
+        else:
+            out.append(m)
     return tuple(out)
 
 
-LOOKUP_METHODS = ("speclab prompt-lookup", "hf prompt-lookup")
 MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
 EAGLE_METHODS = ("speclab eagle", "speclab eagle-chain")     # EAGLE-2's dynamic tree, and EAGLE-1's chain
 
@@ -67,11 +81,14 @@ def default_methods(target, heads=None, eagle=None) -> tuple[str, ...]:
     return tuple(m for m in METHODS if m not in skip)
 
 
-def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle=None) -> dict:
+def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle=None, lookup_choices=None) -> dict:
     """The drafter each speclab method uses, built once for the whole bench. `lookahead`: (W, N, G)
-    settings, one lookahead row each; `heads`, `eagle`: Medusa heads and EAGLE head directories
-    (default: those shipped with the bundled target)."""
-    drafters = {"speclab speculative": draft, "speclab prompt-lookup": PromptLookupDrafter()}
+    settings, one lookahead row each; `lookup_choices`: prompt lookup's match rules, a row each;
+    `heads`, `eagle`: Medusa heads and EAGLE head directories (default: those shipped with the
+    bundled target)."""
+    drafters = {"speclab speculative": draft}
+    for name, choose in lookup_rows(lookup_choices).items():
+        drafters[name] = PromptLookupDrafter() if choose is None else PromptLookupDrafter(choose=choose)
     for name, (window, ngram, pool) in lookahead_rows(lookahead).items():
         drafters[name] = load_drafter("lookahead", window=window, ngram=ngram, pool=pool)
     if "speclab medusa" in methods:
@@ -156,21 +173,24 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
               warmup: bool = True, repeats: int = 1, heads=None,
-              lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None) -> list[BenchRow]:
+              lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None,
+              lookup_choices=None) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved; one row per method with the
     totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
     heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep);
     `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'), which
     draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
-    EAGLE head directory (default: the head shipped for the bundled target)."""
+    EAGLE head directory (default: the head shipped for the bundled target); `lookup_choices`:
+    prompt lookup's match rules, a row each (default: one row, the default rule)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
-    methods = expand_methods(methods, lookahead)
-    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle)
-    k_of = {m: lookup_k if lookup_k is not None and m in LOOKUP_METHODS else k for m in methods}
+    methods = expand_methods(methods, lookahead, lookup_choices)
+    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle, lookup_choices)
+    is_lookup = {m: m == "hf prompt-lookup" or m.startswith("speclab prompt-lookup") for m in methods}
+    k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
     if "speclab eagle" in methods:  # EAGLE-2's tree has its own depth: K would only cut it
         k_of["speclab eagle"] = drafters["speclab eagle"].depth
     if warmup:

@@ -144,15 +144,16 @@ class LookaheadDrafter(Drafter):
         self.levels: list[list[int]] = []
         self._sees = {m: window_sees(window, m) for m in range(1, ngram)}
         self._seen = 0  # tokens of the sequence whose n-grams are in the pool (from_context)
-        self.history: list[list[list[int]]] = []  # the window before each pass, for figures (record=True)
-        self.record = False
+        self.record = False  # keep the window and the Draft of every round (for figures)
+        self.history: list[list[list[int]]] = []
+        self.drafts: list[Draft] = []
 
     def start(self, prompt: torch.Tensor) -> None:
         ids = prompt.tolist()
         rng = random.Random(self.seed)
         self.pool = NgramPool(self.n, self.per_key)
         self.levels = [[rng.choice(ids) for _ in range(self.width)]]
-        self.history = []
+        self.history, self.drafts = [], []
         self._seen = 0
         if self.from_context:
             self._learn(ids)
@@ -166,11 +167,13 @@ class LookaheadDrafter(Drafter):
                 generator: torch.Generator | None = None) -> Draft:
         tokens, parents = candidate_tree(self.pool.candidates(int(ids[-1])))
         flat = [t for level in self.levels for t in level]
-        if self.record:
-            self.history.append([list(level) for level in self.levels])
         side = SideBranch(torch.tensor(flat, dtype=torch.long, device=ids.device),
                           window_positions(self.width, len(self.levels)), self._sees[len(self.levels)])
-        return Draft(torch.tensor(tokens, dtype=torch.long, device=ids.device), None, parents, side)
+        draft = Draft(torch.tensor(tokens, dtype=torch.long, device=ids.device), None, parents, side)
+        if self.record:
+            self.history.append([list(level) for level in self.levels])
+            self.drafts.append(draft)
+        return draft
 
     def take_side_logits(self, logits: torch.Tensor) -> None:
         guesses = logits.argmax(dim=-1).view(len(self.levels), self.width).tolist()

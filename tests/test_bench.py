@@ -75,3 +75,12 @@ def test_lookahead_settings_become_rows_side_by_side(pair, prompt):
     wide, narrow = by_name["speclab lookahead 3,3,2"].stats, by_name["speclab lookahead 2,2,1"].stats
     assert wide.verified_positions / wide.rounds > narrow.verified_positions / narrow.rounds  # a wider window
     assert all(r.matches_target_only for r in rows[1:])
+
+
+def test_prompt_lookup_rules_become_rows_side_by_side(pair, prompt):
+    methods = ("speclab target-only", "speclab prompt-lookup", "hf prompt-lookup")
+    rows = run_bench(*pair, [prompt], k=3, max_new_tokens=10, methods=methods, lookup_k=6, warmup=False,
+                     lookup_choices=["latest", "frequent"])
+    assert [r.method for r in rows] == ["speclab target-only", "speclab prompt-lookup latest",
+                                        "speclab prompt-lookup frequent", "hf prompt-lookup"]
+    assert rows[1].stats.k == rows[2].stats.k == 6 and all(r.matches_target_only for r in rows[1:])
