@@ -332,7 +332,7 @@ class MedusaDrafter(Drafter):
 
 
 # ---------------------------------------------------------------- one entry point for every method
-METHODS = ("draft_model", "ngram", "medusa", "lookahead", "eagle")  # vLLM's names where vLLM has the method
+METHODS = ("draft_model", "ngram", "medusa", "lookahead", "eagle", "eagle3")  # vLLM's names where vLLM has the method
 NGRAM_ALIASES = {"prompt_lookup_max": "max_ngram", "prompt_lookup_min": "min_ngram",  # vLLM
                  "num_speculative_tokens": "num_tokens", "max_matching_ngram_size": "max_ngram",  # transformers
                  "prompt_lookup_num_tokens": "num_tokens"}
@@ -347,7 +347,10 @@ def load_drafter(method: str, target: torch.nn.Module | None = None, **options) 
     medusa       Medusa heads: heads= a directory (default: the heads shipped for the bundled
                  target), tree= "chain" or medusa_choices (default: the tree chosen for them)
     lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
-    eagle        an EAGLE-1 head (chain drafting): head= a directory written by train eagle
+    eagle        an EAGLE-1 head: head= a directory written by train eagle (default: the head shipped
+                 for the bundled target), tree="dynamic" (EAGLE-2's tree, default) or "chain",
+                 top_k, depth, total_tokens
+    eagle3       an EAGLE-3 head (train eagle3), with the same options
     """
     if method == "ngram":
         for alias, name in NGRAM_ALIASES.items():
@@ -359,12 +362,12 @@ def load_drafter(method: str, target: torch.nn.Module | None = None, **options) 
     if method == "lookahead":
         from speclab.lookahead import LookaheadDrafter
         return LookaheadDrafter(**options)
-    if method == "eagle":
+    if method in ("eagle", "eagle3"):
         from speclab.eagle import load_eagle
         if target is None:
             from speclab.models import load_pair
             target = load_pair(device="cpu").target
-        return load_eagle(target, **options)
+        return load_eagle(target, version=3 if method == "eagle3" else 1, **options)
     if method == "draft_model":
         from speclab.models import BUNDLED_DIR, load_model
         from speclab.runner import model_device

@@ -1,4 +1,4 @@
-"""EAGLE (Li et al. 2024): draft in the target's feature space with one decoder layer.
+"""EAGLE (Li et al. 2024, 2024b, 2025): draft in the target's feature space with one decoder layer.
 
 The target's feature f_t (its last hidden state after the final norm: what its lm_head reads) holds
 most of what it knows about the next token. EAGLE-1 predicts the *next feature* from the current
@@ -7,17 +7,26 @@ one decoder layer of the target's own architecture, whose output f^_{t+1} goes t
 frozen lm_head to give the draft distribution of x_{t+2}. Embeddings and lm_head are the target's
 (frozen, not stored with the head), so the head is one layer and one H x 2H matrix.
 
-Drafting runs autoregressively on the head's own predicted features, with its own KV cache: each
-round the head first catches up on the true features the verification pass handed over (the same
-hand-over Medusa uses: Drafter.take_features), then drafts from there; the rows it computed from its
-own guesses are rolled back at the next round, like a draft model's.
+EAGLE-3 (version=3) changes what goes in and how it is trained, not the drafting loop: the first
+input is a fusion (3H -> H) of the target's hidden states at a low, a middle and a high layer, later
+steps feed the head's own hidden state instead, embedding and feature are normed before the input
+projection, and a norm sits before the lm_head. It is trained on tokens only (no feature loss),
+with the training-time test: the head is unrolled several steps on its own outputs during training
+(speclab.train.eagle3_loss), so step 3 is trained on what step 3 will see when drafting.
 
-This module holds the head and the chain drafter (EAGLE-1); training is in speclab.train.
+Drafting runs autoregressively on the head's own outputs, with its own KV cache: each round the
+head first catches up on the true features the verification pass handed over (the same hand-over
+Medusa uses: Drafter.take_features), then drafts from there; the rows it computed from its own
+guesses are rolled back at the next round, like a draft model's. EAGLE-2's dynamic tree
+(`expand_level`, `rerank`) grows the draft as a tree scored by the head's own confidence.
+
+This module holds the head and the drafter; training is in speclab.train.
 """
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -30,6 +39,7 @@ from speclab.heads import _close, fingerprint
 from speclab.sampling import SamplingParams, check_finite, sample
 
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
+VERSIONS = (1, 3)
 
 
 def one_layer_config(config):
@@ -39,6 +49,13 @@ def one_layer_config(config):
     if getattr(config, "layer_types", None):
         config.layer_types = list(config.layer_types[-1:])
     return config
+
+
+def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
+    """The target hidden states EAGLE-3 fuses: the inputs of layers 2, L/2 and L-3 (the reference
+    implementation's low, middle and high layers), as indices into transformers' hidden_states
+    (0: the embeddings; i: the output of layer i), kept within 1..L for shallow models."""
+    return tuple(min(max(i, 1), num_layers) for i in (2, num_layers // 2, num_layers - 3))
 
 
 def check_mirrorable(target: nn.Module) -> None:
@@ -52,61 +69,99 @@ def check_mirrorable(target: nn.Module) -> None:
                         "(draft_model, ngram, medusa) for it")
 
 
+def target_identity(target: nn.Module) -> dict:
+    return {**fingerprint(target), "layers": int(target.config.num_hidden_layers),
+            "model_type": target.config.model_type}
+
+
 class EagleHead(nn.Module):
-    """fc([embedding; feature]) -> one decoder layer of the target's architecture -> predicted feature.
+    """One decoder layer of the target's architecture drafting in its feature space.
 
-    forward(embeds (n, H), features (n, H), cache) -> (n, H): row j predicts the feature of the position
-    after the token whose embedding is embeds[j]. No final norm: it regresses the target's features,
-    which are already normed, so the target's lm_head reads its output directly (as in EAGLE-1)."""
+    version 1: x = fc([embedding; feature]) (2H -> H); output h, read by the target's lm_head as it is
+    (it regresses the target's normed features) and fed back as the next step's feature.
+    version 3: the first feature is fuse([low; mid; high]) (3H -> H) of the target's hidden states at
+    `feature_layers`; x = fc([norm(embedding); norm(feature)]); output h goes through a norm before
+    the lm_head and is fed back, un-normed, as the next step's feature.
 
-    def __init__(self, target_config: dict, target_fingerprint: dict | None = None):
+    forward(embeds (n, H) or (B, n, H), features (same), cache, **attention extras) -> h."""
+
+    def __init__(self, target_config: dict, target_fingerprint: dict | None = None, version: int = 1,
+                 feature_layers: Sequence[int] | None = None):
         super().__init__()
+        if version not in VERSIONS:
+            raise ValueError(f"EAGLE version must be 1 or 3, got {version!r}")
         config = AutoConfig.for_model(**target_config)
-        self.config = dict(target_config=target_config, target_fingerprint=target_fingerprint)
+        if feature_layers is None:
+            feature_layers = (-1,) if version == 1 else eagle3_layers(config.num_hidden_layers)
+        self.version, self.feature_layers = version, tuple(int(i) for i in feature_layers)
+        self.config = dict(target_config=target_config, target_fingerprint=target_fingerprint, version=version,
+                           feature_layers=list(self.feature_layers))
         self.layer_config = one_layer_config(config)
         hidden = config.hidden_size
         self.fc = nn.Linear(2 * hidden, hidden, bias=True)
         self.model = AutoModel.from_config(self.layer_config)
         self.model.embed_tokens = None       # tokens are embedded with the target's own embeddings
-        self.model.norm = nn.Identity()      # the output is a (normed) feature already
+        self.model.norm = nn.Identity()      # version 1 regresses normed features; version 3 has out_norm
+        if version == 3:
+            norm = type(self.model.layers[0].input_layernorm)
+            eps = getattr(config, "rms_norm_eps", 1e-6)
+            self.fuse_fc = nn.Linear(len(self.feature_layers) * hidden, hidden, bias=False)
+            self.embed_norm, self.feature_norm, self.out_norm = (norm(hidden, eps=eps) for _ in range(3))
 
     @classmethod
-    def for_target(cls, target: nn.Module) -> EagleHead:
-        """A fresh head for `target`; its decoder layer starts as a copy of the target's last layer."""
+    def for_target(cls, target: nn.Module, version: int = 1) -> EagleHead:
+        """A fresh head for `target`; its decoder layer starts as a copy of the target's last layer (and
+        version 3's output norm as a copy of the target's final norm)."""
         check_mirrorable(target)
-        config = target.config.to_dict()
-        head = cls(config, {**fingerprint(target), "layers": int(target.config.num_hidden_layers),
-                            "model_type": target.config.model_type})
+        head = cls(target.config.to_dict(), target_identity(target), version)
         head.model.layers[0].load_state_dict(target.model.layers[-1].state_dict())
+        if version == 3:
+            head.out_norm.load_state_dict(target.model.norm.state_dict())
         return head.to(device=target.device, dtype=torch.float32)
 
     @property
     def dtype(self) -> torch.dtype:
         return self.fc.weight.dtype
 
+    @property
+    def name(self) -> str:
+        return f"EAGLE-{self.version}"
+
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.layer_config)
 
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The first step's feature from what the target hands over (len(feature_layers) * H wide)."""
+        features = features.to(self.dtype)
+        return features if self.version == 1 else self.fuse_fc(features)
+
+    def logits_input(self, h: torch.Tensor) -> torch.Tensor:
+        """What the target's lm_head reads from the head's output."""
+        return h if self.version == 1 else self.out_norm(h)
+
     def forward(self, embeds: torch.Tensor, features: torch.Tensor, cache: DynamicCache | None = None,
                 **extra) -> torch.Tensor:
-        x = self.fc(torch.cat([embeds, features], dim=-1).to(self.dtype))
-        out = self.model(inputs_embeds=x.unsqueeze(0), past_key_values=cache, use_cache=cache is not None, **extra)
-        return out.last_hidden_state[0]
+        embeds, features = embeds.to(self.dtype), features.to(self.dtype)
+        if self.version == 3:
+            embeds, features = self.embed_norm(embeds), self.feature_norm(features)
+        x = self.fc(torch.cat([embeds, features], dim=-1))
+        batched = x.dim() == 3
+        out = self.model(inputs_embeds=x if batched else x.unsqueeze(0), past_key_values=cache,
+                         use_cache=cache is not None, **extra)
+        return out.last_hidden_state if batched else out.last_hidden_state[0]
 
     def check_fits(self, target: nn.Module) -> None:
         """A ValueError, saying how to get a fitting head, unless this head was trained for `target`."""
         check_mirrorable(target)
-        mine = self.config["target_fingerprint"] or {}
-        theirs = {**fingerprint(target), "layers": int(target.config.num_hidden_layers),
-                  "model_type": target.config.model_type}
-        how = "train one for it: python -m speclab train eagle --target DIR --out DIR"
+        mine, theirs = self.config["target_fingerprint"] or {}, target_identity(target)
+        how = f"train one for it: python -m speclab train {'eagle' if self.version == 1 else 'eagle3'} --target DIR --out DIR"
         for key in ("model_type", "hidden", "vocab", "layers"):
             if mine.get(key) is not None and mine.get(key) != theirs[key]:
-                raise ValueError(f"this EAGLE head was trained for a target with {key} {mine.get(key)!r}; this "
+                raise ValueError(f"this {self.name} head was trained for a target with {key} {mine.get(key)!r}; this "
                                  f"{type(target).__name__} has {theirs[key]!r}; {how}")
         if mine.get("lm_head_checksum") is not None and not _close(mine["lm_head_checksum"], theirs["lm_head_checksum"]):
-            raise ValueError(f"this EAGLE head was trained for another target of the same shape (lm_head checksums "
-                             f"differ); {how}")
+            raise ValueError(f"this {self.name} head was trained for another target of the same shape (lm_head "
+                             f"checksums differ); {how}")
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
@@ -121,33 +176,62 @@ class EagleHead(nn.Module):
         directory = Path(directory)
         if not (directory / CONFIG_FILE).exists():
             raise FileNotFoundError(f"no EAGLE head in {directory} ({CONFIG_FILE} missing); train one with "
-                                    "python -m speclab train eagle --target DIR --out DIR")
-        config = json.loads((directory / CONFIG_FILE).read_text())
-        head = cls(**config)
-        head.load_state_dict({k: v for k, v in load_file(str(directory / WEIGHTS_FILE)).items()}, strict=False)
+                                    "python -m speclab train eagle (or eagle3) --target DIR --out DIR")
+        head = cls(**json.loads((directory / CONFIG_FILE).read_text()))
+        head.load_state_dict(load_file(str(directory / WEIGHTS_FILE)), strict=False)
         return head.to(device=device, dtype=dtype).eval()
 
 
+# ---------------------------------------------------------------- EAGLE-2's dynamic tree, as plain functions
+def expand_level(frontier_scores: Sequence[float], log_probs: torch.Tensor, top_k: int
+                 ) -> list[tuple[float, int, int]]:
+    """One level of EAGLE-2's expansion: frontier node i (its path's score frontier_scores[i]) gets its
+    top_k tokens by log_probs[i] (F, V) as children, each scored by the cumulative log-probability of
+    its path, frontier_scores[i] + log_probs[i, token]. Returns (score, i, token) for every child, best
+    first; ties keep the earlier frontier node, then the higher-ranked token (a stable sort)."""
+    if log_probs.dim() != 2 or log_probs.shape[0] != len(frontier_scores):
+        raise ValueError(f"log_probs must be (F, V) with F = {len(frontier_scores)} frontier nodes, "
+                         f"got {tuple(log_probs.shape)}")
+    top = log_probs.float().topk(top_k, dim=-1)
+    children = [(float(score) + lp, i, token) for i, score in enumerate(frontier_scores)
+                for lp, token in zip(top.values[i].tolist(), top.indices[i].tolist())]
+    return sorted(children, key=lambda child: -child[0])
+
+
+def rerank(scores: Sequence[float], parents: Sequence[int], total_tokens: int) -> tuple[list[int], list[int]]:
+    """EAGLE-2's reranking: the best total_tokens of every node scored (ties to the earlier node), in
+    node order, and their parents renumbered into that list (-1: a child of the root). Nodes are
+    recorded parents first and a child never scores above its parent (log-probabilities are <= 0), so
+    the kept set is closed under ancestors: a tree the target can verify."""
+    keep = sorted(sorted(range(len(scores)), key=lambda n: (-scores[n], n))[:total_tokens])
+    renumber = {old: new for new, old in enumerate(keep)}
+    return keep, [renumber[parents[n]] if parents[n] >= 0 else -1 for n in keep]
+
+
+def node_depth(parents: Sequence[int], node: int) -> int:
+    depth = 1
+    while parents[node] >= 0:
+        node, depth = parents[node], depth + 1
+    return depth
+
+
 class EagleDrafter(Drafter):
-    """EAGLE-1's head drafting a chain (tree="chain": k tokens per round, each from the head's own
-    predicted feature, sampled from the served distribution) or EAGLE-2's dynamic tree (tree="dynamic",
-    the default: Li et al. 2024b). The dynamic tree grows `depth` levels (at most k): every frontier
-    node's top_k children are scored by the cumulative log-probability of their path, the best top_k
-    of them become the next frontier, and at the end the best `total_tokens` of every node scored
-    form the tree the target verifies. A child never scores above its parent, so that set is closed
-    under ancestors. Its nodes are deterministic top-k picks, so the rule sees point masses and stays
-    lossless at any temperature. The defaults (top_k 2, depth 6, 12 tokens) were the fastest of the
-    settings measured with the bundled target's head on a 2-core CPU, where every head pass costs
-    about a tenth of a target step and a wider tree buys little; the reference implementation's
-    defaults (top_k 10, depth 7, 60 tokens) are for large targets on GPUs.
+    """An EAGLE head drafting a chain (tree="chain": k tokens per round, each from the head's own
+    output, sampled from the served distribution; EAGLE-1's way) or EAGLE-2's dynamic tree
+    (tree="dynamic", the default: Li et al. 2024b). The dynamic tree grows `depth` levels (at most k):
+    every frontier node's top_k children are scored by the cumulative log-probability of their path,
+    the best top_k of them become the next frontier, and at the end the best `total_tokens` of every
+    node scored form the tree the target verifies (expand_level, rerank). Its nodes are deterministic
+    top-k picks, so the rule sees point masses and stays lossless at any temperature. The defaults
+    (top_k 2, depth 6, 12 tokens) were the fastest of the settings measured with the bundled target's
+    head on a 2-core CPU, where every head pass costs about a tenth of a target step and a wider tree
+    buys little; the reference implementation's defaults (top_k 10, depth 7, 60 tokens) are for
+    large targets on GPUs. Works alike for EAGLE-1 and EAGLE-3 heads.
 
     Bookkeeping: pair j is (feature f_j, token x_{j+1}). After the prefill the target has handed over
     f_0..f_{n-2} for a prompt of n tokens, and x_1..x_{n-1} are known, so pairs 0..n-2 are all true.
     Each round the head rolls its cache back to the true pairs, feeds the new ones (the verify pass's
     features of the pending token and the accepted drafts), and drafts on from there."""
-
-    name = "eagle"
-    feature_layers = (-1,)
 
     def __init__(self, head: EagleHead, target: nn.Module, tree: str = "dynamic", top_k: int = 2, depth: int = 6,
                  total_tokens: int = 12):
@@ -159,7 +243,11 @@ class EagleDrafter(Drafter):
                 raise ValueError(f"EAGLE-2's {label} must be an integer >= 1, got {value!r}")
         self.head, self.tree = head, tree
         self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
-        self.name = "eagle-2" if tree == "dynamic" else "eagle"
+        self.feature_layers = head.feature_layers
+        if head.version == 1:
+            self.name = "eagle-2" if tree == "dynamic" else "eagle"
+        else:
+            self.name = "eagle-3" if tree == "dynamic" else "eagle-3 chain"
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.forward_calls = 0
@@ -176,107 +264,103 @@ class EagleDrafter(Drafter):
 
     def _head_step(self, tokens: torch.Tensor, features: torch.Tensor, **extra) -> torch.Tensor:
         self.forward_calls += 1
-        return self.head(self.embed(tokens).to(self.head.dtype), features.to(self.head.dtype), self.cache, **extra)
+        return self.head(self.embed(tokens), features, self.cache, **extra)
 
-    def _logits(self, feature: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(feature.to(self.lm_head.weight.dtype))
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(self.head.logits_input(h).to(self.lm_head.weight.dtype))
         check_finite(logits, "EAGLE head")
         return logits
 
     def _catch_up(self, ids: torch.Tensor) -> torch.Tensor:
         """Roll back the rows computed from guesses, feed the true pairs handed over since, and return
-        the predicted feature of the position after the pending token."""
+        the head's output at the pending token (its prediction of the position after it)."""
         crop = self.cache.get_seq_length() - self.true_pairs
         if crop > 0:
             self.cache.crop(-crop)
-        features = torch.cat(self.pending)
+        features = self.head.fuse(torch.cat(self.pending))
         tokens = ids[self.true_pairs + 1:self.true_pairs + 1 + len(features)]
-        feature = self._head_step(tokens, features)[-1]
+        h = self._head_step(tokens, features)[-1]
         self.true_pairs += len(features)
         self.pending = []
-        return feature
+        return h
 
     @torch.inference_mode()
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
         if not self.pending:  # a one-token prompt (no feature yet), or a second call without a verify pass
             return Draft(ids.new_empty(0))
-        feature = self._catch_up(ids)
+        h = self._catch_up(ids)
         if self.tree == "dynamic":
-            return self._dynamic_tree(feature, min(k, self.depth), ids.device)
+            return self._dynamic_tree(h, min(k, self.depth), ids.device)
         drafted, probs = [], []
         for i in range(k):
-            q = sampling.probs(self._logits(feature))
+            q = sampling.probs(self._logits(h))
             token = sample(q, generator)
             drafted.append(token)
             probs.append(q)
             if i + 1 < k:
-                feature = self._head_step(token.view(1), feature.view(1, -1))[-1]
+                h = self._head_step(token.view(1), h.view(1, -1))[-1]
         return Draft(torch.stack(drafted), torch.stack(probs))
 
-    def _dynamic_tree(self, feature: torch.Tensor, depth: int, device: torch.device) -> Draft:
+    def _dynamic_tree(self, h: torch.Tensor, depth: int, device: torch.device) -> Draft:
         """EAGLE-2: expand, score by cumulative log-probability, keep the best; one head pass per level."""
-        row_of: dict[int, int] = {}                  # node -> its row in the head's cache
-        log_probs = torch.log_softmax(self._logits(feature).float(), -1)
-        top = log_probs.topk(self.top_k)
-        frontier = list(range(self.top_k))
-        tokens, parents, scores = top.indices.tolist(), [-1] * self.top_k, top.values.tolist()
-        parent_features = feature.view(1, -1).expand(len(frontier), -1)
-        for _ in range(depth - 1):
-            # one pass over the frontier: each node sees the true prefix, its ancestors and itself
-            cached = self.cache.get_seq_length()
-            visible = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
-            visible[:, :self.true_pairs] = True
-            for i, node in enumerate(frontier):
-                ancestor = parents[node]
-                while ancestor >= 0:
-                    visible[i, row_of[ancestor]] = True
-                    ancestor = parents[ancestor]
-                visible[i, cached + i] = True
-                row_of[node] = cached + i
-            blocked = torch.finfo(self.head.dtype).min
-            mask = torch.zeros(visible.shape, dtype=self.head.dtype).masked_fill_(~visible, blocked)
-            positions = torch.tensor([[self.true_pairs + node_depth(parents, n) - 1 for n in frontier]], device=device)
-            frontier_tokens = torch.tensor([tokens[n] for n in frontier], device=device)
-            new_features = self._head_step(frontier_tokens, parent_features, attention_mask=mask[None, None].to(device),
-                                           position_ids=positions)
-            log_probs = torch.log_softmax(self._logits(new_features).float(), -1)
-            top = log_probs.topk(self.top_k, dim=-1)
-            candidates = []  # (score, parent node, token, parent's row in new_features)
-            for i, node in enumerate(frontier):
-                for lp, token in zip(top.values[i].tolist(), top.indices[i].tolist()):
-                    candidates.append((scores[node] + lp, node, token, i))
-            candidates.sort(key=lambda c: -c[0])
-            next_frontier, next_rows = [], []
-            for rank, (score, parent, token, i) in enumerate(candidates):
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        row_of: dict[int, int] = {}                 # node -> its row in the head's cache
+        frontier, frontier_h = [-1], h.view(1, -1)  # the root: the pending token
+        for level in range(depth):
+            log_probs = torch.log_softmax(self._logits(frontier_h).float(), -1)
+            children = expand_level([scores[n] if n >= 0 else 0.0 for n in frontier], log_probs, self.top_k)
+            chosen = []                             # (child node, its parent's row in frontier_h)
+            for score, i, token in children:
                 tokens.append(token)
-                parents.append(parent)
+                parents.append(frontier[i])
                 scores.append(score)
-                if rank < self.top_k:
-                    next_frontier.append(len(tokens) - 1)
-                    next_rows.append(i)
-            frontier, parent_features = next_frontier, new_features[next_rows]
-        # the best total_tokens nodes: sorted by score, ties to the earlier node, so parents come first
-        keep = sorted(sorted(range(len(tokens)), key=lambda n: (-scores[n], n))[:self.total_tokens])
-        renumber = {old: new for new, old in enumerate(keep)}
-        return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), None,
-                     [renumber[parents[n]] if parents[n] >= 0 else -1 for n in keep])
+                chosen.append((len(tokens) - 1, i))
+            if level + 1 == depth:
+                break
+            chosen = chosen[:self.top_k]
+            frontier = [node for node, _ in chosen]
+            frontier_h = self._tree_pass(frontier, tokens, parents, row_of, frontier_h[[i for _, i in chosen]],
+                                         device)
+        keep, kept_parents = rerank(scores, parents, self.total_tokens)
+        return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), None, kept_parents)
+
+    def _tree_pass(self, frontier: list[int], tokens: list[int], parents: list[int], row_of: dict[int, int],
+                   parent_h: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """One head pass over the frontier nodes, appended to the head's cache: each sees the true
+        prefix, its ancestors' rows and itself, at position true_pairs + depth - 1."""
+        cached = self.cache.get_seq_length()
+        visible = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
+        visible[:, :self.true_pairs] = True
+        for i, node in enumerate(frontier):
+            ancestor = parents[node]
+            while ancestor >= 0:
+                visible[i, row_of[ancestor]] = True
+                ancestor = parents[ancestor]
+            visible[i, cached + i] = True
+            row_of[node] = cached + i
+        mask = torch.zeros(visible.shape, dtype=self.head.dtype).masked_fill_(~visible, torch.finfo(self.head.dtype).min)
+        positions = torch.tensor([[self.true_pairs + node_depth(parents, n) - 1 for n in frontier]], device=device)
+        frontier_tokens = torch.tensor([tokens[n] for n in frontier], device=device)
+        return self._head_step(frontier_tokens, parent_h, attention_mask=mask[None, None].to(device),
+                               position_ids=positions)
 
 
-def node_depth(parents: list[int], node: int) -> int:
-    depth = 1
-    while parents[node] >= 0:
-        node, depth = parents[node], depth + 1
-    return depth
-
-
-def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, **options) -> EagleDrafter:
-    """An EAGLE drafter for `target` from a head directory (train eagle), a head, or None: the head
-    that ships with the bundled target. options: tree="dynamic" (EAGLE-2, default) or "chain"
-    (EAGLE-1), top_k, depth, total_tokens."""
+def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, version: int | None = None,
+               **options) -> EagleDrafter:
+    """An EAGLE drafter for `target` from a head directory (train eagle / train eagle3), a head, or
+    None: the head that ships with the bundled target (eagle/ for version 1, eagle3/ for version 3).
+    `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
+    the default) or "chain", top_k, depth, total_tokens."""
     from speclab.models import BUNDLED_DIR
     if head is None:
-        head = BUNDLED_DIR / "eagle"
+        head = BUNDLED_DIR / ("eagle3" if version == 3 else "eagle")
     if not isinstance(head, EagleHead):
         head = EagleHead.load(head, device=target.device)
+    if version is not None and head.version != version:
+        method = "eagle" if head.version == 1 else "eagle3"
+        raise ValueError(f"this is an {head.name} head, not an EAGLE-{version} head: load it with "
+                         f"load_drafter({method!r}, head=...)")
     return EagleDrafter(head, target, **options)

@@ -19,6 +19,7 @@ import math
 import platform
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -426,13 +427,15 @@ MEDUSA_PRESETS = {
 
 
 @torch.inference_mode()
-def target_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device, chunk: int = 16) -> torch.Tensor:
-    """The target's last hidden state (after the final norm: what its lm_head reads) at every position
-    of every row, float16 on the CPU: computed once, reused by every training step."""
+def target_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device, chunk: int = 16,
+                    layers: Sequence[int] = (-1,)) -> torch.Tensor:
+    """The target's hidden states at every position of every row, float16 on the CPU: computed once,
+    reused by every training step. `layers` index transformers' hidden_states (-1, the default: the
+    last, after the final norm, what the lm_head reads); several are concatenated (n, T, len * H)."""
     out = []
     for i in range(0, len(rows), chunk):
-        hidden = target(input_ids=rows[i:i + chunk].long().to(device), output_hidden_states=True).hidden_states[-1]
-        out.append(hidden.to("cpu", torch.float16))
+        hidden = target(input_ids=rows[i:i + chunk].long().to(device), output_hidden_states=True).hidden_states
+        out.append(torch.cat([hidden[layer] for layer in layers], dim=-1).to("cpu", torch.float16))
     return torch.cat(out)
 
 
@@ -456,14 +459,85 @@ def medusa_loss(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tenso
 
 def eagle_predict(head: torch.nn.Module, embed: torch.nn.Module, tokens: torch.Tensor, h: torch.Tensor,
                   noise: float = 0.0, generator: torch.Generator | None = None) -> torch.Tensor:
-    """The head's predicted features (B, T-1, H) for rows `tokens` (B, T) with the target's features h
-    (B, T, H), teacher-forced: from pair (f_t, x_{t+1}) it predicts f_{t+1}. `noise`: U(-noise, noise)
-    added to the input features."""
+    """The head's outputs (B, T-1, H) for rows `tokens` (B, T) with the target's features h (B, T, H),
+    teacher-forced: from pair (f_t, x_{t+1}) it predicts f_{t+1}. `noise`: U(-noise, noise) added to
+    the input features."""
     inputs = h[:, :-1].float()
     if noise:
         inputs = inputs + (torch.rand(inputs.shape, generator=generator, device=inputs.device) * 2 - 1) * noise
-    x = head.fc(torch.cat([embed(tokens[:, 1:].to(h.device)).float(), inputs], dim=-1))
-    return head.model(inputs_embeds=x, use_cache=False).last_hidden_state
+    return head(embed(tokens[:, 1:].to(h.device)), inputs)
+
+
+def unroll_mask(n: int, step: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The additive mask (1, 1, n, n * (step + 1)) of unrolled step `step` over the head's cache, which
+    holds the step-0 rows of anchors 0..n-1 and then each later step's n rows: the row of anchor t
+    sees the step-0 rows of anchors <= t (the true prefix) and its own rows of steps 1..step (its
+    chain of drafts), exactly what it sees when drafting step `step` after true pair t."""
+    visible = torch.cat([torch.ones(n, n, dtype=torch.bool).tril()] + [torch.eye(n, dtype=torch.bool)] * step, dim=1)
+    mask = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[None, None].to(device)
+
+
+def unroll(head: torch.nn.Module, embed: torch.nn.Module, tokens: torch.Tensor, first: torch.Tensor,
+           steps: int) -> list[torch.Tensor]:
+    """The head drafting `steps` steps on its own outputs from every true pair at once: the
+    training-time test of EAGLE-3 (Li et al. 2025), and the measure of how a head does at depth.
+    tokens (B, T); first (B, T-1, H): the first step's input feature of pair t (head.fuse of what the
+    target hands over). Returns [h_0, ..., h_{steps-1}], h_j (B, n, H) with n = T - steps: h_j[:, t]
+    is the head's output after j steps from true pair t, fed the true tokens x_{t+1..t+1+j} and its
+    own outputs; the lm_head reads from it the distribution of x_{t+j+2}."""
+    batch, length = tokens.shape
+    n = length - steps
+    if n < 1:
+        raise ValueError(f"rows of {length} tokens are too short to unroll {steps} steps")
+    cache, g, outputs = head.new_cache(), first[:, :n], []
+    for j in range(steps):
+        positions = (torch.arange(n, device=first.device) + j).expand(batch, n)
+        g = head(embed(tokens[:, 1 + j:1 + j + n].to(first.device)), g, cache,
+                 attention_mask=unroll_mask(n, j, head.dtype, first.device).expand(batch, -1, -1, -1),
+                 position_ids=positions)
+        outputs.append(g)
+    return outputs
+
+
+def soft_cross_entropy(logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of softmax(logits) against the target's own distribution softmax(teacher_logits)."""
+    teacher = torch.softmax(teacher_logits.detach().float(), -1)
+    return -(teacher * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
+
+
+def eagle3_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
+                layer_h: torch.Tensor, final_h: torch.Tensor, steps: int = 4, decay: float = 0.8
+                ) -> tuple[torch.Tensor, list[float]]:
+    """EAGLE-3's loss (Li et al. 2025): the head unrolled `steps` steps on its own outputs (`unroll`,
+    the training-time test), step j's cross-entropy against the target's distribution of the token
+    it drafts weighted decay ** j; no feature loss. layer_h (B, T, 3H): the fused layers' hidden
+    states; final_h (B, T, H): the target's last features, whose lm_head rows are the teacher.
+    Returns the loss and each step's cross-entropy."""
+    outputs = unroll(head, embed, tokens, head.fuse(layer_h[:, :-1].float()), steps)
+    n = tokens.shape[1] - steps
+    total, per_step = 0.0, []
+    with torch.no_grad():
+        teacher = lm_head(final_h.float())
+    for j, h in enumerate(outputs):
+        ce = soft_cross_entropy(lm_head(head.logits_input(h)), teacher[:, 1 + j:1 + j + n])
+        total = total + decay ** j * ce
+        per_step.append(ce.item())
+    return total, per_step
+
+
+@torch.no_grad()
+def unrolled_accuracy(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
+                      inputs: torch.Tensor, final_h: torch.Tensor, steps: int) -> list[float]:
+    """acc[j]: how often the head, j steps into drafting on its own outputs (fed the true tokens),
+    names the target's own greedy token: the chance draft j + 1 is accepted given the earlier ones
+    were, under greedy decoding. inputs: what the target hands over (final_h for EAGLE-1, the fused
+    layers' hidden states for EAGLE-3)."""
+    outputs = unroll(head, embed, tokens, head.fuse(inputs[:, :-1].float()), steps)
+    n = tokens.shape[1] - steps
+    truth = lm_head(final_h.float()).argmax(-1)
+    return [round(float((lm_head(head.logits_input(h)).argmax(-1) == truth[:, 1 + j:1 + j + n]).float().mean()), 4)
+            for j, h in enumerate(outputs)]
 
 
 def eagle_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
@@ -476,9 +550,7 @@ def eagle_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.
     predicted = eagle_predict(head, embed, tokens, h, noise, generator)
     truth = h[:, 1:].float()
     feature_loss = torch.nn.functional.smooth_l1_loss(predicted, truth)
-    with torch.no_grad():
-        teacher = torch.softmax(lm_head(truth).float(), -1)
-    ce = -(teacher * torch.log_softmax(lm_head(predicted).float(), -1)).sum(-1).mean()
+    ce = soft_cross_entropy(lm_head(predicted), lm_head(truth))
     return feature_loss + ce_weight * ce, feature_loss.item(), ce.item()
 
 
@@ -645,19 +717,23 @@ class EaglePreset:
     seq_len: int = 256
     prompt_len: int = 64
     batch: int = 8
-    steps: int = 6000        # 19 min on 2 CPU threads, the features computed once beforehand
+    steps: int = 6000        # EAGLE-1: 19 min on 2 CPU threads, the features computed once beforehand
+    eagle3_steps: int = 4000  # EAGLE-3: each step unrolls ttt_steps head passes (0.53 s a step here)
     lr: float = 1e-3
     warmup: int = 50
-    noise: float = 0.1        # U(-noise, noise) on the input features (Li et al. 2024)
-    ce_weight: float = 0.1
+    noise: float = 0.1        # U(-noise, noise) on the input features (Li et al. 2024); EAGLE-1 only
+    ce_weight: float = 0.1    # EAGLE-1 only: EAGLE-3 has the cross-entropy alone
     clip: float = 0.5         # gradient norm clip, as in the reference recipe
     eval_every: int = 100
+    ttt_steps: int = 4        # EAGLE-3: steps the head is unrolled on its own outputs in training
+    decay: float = 0.8        # EAGLE-3: weight of unrolled step j is decay ** j
+    eval_depth: int = 6       # steps of the held-out unrolled accuracy (acceptance by draft position)
 
 
 EAGLE_PRESETS = {
     "stdlib": EaglePreset(),
     "micro": EaglePreset(corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8, batch=4, steps=6,
-                         warmup=2, eval_every=3),
+                         eagle3_steps=6, warmup=2, eval_every=3, ttt_steps=2, eval_depth=3),
 }
 
 
@@ -670,16 +746,41 @@ def eagle_accuracy(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch
     return float((lm_head(predicted).argmax(-1) == lm_head(h[:, 1:].float()).argmax(-1)).float().mean())
 
 
+def eagle3_features(target: PreTrainedModel, out: Path, features: dict, layers: Sequence[int], dev: torch.device
+                    ) -> dict:
+    """The fused layers' hidden states over the same rows as `features` (cached_features), computed
+    once into out/features_layers.pt: {"train", "heldout": (n, T, len(layers) * H) float16, "layers"}."""
+    path = out / "features_layers.pt"
+    cached = torch.load(path) if path.exists() else None
+    if cached is not None and cached["layers"] == list(layers) and len(cached["train"]) == len(features["train_rows"]):
+        return cached
+    started = time.perf_counter()
+    cached = {"train": target_features(target, features["train_rows"], dev, layers=layers),
+              "heldout": target_features(target, features["heldout_rows"], dev, layers=layers),
+              "layers": list(layers)}
+    cached["seconds"] = time.perf_counter() - started
+    torch.save(cached, path)
+    return cached
+
+
 def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
-                stop_after_minutes: float | None = None, **overrides) -> dict:
-    """An EAGLE-1 head for a frozen Llama-family target, trained on the target's features over
+                stop_after_minutes: float | None = None, version: int = 1, **overrides) -> dict:
+    """An EAGLE head for a frozen Llama-family target, trained on the target's features over
     standard-library windows and its own continuations (cached_features: shared with Medusa).
-    Resumable. Writes out/eagle/ (head, config and record.json: loss curves, held-out accuracy)."""
-    from speclab.eagle import EagleHead
+    version 1 (train eagle): EAGLE-1's feature regression plus 0.1 x cross-entropy, noisy inputs.
+    version 3 (train eagle3): EAGLE-3's fused low/middle/high layers and the training-time test
+    (eagle3_loss). Resumable. Writes out/eagle/ or out/eagle3/ (head, config and record.json: loss
+    curves, held-out accuracy, and accuracy by draft position)."""
+    from speclab.eagle import EagleHead, eagle3_layers
     from speclab.models import load_model
     if preset not in EAGLE_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(EAGLE_PRESETS)}")
+    if version not in (1, 3):
+        raise ValueError(f"EAGLE version must be 1 or 3, got {version!r}")
     m = EaglePreset(**{**asdict(EAGLE_PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
+    if version == 3 and overrides.get("steps") is None:
+        m.steps = m.eagle3_steps
+    name = "eagle" if version == 1 else "eagle3"
     out.mkdir(parents=True, exist_ok=True)
     dev = pick_device(device)
     deadline = time.time() + 60 * stop_after_minutes if stop_after_minutes else None
@@ -689,12 +790,19 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
                                deadline)
     train_h, train_rows = features["train"], features["train_rows"].long()
     held_h, held_rows = features["heldout"].to(dev, torch.float32), features["heldout_rows"].long().to(dev)
+    feature_seconds = features["seconds"]
+    if version == 3:  # the inputs are the fused layers; the last features stay the teacher
+        layered = eagle3_features(target, out, features, eagle3_layers(target.config.num_hidden_layers), dev)
+        train_in, held_in = layered["train"], layered["heldout"].to(dev, torch.float32)
+        feature_seconds += layered["seconds"]
+    else:
+        train_in, held_in = train_h, held_h
 
     torch.manual_seed(seed)
-    head = EagleHead.for_target(target)
+    head = EagleHead.for_target(target, version)
     opt = torch.optim.AdamW(head.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    ckpt_file = out / "eagle.ckpt"
-    step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": features["seconds"]}
+    ckpt_file = out / f"{name}.ckpt"
+    step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": feature_seconds}
     if ckpt_file.exists():
         state = torch.load(ckpt_file, map_location=dev)
         head.load_state_dict(state["head"])
@@ -702,19 +810,31 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
         step, log = state["step"], state["log"]
     schedule = Preset(lr=m.lr, warmup=m.warmup)
 
+    def loss_of(rows, inputs, final, g=None) -> tuple[torch.Tensor, list[float]]:
+        if version == 1:
+            loss, feature_loss, ce = eagle_loss(head, embed, lm_head, rows, final, m.noise if g else 0.0,
+                                                m.ce_weight, g)
+            return loss, [round(feature_loss, 4), round(ce, 4)]
+        loss, per_step = eagle3_loss(head, embed, lm_head, rows, inputs, final, m.ttt_steps, m.decay)
+        return loss, [round(x, 4) for x in per_step]
+
     def evaluate() -> None:
         head.eval()
         with torch.no_grad():
-            loss, feature_loss, ce = eagle_loss(head, embed, lm_head, held_rows, held_h, noise=0.0,
-                                                ce_weight=m.ce_weight)
-        log["evals"].append({"step": step, "heldout_loss": round(float(loss), 4),
-                             "heldout_feature_loss": round(feature_loss, 4), "heldout_ce": round(ce, 4),
-                             "heldout_top1": round(eagle_accuracy(head, embed, lm_head, held_rows, held_h), 4)})
+            loss, parts = loss_of(held_rows, held_in, held_h)
+        by_position = unrolled_accuracy(head, embed, lm_head, held_rows, held_in, held_h, m.eval_depth)
+        entry = {"step": step, "heldout_loss": round(float(loss), 4), "heldout_top1": by_position[0],
+                 "heldout_top1_by_step": by_position}
+        if version == 1:
+            entry.update(heldout_feature_loss=parts[0], heldout_ce=parts[1])
+        else:
+            entry.update(heldout_ce_by_step=parts)
+        log["evals"].append(entry)
         head.train()
 
     if not log["evals"]:
         evaluate()
-    bar = tqdm(total=m.steps, initial=step, desc="eagle", mininterval=5)
+    bar = tqdm(total=m.steps, initial=step, desc=name, mininterval=5)
     started, last_save = time.perf_counter(), time.perf_counter()
     head.train()
     try:
@@ -725,20 +845,20 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
             pick = torch.randint(0, len(train_h), (m.batch,), generator=g)
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, schedule, m.steps)
-            loss, feature_loss, ce = eagle_loss(head, embed, lm_head, train_rows[pick].to(dev),
-                                                train_h[pick].to(dev, torch.float32), m.noise, m.ce_weight, g)
+            loss, parts = loss_of(train_rows[pick].to(dev), train_in[pick].to(dev, torch.float32),
+                                  train_h[pick].to(dev, torch.float32), g)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), m.clip)
             opt.step()
             step += 1
             bar.update(1)
-            log.setdefault("train", []).append([step, round(feature_loss, 4), round(ce, 4)])
+            log.setdefault("train", []).append([step, *parts])
             if step % m.eval_every == 0 or step == m.steps:
                 evaluate()
                 last = log["evals"][-1]
-                bar.write(f"eagle step {step}: held-out feature loss {last['heldout_feature_loss']:.4f}, "
-                          f"ce {last['heldout_ce']:.3f}, top-1 {last['heldout_top1']:.3f}")
+                bar.write(f"{name} step {step}: held-out loss {last['heldout_loss']:.4f}, top-1 by draft position "
+                          f"{last['heldout_top1_by_step']}")
             if time.perf_counter() - last_save > 120:
                 log["seconds"] += time.perf_counter() - started
                 started = last_save = time.perf_counter()
@@ -750,22 +870,24 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     log["seconds"] += time.perf_counter() - started
     torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, ckpt_file)
     if step < m.steps:
-        raise SystemExit(f"eagle: stopped at step {step}/{m.steps}; run the same command again to resume.")
+        raise SystemExit(f"{name}: stopped at step {step}/{m.steps}; run the same command again to resume.")
     head.eval()
-    report = {"preset": asdict(m), "target_from": str(target_dir), "device": str(dev), "hardware": hardware(dev),
-              "torch": torch.__version__, "seed": seed, "training_rows": features["rows"],
-              "parameters": sum(p.numel() for p in head.parameters()), "log": log}
-    head.save(out / "eagle")
-    (out / "eagle" / "record.json").write_text(json.dumps(report, indent=1))
+    report = {"version": version, "preset": asdict(m), "target_from": str(target_dir), "device": str(dev),
+              "hardware": hardware(dev), "torch": torch.__version__, "seed": seed, "training_rows": features["rows"],
+              "feature_layers": list(head.feature_layers), "parameters": sum(p.numel() for p in head.parameters()),
+              "log": log}
+    head.save(out / name)
+    (out / name / "record.json").write_text(json.dumps(report, indent=1))
     return report
 
 
-def install_eagle(out: Path, dest: Path | None = None) -> Path:
-    """Copy a trained EAGLE head (out/eagle/) into the package, next to the bundled target."""
+def install_eagle(out: Path, dest: Path | None = None, name: str = "eagle") -> Path:
+    """Copy a trained EAGLE head (out/eagle/, or out/eagle3/ with name="eagle3") into the package, next
+    to the bundled target."""
     from speclab.models import BUNDLED_DIR
-    dest = (dest or BUNDLED_DIR) / "eagle"
+    dest = (dest or BUNDLED_DIR) / name
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(out / "eagle", dest)
+    shutil.copytree(out / name, dest)
     return dest
 
 
@@ -851,27 +973,35 @@ def main(argv: list[str] | None = None) -> None:
     medusa.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
     medusa.add_argument("--install", action="store_true", help="when done, copy the heads into the package "
                         "(speclab/pairs/stdlib/medusa), where load_drafter('medusa') finds them")
-    eagle = sub.add_parser("eagle", help="train an EAGLE-1 head for a frozen Llama-family target (resumable)")
-    eagle.add_argument("--target", required=True, help="target model: a local directory (the bundled one is "
-                       "speclab/pairs/stdlib/target) or a hub id")
-    eagle.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, head); "
-                       "the folder of train medusa reuses its cached features")
-    eagle.add_argument("--preset", choices=sorted(EAGLE_PRESETS), default="stdlib")
-    eagle.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
-    eagle.add_argument("--seed", type=int, default=0)
-    eagle.add_argument("--steps", type=int, help="override the preset's training steps")
-    eagle.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
-    eagle.add_argument("--install", action="store_true", help="when done, copy the head into the package "
-                       "(speclab/pairs/stdlib/eagle), where load_drafter('eagle') finds it")
+    for version, command in ((1, "eagle"), (3, "eagle3")):
+        what = ("an EAGLE-1 head (feature regression)" if version == 1 else
+                "an EAGLE-3 head (fused low/middle/high layers, training-time test)")
+        eagle = sub.add_parser(command, help=f"train {what} for a frozen Llama-family target (resumable)")
+        eagle.add_argument("--target", required=True, help="target model: a local directory (the bundled one is "
+                           "speclab/pairs/stdlib/target) or a hub id")
+        eagle.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, head); "
+                           "the folder of train medusa reuses its cached features")
+        eagle.add_argument("--preset", choices=sorted(EAGLE_PRESETS), default="stdlib")
+        eagle.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+        eagle.add_argument("--seed", type=int, default=0)
+        eagle.add_argument("--steps", type=int, help="override the preset's training steps")
+        if version == 3:
+            eagle.add_argument("--ttt-steps", type=int, help="steps unrolled in training (default 4)")
+        eagle.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to "
+                           "resume")
+        eagle.add_argument("--install", action="store_true", help=f"when done, copy the head into the package "
+                           f"(speclab/pairs/stdlib/{command}), where load_drafter({command!r}) finds it")
     args = parser.parse_args(argv)
-    if args.command == "eagle":
+    if args.command in ("eagle", "eagle3"):
+        version = 1 if args.command == "eagle" else 3
         report = train_eagle(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
-                             stop_after_minutes=args.stop_after_minutes, steps=args.steps)
+                             stop_after_minutes=args.stop_after_minutes, version=version, steps=args.steps,
+                             ttt_steps=getattr(args, "ttt_steps", None))
         last = report["log"]["evals"][-1]
-        print(f"eagle: held-out feature loss {last['heldout_feature_loss']:.4f}, ce {last['heldout_ce']:.3f}, "
-              f"top-1 {last['heldout_top1']:.3f}, {report['log']['seconds'] / 60:.1f} min")
+        print(f"{args.command}: held-out loss {last['heldout_loss']:.4f}, top-1 by draft position "
+              f"{last['heldout_top1_by_step']}, {report['log']['seconds'] / 60:.1f} min")
         if args.install:
-            print(f"installed into {install_eagle(args.out)}")
+            print(f"installed into {install_eagle(args.out, name=args.command)}")
         return
     if args.command == "medusa":
         report = train_medusa(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
