@@ -2,8 +2,9 @@
 
 This is the only place that touches the cache. Rolling back after a rejection crops the cache to
 the accepted length, so a rejected token's keys and values never reach a later step. After a tree
-pass the accepted path is not a suffix of what was appended, so `keep` gathers the rows to keep
-(the prefix, the pending token and the path) instead; for a chain that gather is a crop. The public
+pass the accepted path is not a suffix of what was appended, so `keep_path` first moves the path's
+rows up behind the pending token (the rows `trees.kept_positions` names), then crops; for a chain
+the path is already in place and the crop alone does. The public
 `DynamicCache.crop` takes a negative count of tokens to drop in transformers 5 (older tutorials
 pass the absolute length, which now raises); a negative count means the same in 4.x.
 A static cache written by position (gpt-fast, vLLM) would replace this class, not the decode loop.
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
-from speclab.trees import chain_parents, kept_positions, tree_attention_mask, tree_position_ids
+from speclab.trees import chain_parents, tree_attention_mask, tree_position_ids
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -83,16 +84,18 @@ class ModelRunner:
     def keep_path(self, cached: int, path: Sequence[int]) -> None:
         """After a pass over [pending, nodes] appended at row `cached`: keep the prefix, the pending
         token and the accepted path. A path through the first nodes in order (every chain's) is a
-        prefix of what was appended, so cropping does; otherwise its rows are gathered."""
-        if list(path) == list(range(len(path))):
-            self.rollback(cached + 1 + len(path))
-        else:
-            self.keep(kept_positions(cached, path))
+        prefix of what was appended, so cropping does; otherwise the path's rows are moved up to
+        follow the pending token, and the rest cropped: a few rows move, not the whole cache."""
+        path = list(path)
+        if path != list(range(len(path))):
+            self.move_rows([cached + 1 + i for i in path], cached + 1)
+        self.rollback(cached + 1 + len(path))
 
-    def keep(self, positions: Sequence[int]) -> None:
-        """Keep only these cache rows, in this order (the rest are forgotten)."""
-        positions = list(positions)
-        index = torch.tensor(positions, dtype=torch.long, device=self.device)
+    @torch.inference_mode()
+    def move_rows(self, sources: Sequence[int], start: int) -> None:
+        """Copy cache rows `sources` (in this order) to rows start, start + 1, ... in every layer."""
+        src = torch.tensor(list(sources), dtype=torch.long, device=self.device)
+        dst = slice(start, start + len(sources))
         for layer in self.cache.layers:
             if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
                 continue
@@ -100,10 +103,9 @@ class ModelRunner:
                 raise NotImplementedError(f"{type(self.model).__name__}: its sliding-window cache has dropped old "
                                           "positions, and a tree pass cannot be gathered from it; keep prompt and "
                                           "output within the sliding window, or draft chains")
-            layer.keys = layer.keys.index_select(-2, index)
-            layer.values = layer.values.index_select(-2, index)
-            if hasattr(layer, "cumulative_length"):
-                layer.cumulative_length = len(positions)
+            # index_select copies the source rows first, so overlapping sources and targets are safe
+            layer.keys[..., dst, :] = layer.keys.index_select(-2, src)
+            layer.values[..., dst, :] = layer.values.index_select(-2, src)
 
     def rollback(self, length: int) -> None:
         """Forget every cached position from `length` on."""

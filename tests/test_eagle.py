@@ -215,3 +215,171 @@ def test_the_shipped_head_decodes_the_bundled_target_exactly(tree):
     result = speculative_generate(target, drafter, prompt, k=6, max_new_tokens=48)
     assert result.tokens.tolist() == generate(target, prompt, max_new_tokens=48).tokens.tolist()
     assert result.stats.mean_tokens_per_round > 2.0  # a trained head; an untrained one gives about 1.0
+
+
+# ---------------------------------------------------------------- EAGLE-2's tree as plain functions
+def test_expand_level_scores_children_by_their_paths_and_sorts_them():
+    from speclab.eagle import expand_level
+    log_probs = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]]))
+    children = expand_level([-1.0, -0.5], log_probs, top_k=2)
+    assert [(i, token) for _, i, token in children] == [(1, 1), (0, 0), (1, 2), (0, 1)]
+    assert children[0][0] == pytest.approx(-0.5 + np.log(0.6))
+    with pytest.raises(ValueError, match="frontier"):
+        expand_level([0.0], log_probs, top_k=2)
+
+
+def test_rerank_keeps_an_ancestor_closed_tree_in_node_order():
+    from speclab.eagle import expand_level, rerank
+    g = torch.Generator().manual_seed(0)
+    for trial in range(50):
+        scores, parents, frontier = [], [], [-1]
+        for _ in range(4):  # grow a tree as EAGLE-2 does, from random distributions
+            children = expand_level([scores[n] if n >= 0 else 0.0 for n in frontier],
+                                    torch.log_softmax(torch.randn(len(frontier), 9, generator=g) * 2, -1), 3)
+            new = []
+            for score, i, _ in children:
+                scores.append(score)
+                parents.append(frontier[i])
+                new.append(len(scores) - 1)
+            frontier = new[:3]
+        budget = 1 + trial % 12
+        keep, kept_parents = rerank(scores, parents, budget)
+        assert len(keep) == budget and keep == sorted(keep)
+        assert all(p < i for i, p in enumerate(kept_parents))  # parents kept, and before their children
+        assert [keep[p] if p >= 0 else -1 for p in kept_parents] == [parents[n] for n in keep]
+        best = sorted(scores, reverse=True)[:budget]
+        assert sorted((scores[n] for n in keep), reverse=True) == best
+
+
+# ---------------------------------------------------------------- EAGLE-3
+def random_head3(target, seed=0, scale=0.5):
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(target, version=3)
+    for layer in (head.fc, head.fuse_fc):
+        torch.nn.init.normal_(layer.weight, 0, scale / layer.weight.shape[1] ** 0.5)
+    return head.eval()
+
+
+def test_eagle3_reads_a_low_a_middle_and_a_high_layer():
+    from speclab.eagle import eagle3_layers
+    assert eagle3_layers(24) == (2, 12, 21)  # the bundled target's
+    assert eagle3_layers(32) == (2, 16, 29)
+    assert eagle3_layers(2) == (2, 1, 1)      # shallow test models stay within their layers
+    target = tiny_model("llama", layers=4, seed=0)
+    head = EagleHead.for_target(target, version=3)
+    assert head.feature_layers == (2, 2, 1) and head.fuse_fc.in_features == 3 * target.config.hidden_size
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+def test_greedy_eagle3_equals_target_only(arch, tree):
+    target = tiny_model(arch, layers=4, seed=0)
+    reference = generate(target, PROMPT, max_new_tokens=30).tokens.tolist()
+    drafter = EagleDrafter(random_head3(target), target, tree=tree, top_k=3, depth=4, total_tokens=10)
+    assert drafter.feature_layers == drafter.head.feature_layers != (-1,)
+    for k in (1, 3, 5):
+        assert speculative_generate(target, drafter, PROMPT, k=k, max_new_tokens=30).tokens.tolist() == reference
+
+
+def test_the_training_time_test_unrolls_exactly_what_the_drafter_computes():
+    """unroll's step j at anchor t (the training-time test, EAGLE-3's loss and the accuracy by draft
+    position) is the output the head computes when it drafts j steps on its own outputs after true
+    pair t, with its cache, fed the same tokens: the mask and positions of the unrolled pass are right."""
+    from speclab.train import unroll
+    target = tiny_model("llama", layers=4, seed=0)
+    head = random_head3(target, seed=1)
+    embed = target.get_input_embeddings()
+    layered = target_features(target, PROMPT.view(1, -1), torch.device("cpu"), layers=head.feature_layers).float()
+    steps = 3
+    with torch.no_grad():
+        unrolled = unroll(head, embed, PROMPT.view(1, -1), head.fuse(layered[:, :-1]), steps)
+        for t in range(len(PROMPT) - steps):
+            cache = head.new_cache()
+            h = head(embed(PROMPT[1:t + 2]), head.fuse(layered[0, :t + 1]), cache)[-1]
+            for j in range(steps):
+                if j:
+                    h = head(embed(PROMPT[t + 1 + j:t + 2 + j]), h.view(1, -1), cache)[-1]
+                assert torch.allclose(h, unrolled[j][0, t], atol=2e-4), (t, j)
+
+
+def test_unroll_mask_sees_the_true_prefix_and_its_own_chain():
+    from speclab.train import unroll_mask
+    visible = unroll_mask(3, 2, torch.float32)[0, 0] == 0
+    assert visible.tolist() == [[1, 0, 0, 1, 0, 0, 1, 0, 0],
+                                [1, 1, 0, 0, 1, 0, 0, 1, 0],
+                                [1, 1, 1, 0, 0, 1, 0, 0, 1]]
+
+
+def test_a_short_eagle3_training_lowers_every_step_loss():
+    from speclab.train import eagle3_loss, unrolled_accuracy
+    target = tiny_model("llama", layers=4, seed=0)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    rows = torch.randint(0, 96, (8, 24), generator=torch.Generator().manual_seed(0))
+    final = target_features(target, rows, torch.device("cpu")).float()
+    head = EagleHead.for_target(target, version=3)
+    layered = target_features(target, rows, torch.device("cpu"), layers=head.feature_layers).float()
+    opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    history = []
+    for _ in range(30):
+        loss, per_step = eagle3_loss(head, embed, lm_head, rows, layered, final, steps=3)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append(per_step)
+    assert len(history[0]) == 3 and all(last < first for first, last in zip(history[0], history[-1]))
+    accuracy = unrolled_accuracy(head, embed, lm_head, rows, layered, final, steps=4)
+    assert len(accuracy) == 4 and all(0 <= a <= 1 for a in accuracy)
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=1.0, top_p=0.8)],
+                         ids=["temperature 1", "top-p 0.8"])
+def test_sampled_eagle3_trees_follow_the_target(settings):
+    target = tiny_model("llama", layers=3, vocab=lossless.VOCAB, seed=10, init=0.2)
+    drafter = EagleDrafter(random_head3(target, scale=2.0), target, tree="dynamic", top_k=2, depth=2,
+                           total_tokens=5)
+    counts, accepted = sampled_joint(target, drafter, settings)
+    assert accepted > 100
+    assert chi_square_pvalue(counts, lossless.exact_joint(target, settings)) > 1e-3
+
+
+def test_eagle3_heads_are_refused_for_other_targets_and_as_eagle1(tmp_path):
+    from speclab import load_drafter
+    target = tiny_model("llama", layers=4, seed=0)
+    EagleHead.for_target(target, version=3).save(tmp_path / "eagle3")
+    EagleHead.for_target(target).save(tmp_path / "eagle1")
+    assert load_drafter("eagle3", target, head=tmp_path / "eagle3").name == "eagle-3"
+    with pytest.raises(ValueError, match="EAGLE-3 head, not an EAGLE-1") as error:
+        load_drafter("eagle", target, head=tmp_path / "eagle3")
+    assert "load_drafter('eagle3'" in str(error.value)
+    with pytest.raises(ValueError, match="EAGLE-1 head, not an EAGLE-3"):
+        load_drafter("eagle3", target, head=tmp_path / "eagle1")
+    with pytest.raises(ValueError, match="layers") as error:
+        load_drafter("eagle3", tiny_model("llama", layers=3, seed=0), head=tmp_path / "eagle3")
+    assert "train eagle3" in str(error.value)
+    with pytest.raises(ValueError, match="version must be 1 or 3"):
+        EagleHead.for_target(target, version=2)
+
+
+def test_train_eagle3_micro_resumes_installs_and_drafts(tmp_path):
+    import json
+
+    import speclab
+    from speclab.train import install_eagle
+    from speclab.train import main as train_main
+    pair = tmp_path / "pair"
+    train_main(["pair", "--out", str(pair), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    out = tmp_path / "heads"
+    train_main(["eagle3", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "3"])
+    train_main(["eagle3", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "5"])
+    record = json.loads((out / "eagle3" / "record.json").read_text())
+    assert record["version"] == 3 and [e["step"] for e in record["log"]["evals"]] == [0, 3, 5]
+    assert len(record["log"]["evals"][-1]["heldout_top1_by_step"]) == 3  # the micro preset's eval depth
+    assert len(record["log"]["train"][-1]) == 1 + 2                      # step, then one loss per unrolled step
+    installed = install_eagle(out, tmp_path / "package", name="eagle3")
+    target, _, tok, _ = speclab.load_pair(str(pair / "target"), draft=pair / "draft", device="cpu")
+    drafter = speclab.load_drafter("eagle3", target, head=installed)
+    ids = tok("def f(x):\n", return_tensors="pt").input_ids[0]
+    assert speclab.speculative_generate(target, drafter, ids, k=3, max_new_tokens=8).tokens.tolist() == \
+        speclab.generate(target, ids, max_new_tokens=8).tokens.tolist()

@@ -45,8 +45,9 @@ def all_checks(lab: str) -> Lab:
     return checker
 
 
-def test_there_is_one_lab_per_chapter_of_part_one_and_one_for_medusa():
-    assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"] and "lab06" in LABS and "lab07" in LABS
+def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_eight():
+    assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
+    assert {"lab06", "lab07", "lab08"} <= set(LABS)
 
 
 # ---------------------------------------------------------------- in process: every case can pass and can fail
@@ -174,6 +175,62 @@ MISTAKES = [
      "        q = qs[0] if qs is not None else torch.zeros_like(p).index_fill_(0, torch.tensor([int(x)]), 1.0)  # row 0\n"
      "        if u[i] * q[int(x)] < p[int(x)]:\n            return i, None\n"
      "        p = speclab.residual_distribution(p, q)\n    return None, p"),
+    ("lab08", "q1", "pair t reads", "def eagle_inputs(tokens, features):\n"
+     "    return tokens[1:], features[1:], features[:-1]  # reads f_{t+1}, predicts f_t"),
+    ("lab08", "q1", "pair t reads", "def eagle_inputs(tokens, features):\n"
+     "    return tokens[:-1], features[:-1], features[1:]  # x_t with f_t, not x_{t+1}"),
+    ("lab08", "q2", "scores add up along the path", "def expand_level(frontier_scores, log_probs, top_k):\n"
+     "    top = torch.topk(log_probs, top_k, dim=-1)\n"
+     "    children = [(v, i, t) for i in range(len(frontier_scores))\n"
+     "                for v, t in zip(top.values[i].tolist(), top.indices[i].tolist())]  # own log-prob only\n"
+     "    return sorted(children, key=lambda c: -c[0])"),
+    ("lab08", "q2", "equal scores", "def expand_level(frontier_scores, log_probs, top_k):\n"
+     "    top = torch.topk(log_probs, top_k, dim=-1)\n"
+     "    children = [(s + v, i, t) for i, s in enumerate(frontier_scores)\n"
+     "                for v, t in zip(top.values[i].tolist(), top.indices[i].tolist())]\n"
+     "    return sorted(children, reverse=True)  # ties: the later node first"),
+    ("lab08", "q2", "all F x top_k children", "def expand_level(frontier_scores, log_probs, top_k):\n"
+     "    top = torch.topk(log_probs, top_k, dim=-1)\n"
+     "    children = [(s + v, i, t) for i, s in enumerate(frontier_scores)\n"
+     "                for v, t in zip(top.values[i].tolist(), top.indices[i].tolist())]\n"
+     "    return sorted(children, key=lambda c: -c[0])[:top_k]  # only the next frontier"),
+    ("lab08", "q3", "kept nodes in node order", "def rerank(scores, parents, total_tokens):\n"
+     "    keep = sorted(range(len(scores)), key=lambda n: (-scores[n], n))[:total_tokens]  # best first\n"
+     "    position = {n: j for j, n in enumerate(keep)}\n"
+     "    return keep, [position[parents[n]] if parents[n] >= 0 else -1 for n in keep]"),
+    ("lab08", "q3", "parents renumbered", "def rerank(scores, parents, total_tokens):\n"
+     "    keep = sorted(sorted(range(len(scores)), key=lambda n: (-scores[n], n))[:total_tokens])\n"
+     "    return keep, [parents[n] for n in keep]  # node indices, not positions in keep"),
+    ("lab08", "q3", "a tie at the cut", "def rerank(scores, parents, total_tokens):\n"
+     "    best = sorted(range(len(scores)), key=lambda n: scores[n])[-total_tokens:]  # ties: the later\n"
+     "    keep = sorted(best)\n"
+     "    position = {n: j for j, n in enumerate(keep)}\n"
+     "    return keep, [position[parents[n]] if parents[n] >= 0 else -1 for n in keep]"),
+    ("lab08", "q4", "a perfect prediction", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    F = torch.nn.functional\n    labels = (truth @ lm_head_weight.T).argmax(-1)  # hard labels\n"
+     "    ce = F.cross_entropy(predicted @ lm_head_weight.T, labels)\n"
+     "    return F.smooth_l1_loss(predicted, truth) + ce_weight * ce"),
+    ("lab08", "q4", "against the target's distribution", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    logits = predicted @ lm_head_weight.T\n"
+     "    ce = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1).mean()  # the predicted's own\n"
+     "    return torch.nn.functional.smooth_l1_loss(predicted, truth) + ce_weight * ce"),
+    ("lab08", "q4", "a perfect prediction", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1)\n"
+     "    ce = -(p * torch.log_softmax(predicted @ lm_head_weight.T, -1)).sum(-1).mean()\n"
+     "    return torch.nn.functional.smooth_l1_loss(predicted, truth) + ce  # no ce_weight"),
+    ("lab08", "q4", "half their square", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1)\n"
+     "    ce = -(p * torch.log_softmax(predicted @ lm_head_weight.T, -1)).sum(-1).mean()\n"
+     "    return torch.nn.functional.mse_loss(predicted, truth) + ce_weight * ce  # not smooth L1"),
+    ("lab08", "q4", "logits far apart", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1)\n"
+     "    log_q = torch.log(torch.softmax(predicted @ lm_head_weight.T, -1))  # log(0) = -inf\n"
+     "    ce = -(p * log_q).sum(-1).mean()\n"
+     "    return torch.nn.functional.smooth_l1_loss(predicted, truth) + ce_weight * ce"),
+    ("lab08", "q5", "each anchor's own earlier drafts", "def unroll_mask(n, step):\n"
+     "    return torch.ones(n, n, dtype=torch.bool).tril().repeat(1, step + 1)  # causal in every step"),
+    ("lab08", "q5", "step 0", "def unroll_mask(n, step):\n"
+     "    return torch.eye(n, dtype=torch.bool).repeat(1, step + 1)  # step 0 too: no true prefix"),
 ]
 
 
