@@ -1,8 +1,9 @@
 """python -m speclab: the map of what speclab can do.
 
   generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
-             (--method draft_model | ngram | lookahead | medusa | eagle | target-only)
-  bench      target-only vs every drafting method (draft model, prompt lookup, lookahead, Medusa) vs
+             (--method draft_model | ngram | lookahead | medusa | eagle | eagle3 | target-only)
+  bench      target-only vs every drafting method (draft model, prompt lookup, lookahead, Medusa,
+             EAGLE-1's chain, EAGLE-2's tree with an EAGLE-1 or an EAGLE-3 head) vs
              transformers' assisted generation and prompt lookup, side by side, on one or more
              workloads (code, prose, and the copying sets edit and quote), and the speedup model
              checked against the costs measured in the loop
@@ -14,7 +15,8 @@
              --build rewrites the shipped copying sets from this Python's standard library
   train      train the bundled pair (python -m speclab train pair --out DIR), new drafts for an
              existing target (train draft --target DIR --out DIR), Medusa heads for a frozen
-             target (train medusa --target DIR --out DIR), or an EAGLE head (train eagle ...)
+             target (train medusa --target DIR --out DIR), or an EAGLE-1 or EAGLE-3 head
+             (train eagle ... | train eagle3 ...)
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 """
@@ -74,7 +76,7 @@ def lookahead_setting(text: str) -> tuple[int, int, int]:
 
 GENERATE_METHODS = {"target-only": "target-only", "none": "target-only", "draft_model": "draft_model",
                     "model": "draft_model", "ngram": "ngram", "prompt-lookup": "ngram", "medusa": "medusa",
-                    "lookahead": "lookahead", "eagle": "eagle"}
+                    "lookahead": "lookahead", "eagle": "eagle", "eagle3": "eagle3"}
 
 
 def cmd_generate(args) -> None:
@@ -90,7 +92,8 @@ def cmd_generate(args) -> None:
     else:
         window, ngram, pool = args.lookahead
         options = {"draft_model": dict(draft=draft), "ngram": {}, "medusa": dict(heads=args.heads),
-                   "lookahead": dict(window=window, ngram=ngram, pool=pool), "eagle": dict(head=args.eagle)}[method]
+                   "lookahead": dict(window=window, ngram=ngram, pool=pool), "eagle": dict(head=args.eagle),
+                   "eagle3": dict(head=args.eagle3)}[method]
         result = speculative_generate(target, load_drafter(method, target, **options), ids, k=args.k, **common)
     print(text + tok.decode(result.tokens), end="\n\n")
     print(result.stats)
@@ -115,7 +118,7 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     from speclab.profiling import cost_ratio, forward_ms
     prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
     methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else \
-        default_methods(target, args.heads, args.eagle)
+        default_methods(target, args.heads, args.eagle, args.eagle3)
     settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
     print(f"device {device}, {len(prompts)} {workload} prompts, K={args.k}{lookup}, {args.max_new_tokens} new tokens, "
@@ -124,7 +127,7 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
           f"lookahead W,N,G {settings}")
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
                      repeats=args.repeats, heads=args.heads, lookahead=args.lookahead, lookup_k=args.lookup_k,
-                     eagle=args.eagle, lookup_choices=args.lookup_choose)
+                     eagle=args.eagle, lookup_choices=args.lookup_choose, eagle3=args.eagle3)
     print(format_table(rows))
     summary = {"device": str(device), "workload": workload, "k": args.k, "lookup_k": args.lookup_k or args.k,
                "threads": torch.get_num_threads(),
@@ -243,7 +246,7 @@ def cmd_pairs(_args) -> None:
 
 BENCH_METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead",
                  "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain",
-                 "hf target-only", "hf assisted", "hf prompt-lookup")  # = bench.METHODS (without importing it, so --help stays fast)
+                 "speclab eagle3", "hf target-only", "hf assisted", "hf prompt-lookup")  # = bench.METHODS (without importing it, so --help stays fast)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -264,6 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
     g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
     g.add_argument("--eagle", default=None, help="EAGLE head directory (default: the one shipped with the bundled target)")
+    g.add_argument("--eagle3", default=None, help="EAGLE-3 head directory (default: the one shipped with the bundled "
+                   "target)")
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="speclab vs transformers, target-only vs speculative, one process")
@@ -284,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", "--method", dest="methods", default=None,
                    help="comma-separated subset of: " + ", ".join(BENCH_METHODS) + " (default: all that fit the target)")
     b.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
+    b.add_argument("--eagle3", default=None, help="EAGLE-3 head directory, for the eagle3 row (default: the one "
+                   "shipped with the bundled target)")
     b.add_argument("--eagle", default=None, help="EAGLE head directory, for the eagle rows (default: the one shipped "
                    "with the bundled target)")
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")

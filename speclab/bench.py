@@ -25,7 +25,8 @@ from speclab.runner import model_device
 from speclab.stats import GenerationStats
 
 METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead",
-           "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain", "hf target-only",
+           "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain", "speclab eagle3",
+           "hf target-only",
            "hf assisted", "hf prompt-lookup")
 LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
 
@@ -64,6 +65,7 @@ def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None) -> tuple[s
 
 MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
 EAGLE_METHODS = ("speclab eagle", "speclab eagle-chain")     # EAGLE-2's dynamic tree, and EAGLE-1's chain
+EAGLE3_METHODS = ("speclab eagle3",)                          # an EAGLE-3 head drafting EAGLE-2's tree
 
 
 def _fits(method: str, target, **options) -> bool:
@@ -74,18 +76,20 @@ def _fits(method: str, target, **options) -> bool:
     return True
 
 
-def default_methods(target, heads=None, eagle=None) -> tuple[str, ...]:
+def default_methods(target, heads=None, eagle=None, eagle3=None) -> tuple[str, ...]:
     """Every method that can run on this target: the Medusa and EAGLE rows only where a head fits it."""
     skip = (() if _fits("medusa", target, heads=heads) else MEDUSA_METHODS) + \
-        (() if _fits("eagle", target, head=eagle) else EAGLE_METHODS)
+        (() if _fits("eagle", target, head=eagle) else EAGLE_METHODS) + \
+        (() if _fits("eagle3", target, head=eagle3) else EAGLE3_METHODS)
     return tuple(m for m in METHODS if m not in skip)
 
 
-def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle=None, lookup_choices=None) -> dict:
+def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle=None, lookup_choices=None,
+                  eagle3=None) -> dict:
     """The drafter each speclab method uses, built once for the whole bench. `lookahead`: (W, N, G)
     settings, one lookahead row each; `lookup_choices`: prompt lookup's match rules, a row each;
-    `heads`, `eagle`: Medusa heads and EAGLE head directories (default: those shipped with the
-    bundled target)."""
+    `heads`, `eagle`, `eagle3`: Medusa heads, EAGLE-1 and EAGLE-3 head directories (default: those
+    shipped with the bundled target)."""
     drafters = {"speclab speculative": draft}
     for name, choose in lookup_rows(lookup_choices).items():
         drafters[name] = PromptLookupDrafter() if choose is None else PromptLookupDrafter(choose=choose)
@@ -99,6 +103,8 @@ def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle
         drafters["speclab eagle"] = load_drafter("eagle", target, head=eagle)
     if "speclab eagle-chain" in methods:
         drafters["speclab eagle-chain"] = load_drafter("eagle", target, head=eagle, tree="chain")
+    if "speclab eagle3" in methods:
+        drafters["speclab eagle3"] = load_drafter("eagle3", target, head=eagle3)
     return drafters
 
 
@@ -174,13 +180,14 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
               warmup: bool = True, repeats: int = 1, heads=None,
               lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None,
-              lookup_choices=None) -> list[BenchRow]:
+              lookup_choices=None, eagle3=None) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved; one row per method with the
     totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
     heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep);
     `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'), which
     draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
-    EAGLE head directory (default: the head shipped for the bundled target); `lookup_choices`:
+    EAGLE-1 head directory and `eagle3` an EAGLE-3 one (default: those shipped for the bundled
+    target); `lookup_choices`:
     prompt lookup's match rules, a row each (default: one row, the default rule)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -188,11 +195,12 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
     methods = expand_methods(methods, lookahead, lookup_choices)
-    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle, lookup_choices)
+    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle, lookup_choices, eagle3)
     is_lookup = {m: m == "hf prompt-lookup" or m.startswith("speclab prompt-lookup") for m in methods}
     k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
-    if "speclab eagle" in methods:  # EAGLE-2's tree has its own depth: K would only cut it
-        k_of["speclab eagle"] = drafters["speclab eagle"].depth
+    for m in ("speclab eagle", "speclab eagle3"):  # EAGLE-2's tree has its own depth: K would only cut it
+        if m in methods:
+            k_of[m] = drafters[m].depth
     if warmup:
         for method in methods:
             run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,

@@ -251,6 +251,7 @@ class EagleDrafter(Drafter):
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.forward_calls = 0
+        self.last_expansion: dict | None = None
         self.start(torch.empty(0, dtype=torch.long))
 
     def start(self, prompt: torch.Tensor) -> None:
@@ -325,6 +326,8 @@ class EagleDrafter(Drafter):
             frontier_h = self._tree_pass(frontier, tokens, parents, row_of, frontier_h[[i for _, i in chosen]],
                                          device)
         keep, kept_parents = rerank(scores, parents, self.total_tokens)
+        # every node expanded, for drawing and for the chapter: the draft is the `kept` part of it
+        self.last_expansion = {"tokens": tokens, "parents": parents, "scores": scores, "kept": keep}
         return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), None, kept_parents)
 
     def _tree_pass(self, frontier: list[int], tokens: list[int], parents: list[int], row_of: dict[int, int],

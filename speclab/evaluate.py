@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from speclab.decoding import speculative_generate
 from speclab.sampling import logits_to_probs
-from speclab.stats import GenerationStats
+from speclab.stats import GenerationResult, GenerationStats
 
 
 def chi_square_pvalue(counts, probs, min_expected: float = 5.0) -> float:
@@ -77,6 +77,36 @@ def format_acceptance_table(rows: list[AcceptanceRow]) -> str:
     lines += [f"| {r.temperature:g} | {r.k} | {r.acceptance_rate:.3f} | {r.alpha:.3f} | {r.tokens_per_round:.2f} | "
               f"{r.ms_per_token:.2f} |" for r in rows]
     return "\n".join(lines)
+
+
+def acceptance_by_position(results: Iterable[GenerationResult], depth: int) -> list[float]:
+    """From chain-drafting runs: a[j], of the rounds whose draft reached position j + 1 with the j
+    drafts before it accepted, the share that accepted draft j + 1 too. Under greedy decoding this is
+    how often the drafter names the target's own token j + 1 steps into a round, from its own
+    guesses: the acceptance that decides how deep drafting pays. nan where no round got that far."""
+    reached, accepted = [0] * depth, [0] * depth
+    for result in results:
+        for r in result.trace:
+            if r.parents is not None and not all(p == i - 1 for i, p in enumerate(r.parents)):
+                raise ValueError("acceptance_by_position needs chain drafts (a tree's positions are not one row)")
+            for j in range(min(depth, len(r.drafted), r.accepted + 1)):
+                reached[j] += 1
+                accepted[j] += int(j < r.accepted)
+    return [a / n if n else float("nan") for a, n in zip(accepted, reached)]
+
+
+def position_acceptance(target, drafters: dict, prompts: list[torch.Tensor], k: int, max_new_tokens: int = 64
+                        ) -> dict[str, dict]:
+    """Greedy chain drafting with each drafter (name -> Drafter or draft model) at depth k on the same
+    prompts: {name: {"by_position": acceptance_by_position, "tokens_per_round": ...}}. Drafters that
+    cannot draft k deep (Medusa: one head per position) report as far as they go."""
+    table = {}
+    for name, drafter in drafters.items():
+        results = [speculative_generate(target, drafter, p, k=k, max_new_tokens=max_new_tokens) for p in prompts]
+        stats = GenerationStats.combine([r.stats for r in results])
+        table[name] = {"by_position": acceptance_by_position(results, k),
+                       "tokens_per_round": stats.mean_tokens_per_round}
+    return table
 
 
 def heldout_windows(tokenizer, n: int = 8, length: int = 256, seed: int = 0) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """What the course's notebooks share besides the teaching: which machine produced a timing, numbers
-glued into the book's prose, and a decode trace drawn token by token.
+glued into the book's prose, a decode trace drawn token by token, and token trees drawn.
 
-    from speclab.notebook import glue, machine, trace_html
+    from speclab.notebook import draw_tree, glue, machine, trace_html
 """
 from __future__ import annotations
 
@@ -118,3 +118,43 @@ def trace_html(trace: list[Round], tokenizer) -> str:
         for i, r in enumerate(trace))
     return (f"<div>{legend}</div><table><tr><th>round</th><th>accepted</th>"
             f"<th style='text-align:left'>drafts, then the target's token</th></tr>{rows}</table>")
+
+
+def tree_layout(parents: list[int]) -> tuple[dict[int, float], dict[int, float]]:
+    """x, y of the root (-1) and every node of a token tree (speclab.trees): leaves spread evenly,
+    parents above the middle of their children (drawing only)."""
+    from speclab.trees import children
+    kids = children(parents)
+    x: dict[int, float] = {}
+    y: dict[int, float] = {}
+    next_leaf = [0]
+
+    def place(node: int, depth: int) -> None:
+        y[node] = -depth
+        if not kids[node + 1]:
+            x[node] = next_leaf[0]
+            next_leaf[0] += 1
+            return
+        for child in kids[node + 1]:
+            place(child, depth + 1)
+        x[node] = sum(x[c] for c in kids[node + 1]) / len(kids[node + 1])
+
+    place(-1, 0)
+    return x, y
+
+
+def draw_tree(ax, parents: list[int], labels: list[str], title: str, size: float = 300, fontsize: float = 7,
+              colors: list[str] | None = None, root: str = "root") -> None:
+    """Draw a token tree on matplotlib axes `ax`: one circle per node labelled `labels[i]` (filled
+    with colors[i] when given), the root on top labelled `root`."""
+    x, y = tree_layout(parents)
+    for i, p in enumerate(parents):
+        ax.plot([x[p], x[i]], [y[p], y[i]], "k-", lw=0.8, zorder=1)
+    nodes = [-1] + list(range(len(parents)))
+    fill = ["white"] + (list(colors) if colors is not None else ["white"] * len(parents))
+    ax.scatter([x[n] for n in nodes], [y[n] for n in nodes], s=size, c=fill, edgecolors="k", zorder=2)
+    for n, label in zip(nodes, [root] + list(labels)):
+        ax.text(x[n], y[n], label, ha="center", va="center", fontsize=fontsize, zorder=3)
+    ax.margins(0.08)
+    ax.set_title(title, fontsize=9)
+    ax.axis("off")

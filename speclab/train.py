@@ -542,12 +542,14 @@ def unrolled_accuracy(head: torch.nn.Module, embed: torch.nn.Module, lm_head: to
 
 def eagle_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
                h: torch.Tensor, noise: float = 0.1, ce_weight: float = 0.1,
-               generator: torch.Generator | None = None) -> tuple[torch.Tensor, float, float]:
+               generator: torch.Generator | None = None, inputs: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, float, float]:
     """EAGLE-1's loss (Li et al. 2024): smooth L1 from the predicted to the true next feature, plus
     ce_weight times the cross-entropy of lm_head(prediction) against the target's own distribution
     lm_head(f_{t+1}) (the token after x_{t+1}). The noise on the input features teaches the head to
-    draft on from its own imperfect predictions. Returns (loss, feature loss, cross-entropy)."""
-    predicted = eagle_predict(head, embed, tokens, h, noise, generator)
+    draft on from its own imperfect predictions. `inputs`: the features the head reads, when they
+    differ from the features it must predict (h). Returns (loss, feature loss, cross-entropy)."""
+    predicted = eagle_predict(head, embed, tokens, h if inputs is None else inputs, noise, generator)
     truth = h[:, 1:].float()
     feature_loss = torch.nn.functional.smooth_l1_loss(predicted, truth)
     ce = soft_cross_entropy(lm_head(predicted), lm_head(truth))
@@ -597,6 +599,69 @@ def quick_medusa(target: PreTrainedModel, rows: torch.Tensor, steps: int, num_he
             h = features[torch.randint(0, len(features), (batch,), generator=g)].to(device, torch.float32)
             losses.append(medusa_step(heads, lm_head, opt, h, lr, decay))
     return heads.eval(), losses
+
+
+EAGLE_INPUTS = ("feature+token", "feature", "token")
+
+
+class ZeroEmbedding(torch.nn.Module):
+    """An embedding that hides the token: zeros of the embedding's width (the "feature" ablation)."""
+
+    def __init__(self, embed: torch.nn.Module):
+        super().__init__()
+        self.embed = embed
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(self.embed(ids))
+
+
+def quick_eagle(target: PreTrainedModel, rows: torch.Tensor, steps: int, inputs: str = "feature+token",
+                heldout: torch.Tensor | None = None, batch: int = 4, lr: float = 1e-3, seed: int = 0,
+                eval_every: int = 0) -> tuple[torch.nn.Module, list[list[float]], list[tuple[int, float]]]:
+    """A short, in-memory EAGLE-1 training on token `rows` (n, T), for watching a head learn (chapter
+    8); `train eagle` makes the real head. `inputs` is the EAGLE paper's ablation of what the head
+    reads: "feature+token" (EAGLE: the feature and the token that follows it), "feature" (the
+    features alone: the head must guess which token was sampled) or "token" (the tokens alone: a
+    one-layer draft model on the target's embeddings). Returns the head, [feature loss, ce] at every
+    step, and (step, held-out top-1) every eval_every steps when `heldout` rows are given."""
+    if inputs not in EAGLE_INPUTS:
+        raise ValueError(f"inputs must be one of {EAGLE_INPUTS}, got {inputs!r}")
+    from speclab.eagle import EagleHead
+    device = next(target.parameters()).device
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    features = target_features(target, rows, device)
+    held_h = target_features(target, heldout, device).float() if heldout is not None else None
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(target)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    token_embed = embed if inputs != "feature" else ZeroEmbedding(embed)
+    g = torch.Generator().manual_seed(seed)
+    losses, accuracy = [], []
+
+    def held_out_top1() -> float:
+        seen = held_h if inputs != "token" else torch.zeros_like(held_h)
+        predicted = eagle_predict(head, token_embed, heldout.long().to(device), seen)
+        truth = lm_head(held_h[:, 1:]).argmax(-1)
+        return float((lm_head(predicted).argmax(-1) == truth).float().mean())
+
+    with torch.enable_grad():
+        for step in range(steps):
+            if heldout is not None and eval_every and step % eval_every == 0:
+                with torch.no_grad():
+                    accuracy.append((step, held_out_top1()))
+            pick = torch.randint(0, len(features), (batch,), generator=g)
+            h = features[pick].to(device, torch.float32)
+            seen = h if inputs != "token" else torch.zeros_like(h)
+            loss, feature_loss, ce = eagle_loss(head, token_embed, lm_head, rows[pick].long().to(device), h,
+                                                noise=0.0, inputs=seen)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append([feature_loss, ce])
+    if heldout is not None and eval_every:
+        with torch.no_grad():
+            accuracy.append((steps, held_out_top1()))
+    return head.eval(), losses, accuracy
 
 
 def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, data: str, m, dev: torch.device,
@@ -764,23 +829,30 @@ def eagle3_features(target: PreTrainedModel, out: Path, features: dict, layers: 
 
 
 def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
-                stop_after_minutes: float | None = None, version: int = 1, **overrides) -> dict:
+                stop_after_minutes: float | None = None, version: int = 1, inputs: str = "feature+token",
+                **overrides) -> dict:
     """An EAGLE head for a frozen Llama-family target, trained on the target's features over
     standard-library windows and its own continuations (cached_features: shared with Medusa).
     version 1 (train eagle): EAGLE-1's feature regression plus 0.1 x cross-entropy, noisy inputs.
     version 3 (train eagle3): EAGLE-3's fused low/middle/high layers and the training-time test
     (eagle3_loss). Resumable. Writes out/eagle/ or out/eagle3/ (head, config and record.json: loss
-    curves, held-out accuracy, and accuracy by draft position)."""
+    curves, held-out accuracy, and accuracy by draft position). `inputs` (EAGLE-1 only): the EAGLE
+    paper's ablation of what the head reads (see quick_eagle); "feature" or "token" train a head
+    that is only measured, written to out/eagle-feature/ or out/eagle-token/."""
     from speclab.eagle import EagleHead, eagle3_layers
     from speclab.models import load_model
     if preset not in EAGLE_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(EAGLE_PRESETS)}")
     if version not in (1, 3):
         raise ValueError(f"EAGLE version must be 1 or 3, got {version!r}")
+    if inputs not in EAGLE_INPUTS or (version == 3 and inputs != "feature+token"):
+        raise ValueError(f"inputs must be one of {EAGLE_INPUTS} (EAGLE-1 only), got {inputs!r}")
     m = EaglePreset(**{**asdict(EAGLE_PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
     if version == 3 and overrides.get("steps") is None:
         m.steps = m.eagle3_steps
-    name = "eagle" if version == 1 else "eagle3"
+    name = "eagle3" if version == 3 else "eagle" if inputs == "feature+token" else f"eagle-{inputs}"
+    if inputs != "feature+token":
+        m.eval_depth = 1  # a head that never read its own outputs is measured one step deep
     out.mkdir(parents=True, exist_ok=True)
     dev = pick_device(device)
     deadline = time.time() + 60 * stop_after_minutes if stop_after_minutes else None
@@ -798,6 +870,8 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     else:
         train_in, held_in = train_h, held_h
 
+    if inputs == "feature":  # the ablation: the head does not see the token that follows the feature
+        embed = ZeroEmbedding(embed)
     torch.manual_seed(seed)
     head = EagleHead.for_target(target, version)
     opt = torch.optim.AdamW(head.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -810,19 +884,22 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
         step, log = state["step"], state["log"]
     schedule = Preset(lr=m.lr, warmup=m.warmup)
 
-    def loss_of(rows, inputs, final, g=None) -> tuple[torch.Tensor, list[float]]:
+    def seen(features: torch.Tensor) -> torch.Tensor:  # the ablation without features reads zeros
+        return torch.zeros_like(features) if inputs == "token" else features
+
+    def loss_of(rows, layer_in, final, g=None) -> tuple[torch.Tensor, list[float]]:
         if version == 1:
             loss, feature_loss, ce = eagle_loss(head, embed, lm_head, rows, final, m.noise if g else 0.0,
-                                                m.ce_weight, g)
+                                                m.ce_weight, g, inputs=seen(final))
             return loss, [round(feature_loss, 4), round(ce, 4)]
-        loss, per_step = eagle3_loss(head, embed, lm_head, rows, inputs, final, m.ttt_steps, m.decay)
+        loss, per_step = eagle3_loss(head, embed, lm_head, rows, layer_in, final, m.ttt_steps, m.decay)
         return loss, [round(x, 4) for x in per_step]
 
     def evaluate() -> None:
         head.eval()
         with torch.no_grad():
             loss, parts = loss_of(held_rows, held_in, held_h)
-        by_position = unrolled_accuracy(head, embed, lm_head, held_rows, held_in, held_h, m.eval_depth)
+        by_position = unrolled_accuracy(head, embed, lm_head, held_rows, seen(held_in), held_h, m.eval_depth)
         entry = {"step": step, "heldout_loss": round(float(loss), 4), "heldout_top1": by_position[0],
                  "heldout_top1_by_step": by_position}
         if version == 1:
@@ -872,7 +949,7 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     if step < m.steps:
         raise SystemExit(f"{name}: stopped at step {step}/{m.steps}; run the same command again to resume.")
     head.eval()
-    report = {"version": version, "preset": asdict(m), "target_from": str(target_dir), "device": str(dev),
+    report = {"version": version, "inputs": inputs, "preset": asdict(m), "target_from": str(target_dir), "device": str(dev),
               "hardware": hardware(dev), "torch": torch.__version__, "seed": seed, "training_rows": features["rows"],
               "feature_layers": list(head.feature_layers), "parameters": sum(p.numel() for p in head.parameters()),
               "log": log}
@@ -987,6 +1064,10 @@ def main(argv: list[str] | None = None) -> None:
         eagle.add_argument("--steps", type=int, help="override the preset's training steps")
         if version == 3:
             eagle.add_argument("--ttt-steps", type=int, help="steps unrolled in training (default 4)")
+        else:
+            eagle.add_argument("--inputs", choices=EAGLE_INPUTS, default="feature+token", help="what the head "
+                               "reads (the EAGLE paper's ablation; chapter 8): feature+token (EAGLE), or a head "
+                               "that is only measured: feature (no token) or token (no feature)")
         eagle.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to "
                            "resume")
         eagle.add_argument("--install", action="store_true", help=f"when done, copy the head into the package "
@@ -996,11 +1077,14 @@ def main(argv: list[str] | None = None) -> None:
         version = 1 if args.command == "eagle" else 3
         report = train_eagle(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
                              stop_after_minutes=args.stop_after_minutes, version=version, steps=args.steps,
-                             ttt_steps=getattr(args, "ttt_steps", None))
+                             ttt_steps=getattr(args, "ttt_steps", None),
+                             inputs=getattr(args, "inputs", "feature+token"))
         last = report["log"]["evals"][-1]
         print(f"{args.command}: held-out loss {last['heldout_loss']:.4f}, top-1 by draft position "
               f"{last['heldout_top1_by_step']}, {report['log']['seconds'] / 60:.1f} min")
         if args.install:
+            if report["inputs"] != "feature+token":
+                raise SystemExit("an ablation head (--inputs feature or token) is measured, not installed")
             print(f"installed into {install_eagle(args.out, name=args.command)}")
         return
     if args.command == "medusa":
