@@ -190,14 +190,16 @@ def cmd_evaluate(args) -> None:
 def cmd_card(args) -> None:
     from pathlib import Path
 
-    from speclab.evaluate import EAGLE_HEADING, MEDUSA_HEADING, eagle_card, medusa_card, model_card, replace_section
+    from speclab.evaluate import (EAGLE3_HEADING, EAGLE_HEADING, MEDUSA_HEADING, eagle3_card, eagle_card,
+                                  medusa_card, model_card, replace_section)
     from speclab.models import BUNDLED_DIR
     if args.threads:
         torch.set_num_threads(args.threads)
     pair_dir = Path(args.pair_dir) if args.pair_dir else BUNDLED_DIR
     out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
     sections = {"medusa": (pair_dir / "medusa" / "tree.json", MEDUSA_HEADING, medusa_card, "medusa"),
-                "eagle": (pair_dir / "eagle" / "record.json", EAGLE_HEADING, eagle_card, "eagle")}
+                "eagle": (pair_dir / "eagle" / "record.json", EAGLE_HEADING, eagle_card, "eagle"),
+                "eagle3": (pair_dir / "eagle3" / "record.json", EAGLE3_HEADING, eagle3_card, "eagle3")}
     if args.only:
         marker, _, _, trainer = sections[args.only]
         if not marker.exists():
@@ -318,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--num-prompts", type=int, default=4)
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
-    c.add_argument("--only", choices=["medusa", "eagle"], default=None, help="re-measure only this section of the "
+    c.add_argument("--only", choices=["medusa", "eagle", "eagle3"], default=None, help="re-measure only this section of the "
                    "card (the Medusa heads or the EAGLE head shipped with the target) and keep the rest")
     c.set_defaults(func=cmd_card)
 

@@ -87,7 +87,11 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(tmp_path
     train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
     MedusaHeads.for_target(load_model(out / "target", "cpu", None), num_heads=2).save(tmp_path / "heads")
     EagleHead.for_target(load_model(out / "target", "cpu", None)).save(tmp_path / "eagle")
+    EagleHead.for_target(load_model(out / "target", "cpu", None), version=3).save(tmp_path / "eagle3")
     capsys.readouterr()
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle3", "--eagle3", str(tmp_path / "eagle3")])
+    assert "speculative (eagle-3)" in capsys.readouterr().out
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle", "--eagle", str(tmp_path / "eagle")])
     assert "speculative (eagle-2)" in capsys.readouterr().out
@@ -96,10 +100,10 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(tmp_path
     assert "speculative (medusa)" in capsys.readouterr().out
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--heads", str(tmp_path / "heads"),
-          "--eagle", str(tmp_path / "eagle")])
+          "--eagle", str(tmp_path / "eagle"), "--eagle3", str(tmp_path / "eagle3")])
     table = capsys.readouterr().out
     assert "speclab medusa " in table and "speclab medusa-chain" in table
-    assert "speclab eagle " in table and "speclab eagle-chain" in table
+    assert "speclab eagle " in table and "speclab eagle-chain" in table and "speclab eagle3" in table
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1"])
     table = capsys.readouterr().out

@@ -383,3 +383,48 @@ def test_train_eagle3_micro_resumes_installs_and_drafts(tmp_path):
     ids = tok("def f(x):\n", return_tensors="pt").input_ids[0]
     assert speclab.speculative_generate(target, drafter, ids, k=3, max_new_tokens=8).tokens.tolist() == \
         speclab.generate(target, ids, max_new_tokens=8).tokens.tolist()
+
+
+@pytest.mark.parametrize("inputs", ["feature+token", "feature", "token"])
+def test_quick_eagle_trains_each_variant_of_the_ablation(inputs):
+    from speclab.train import quick_eagle
+    target = tiny_model("llama", layers=2, seed=0)
+    rows = torch.randint(0, 96, (8, 24), generator=torch.Generator().manual_seed(0))
+    head, losses, accuracy = quick_eagle(target, rows, 12, inputs, heldout=rows[:2], eval_every=6)
+    assert len(losses) == 12 and losses[-1][0] < losses[0][0]  # the feature loss falls
+    assert [step for step, _ in accuracy] == [0, 6, 12] and all(0 <= a <= 1 for _, a in accuracy)
+    with pytest.raises(ValueError, match="inputs must be"):
+        quick_eagle(target, rows, 1, "tokens")
+
+
+def test_the_feature_ablation_hides_the_token_and_the_token_ablation_hides_the_feature():
+    """With the token hidden, the head's output cannot depend on which token was sampled; with the
+    feature hidden, not on the feature."""
+    from speclab.train import ZeroEmbedding, eagle_predict
+    target = tiny_model("llama", layers=2, seed=0)
+    head, embed = random_head(target), target.get_input_embeddings()
+    tokens = PROMPT.view(1, -1)
+    other = tokens.clone()
+    other[0, 3] = 50
+    h = target_features(target, tokens, torch.device("cpu")).float()
+    with torch.no_grad():
+        hidden = ZeroEmbedding(embed)
+        assert torch.equal(eagle_predict(head, hidden, tokens, h), eagle_predict(head, hidden, other, h))
+        assert not torch.equal(eagle_predict(head, embed, tokens, h), eagle_predict(head, embed, other, h))
+
+
+def test_train_eagle_ablation_writes_its_own_head_and_refuses_install(tmp_path):
+    import json
+
+    from speclab.train import main as train_main
+    pair = tmp_path / "pair"
+    train_main(["pair", "--out", str(pair), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    out = tmp_path / "heads"
+    train_main(["eagle", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "2",
+                "--inputs", "token"])
+    record = json.loads((out / "eagle-token" / "record.json").read_text())
+    assert record["inputs"] == "token" and len(record["log"]["evals"][-1]["heldout_top1_by_step"]) == 1
+    assert not (out / "eagle").exists()
+    with pytest.raises(SystemExit, match="measured, not installed"):
+        train_main(["eagle", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps",
+                    "2", "--inputs", "token", "--install"])

@@ -1,8 +1,12 @@
-"""Measuring a pair: the chi-square helper and teacher-forced overlap."""
+"""Measuring a pair: the chi-square helper, teacher-forced overlap, acceptance by draft position."""
+import math
+
 import numpy as np
+import pytest
 import torch
 
-from speclab.evaluate import chi_square_pvalue, teacher_forced_overlap
+from speclab.evaluate import acceptance_by_position, chi_square_pvalue, position_acceptance, teacher_forced_overlap
+from speclab.stats import GenerationResult, GenerationStats, Round
 
 
 def test_chi_square_accepts_samples_of_p_and_refuses_others():
@@ -21,3 +25,22 @@ def test_teacher_forced_overlap_of_a_model_with_itself_is_one(pair):
     ids = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(0))
     o = teacher_forced_overlap(target, target, ids)
     assert o["greedy_agreement"] == 1.0 and abs(o["expected_acceptance"] - 1) < 1e-5
+
+
+def test_acceptance_by_position_counts_each_position_among_the_rounds_that_reached_it():
+    rounds = [Round([1, 2, 3], 3, 9), Round([1, 2, 3], 1, 9), Round([1, 2, 3], 0, 9), Round([1, 2], 2, 9)]
+    result = GenerationResult(torch.tensor([0]), GenerationStats(), rounds)
+    # position 1: 4 rounds reached it, 3 accepted; position 2: 3 reached, 2 accepted; position 3: 1 of 1
+    assert acceptance_by_position([result], 4)[:3] == [3 / 4, 2 / 3, 1.0]
+    assert math.isnan(acceptance_by_position([result], 4)[3])  # no round drafted a fourth token
+    tree = GenerationResult(torch.tensor([0]), GenerationStats(), [Round([1, 2, 3], 1, 9, [-1, -1, 0], [0])])
+    with pytest.raises(ValueError, match="chain"):
+        acceptance_by_position([tree], 3)
+
+
+def test_a_model_drafting_for_itself_is_accepted_at_every_position(pair):
+    target, draft = pair
+    prompts = [torch.tensor([5, 17, 42, 8]), torch.tensor([3, 9, 27])]
+    table = position_acceptance(target, {"itself": target, "draft": draft}, prompts, k=3, max_new_tokens=12)
+    assert table["itself"]["by_position"] == [1.0, 1.0, 1.0] and table["itself"]["tokens_per_round"] == 4.0
+    assert all(0.0 <= a <= 1.0 for a in table["draft"]["by_position"] if not math.isnan(a))

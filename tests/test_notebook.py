@@ -50,3 +50,19 @@ def test_trace_kinds_and_html():
     assert round_kinds(all_in)[-1] == (3, "bonus")
     page = trace_html([rejected, all_in], Tok())
     assert page.count("<tr>") == 3 and "⏎" in page and "&lt;" in page and "line-through" in page
+
+
+def test_draw_tree_puts_parents_above_the_middle_of_their_children():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from speclab.notebook import draw_tree, tree_layout
+    parents = [-1, -1, 0, 0, 1]
+    x, y = tree_layout(parents)
+    assert y[-1] == 0 and y[0] == y[1] == -1 and y[2] == y[3] == y[4] == -2
+    assert x[0] == (x[2] + x[3]) / 2 and x[1] == x[4] and sorted([x[2], x[3], x[4]]) == [0, 1, 2]
+    fig, ax = plt.subplots()
+    draw_tree(ax, parents, ["a", "b", "c", "d", "e"], "a tree", colors=["w", "y", "w", "y", "w"])
+    assert len(ax.texts) == 6 and ax.get_title() == "a tree"
+    plt.close(fig)
