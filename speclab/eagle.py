@@ -351,13 +351,26 @@ class EagleDrafter(Drafter):
                                position_ids=positions)
 
 
+# SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
+# and vLLM's num_speculative_tokens (the draft depth) name the same knobs as speclab's options
+EAGLE_ALIASES = {"speculative_num_steps": "depth", "speculative_eagle_topk": "top_k",
+                 "speculative_num_draft_tokens": "total_tokens", "num_speculative_tokens": "depth"}
+
+
 def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, version: int | None = None,
                **options) -> EagleDrafter:
     """An EAGLE drafter for `target` from a head directory (train eagle / train eagle3), a head, or
     None: the head that ships with the bundled target (eagle/ for version 1, eagle3/ for version 3).
     `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
-    the default) or "chain", top_k, depth, total_tokens."""
+    the default) or "chain", top_k, depth, total_tokens; SGLang's names for them
+    (speculative_eagle_topk, speculative_num_steps, speculative_num_draft_tokens) and vLLM's
+    num_speculative_tokens (the depth) are accepted too."""
     from speclab.models import BUNDLED_DIR
+    for alias, name in EAGLE_ALIASES.items():
+        if alias in options:
+            if name in options:
+                raise ValueError(f"pass {name}= or {alias}=, not both")
+            options[name] = options.pop(alias)
     if head is None:
         head = BUNDLED_DIR / ("eagle3" if version == 3 else "eagle")
     if not isinstance(head, EagleHead):

@@ -333,8 +333,9 @@ def test_a_short_eagle3_training_lowers_every_step_loss():
     assert len(accuracy) == 4 and all(0 <= a <= 1 for a in accuracy)
 
 
-@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=1.0, top_p=0.8)],
-                         ids=["temperature 1", "top-p 0.8"])
+@pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=1.0, top_p=0.8),
+                                      dict(temperature=0.8, top_k=3)],
+                         ids=["temperature 1", "top-p 0.8", "top-k 3"])
 def test_sampled_eagle3_trees_follow_the_target(settings):
     target = tiny_model("llama", layers=3, vocab=lossless.VOCAB, seed=10, init=0.2)
     drafter = EagleDrafter(random_head3(target, scale=2.0), target, tree="dynamic", top_k=2, depth=2,
@@ -428,3 +429,15 @@ def test_train_eagle_ablation_writes_its_own_head_and_refuses_install(tmp_path):
     with pytest.raises(SystemExit, match="measured, not installed"):
         train_main(["eagle", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps",
                     "2", "--inputs", "token", "--install"])
+
+
+def test_sglang_and_vllm_option_names_are_accepted(tmp_path):
+    from speclab import load_drafter
+    target = tiny_model("llama", layers=2, seed=0)
+    EagleHead.for_target(target).save(tmp_path / "eagle")
+    drafter = load_drafter("eagle", target, head=tmp_path / "eagle", speculative_num_steps=5,
+                           speculative_eagle_topk=3, speculative_num_draft_tokens=9)
+    assert (drafter.depth, drafter.top_k, drafter.total_tokens) == (5, 3, 9)
+    assert load_drafter("eagle", target, head=tmp_path / "eagle", num_speculative_tokens=4).depth == 4
+    with pytest.raises(ValueError, match="not both"):
+        load_drafter("eagle", target, head=tmp_path / "eagle", depth=3, speculative_num_steps=5)
