@@ -39,6 +39,7 @@ from speclab.heads import _close, fingerprint
 from speclab.sampling import SamplingParams, check_finite, sample
 
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
+SETTINGS_FILE = "tree.json"  # EAGLE-2's top_k, depth and total_tokens measured fastest with this head
 VERSIONS = (1, 3)
 
 
@@ -362,7 +363,8 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, ve
     """An EAGLE drafter for `target` from a head directory (train eagle / train eagle3), a head, or
     None: the head that ships with the bundled target (eagle/ for version 1, eagle3/ for version 3).
     `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
-    the default) or "chain", top_k, depth, total_tokens; SGLang's names for them
+    the default) or "chain", top_k, depth, total_tokens (defaults: the head directory's tree.json,
+    where the settings measured fastest with that head are kept, else EagleDrafter's); SGLang's names for them
     (speculative_eagle_topk, speculative_num_steps, speculative_num_draft_tokens) and vLLM's
     num_speculative_tokens (the depth) are accepted too."""
     from speclab.models import BUNDLED_DIR
@@ -374,6 +376,10 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, ve
     if head is None:
         head = BUNDLED_DIR / ("eagle3" if version == 3 else "eagle")
     if not isinstance(head, EagleHead):
+        settings = Path(head) / SETTINGS_FILE  # EAGLE-2's settings measured fastest for this head, if any
+        if settings.exists():
+            measured = json.loads(settings.read_text())
+            options = {**{k: measured[k] for k in ("top_k", "depth", "total_tokens") if k in measured}, **options}
         head = EagleHead.load(head, device=target.device)
     if version is not None and head.version != version:
         method = "eagle" if head.version == 1 else "eagle3"

@@ -987,6 +987,56 @@ def choose_medusa_tree(target_dir: str | Path, heads_dir: Path, device: str | No
     return choice
 
 
+EAGLE_TREE_CANDIDATES = ((2, 6, 12), (2, 5, 10), (2, 7, 14), (2, 8, 16), (3, 6, 16), (1, 8, 8), (3, 5, 12),
+                         (2, 6, 16))  # (top_k, depth, total_tokens)
+
+
+def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=EAGLE_TREE_CANDIDATES, num_prompts: int = 4,
+                      max_new_tokens: int = 128, repeats: int = 3, device: str | None = None) -> dict:
+    """Pick EAGLE-2's settings for a head on this device by timing them: greedy decoding of held-out
+    code prompts with each (top_k, depth, total_tokens), interleaved with target-only decoding,
+    `repeats` times; the setting with the best median speed wins. Every run must equal target-only's
+    output. Writes head_dir/tree.json, which load_drafter("eagle" / "eagle3") reads for its defaults."""
+    import statistics
+
+    from speclab.decoding import generate, speculative_generate
+    from speclab.eagle import EagleDrafter, EagleHead
+    from speclab.models import load_model, load_tokenizer
+    from speclab.workloads import load_prompts
+    dev = pick_device(device)
+    target = load_model(target_dir, dev, torch.float32)
+    tok = load_tokenizer(target_dir)
+    prompts = [tok(p, return_tensors="pt").input_ids[0].to(dev) for p in load_prompts("code", num_prompts)]
+    head = EagleHead.load(head_dir, device=dev)
+    reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
+    seconds: dict = {"target-only": []}
+    per_pass: dict = {}
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for p in prompts:
+            generate(target, p, max_new_tokens=max_new_tokens)
+        seconds["target-only"].append(time.perf_counter() - started)
+        for top_k, depth, total in candidates:
+            drafter = EagleDrafter(head, target, top_k=top_k, depth=depth, total_tokens=total)
+            started, tokens, rounds = time.perf_counter(), 0, 0
+            for p, want in zip(prompts, reference):
+                result = speculative_generate(target, drafter, p, k=depth, max_new_tokens=max_new_tokens)
+                if result.tokens.tolist() != want:
+                    raise AssertionError(f"EAGLE-2 ({top_k}, {depth}, {total}) changed the greedy output")
+                tokens, rounds = tokens + result.stats.new_tokens, rounds + result.stats.rounds
+            seconds.setdefault((top_k, depth, total), []).append(time.perf_counter() - started)
+            per_pass[(top_k, depth, total)] = tokens / rounds
+    base = statistics.median(seconds["target-only"])
+    table = [{"top_k": c[0], "depth": c[1], "total_tokens": c[2], "tokens_per_pass": round(per_pass[c], 3),
+              "speedup": round(base / statistics.median(seconds[c]), 3)} for c in candidates]
+    best = max(table, key=lambda row: row["speedup"])
+    choice = {"top_k": best["top_k"], "depth": best["depth"], "total_tokens": best["total_tokens"], "table": table,
+              "prompts": num_prompts, "max_new_tokens": max_new_tokens, "repeats": repeats, "device": str(dev),
+              "hardware": hardware(dev), "threads": torch.get_num_threads()}
+    (head_dir / "tree.json").write_text(json.dumps(choice, indent=1))
+    return choice
+
+
 def install_medusa(out: Path, dest: Path | None = None) -> Path:
     """Copy trained heads (out/medusa/: weights, record, chosen tree) into the package, next to the
     bundled target."""

@@ -441,3 +441,15 @@ def test_sglang_and_vllm_option_names_are_accepted(tmp_path):
     assert load_drafter("eagle", target, head=tmp_path / "eagle", num_speculative_tokens=4).depth == 4
     with pytest.raises(ValueError, match="not both"):
         load_drafter("eagle", target, head=tmp_path / "eagle", depth=3, speculative_num_steps=5)
+
+
+def test_a_head_directory_can_carry_its_measured_tree_settings(tmp_path):
+    import json
+
+    from speclab import load_drafter
+    target = tiny_model("llama", layers=2, seed=0)
+    EagleHead.for_target(target).save(tmp_path / "eagle")
+    (tmp_path / "eagle" / "tree.json").write_text(json.dumps({"top_k": 3, "depth": 4, "total_tokens": 7}))
+    drafter = load_drafter("eagle", target, head=tmp_path / "eagle")
+    assert (drafter.top_k, drafter.depth, drafter.total_tokens) == (3, 4, 7)
+    assert load_drafter("eagle", target, head=tmp_path / "eagle", depth=2).depth == 2  # options still win
