@@ -223,11 +223,12 @@ class EagleDrafter(Drafter):
     every frontier node's top_k children are scored by the cumulative log-probability of their path,
     the best top_k of them become the next frontier, and at the end the best `total_tokens` of every
     node scored form the tree the target verifies (expand_level, rerank). Its nodes are deterministic
-    top-k picks, so the rule sees point masses and stays lossless at any temperature. The defaults
-    (top_k 2, depth 6, 12 tokens) were the fastest of the settings measured with the bundled target's
-    head on a 2-core CPU, where every head pass costs about a tenth of a target step and a wider tree
-    buys little; the reference implementation's defaults (top_k 10, depth 7, 60 tokens) are for
-    large targets on GPUs. Works alike for EAGLE-1 and EAGLE-3 heads.
+    top-k picks, so the rule sees point masses and stays lossless at any temperature. The class
+    defaults (top_k 2, depth 6, 12 tokens) suit a small target on a CPU, where every head pass costs
+    about a tenth of a target step and a wider tree buys little; a head directory may carry the
+    settings measured fastest with it (tree.json, written by speclab.train.choose_eagle_tree), which
+    load_drafter uses instead. The reference implementation's defaults (top_k 10, depth 7, 60 tokens)
+    are for large targets on GPUs. Works alike for EAGLE-1 and EAGLE-3 heads.
 
     Bookkeeping: pair j is (feature f_j, token x_{j+1}). After the prefill the target has handed over
     f_0..f_{n-2} for a prompt of n tokens, and x_1..x_{n-1} are known, so pairs 0..n-2 are all true.

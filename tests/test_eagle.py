@@ -205,12 +205,13 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
         speclab.generate(target, ids, max_new_tokens=8).tokens.tolist()
 
 
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
 @pytest.mark.parametrize("tree", ["dynamic", "chain"])
-def test_the_shipped_head_decodes_the_bundled_target_exactly(tree):
+def test_the_shipped_heads_decode_the_bundled_target_exactly(method, tree):
     import speclab
     from speclab.corpus import heldout_prompts
     target, _, tok, _ = speclab.load_pair(device="cpu")
-    drafter = speclab.load_drafter("eagle", target, tree=tree)
+    drafter = speclab.load_drafter(method, target, tree=tree)
     prompt = tok(heldout_prompts("code", 1)[0], return_tensors="pt").input_ids[0]
     result = speculative_generate(target, drafter, prompt, k=6, max_new_tokens=48)
     assert result.tokens.tolist() == generate(target, prompt, max_new_tokens=48).tokens.tolist()
