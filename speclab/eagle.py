@@ -354,9 +354,10 @@ class EagleDrafter(Drafter):
 
 
 # SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
-# and vLLM's num_speculative_tokens (the draft depth) name the same knobs as speclab's options
-EAGLE_ALIASES = {"speculative_num_steps": "depth", "speculative_eagle_topk": "top_k",
-                 "speculative_num_draft_tokens": "total_tokens", "num_speculative_tokens": "depth"}
+# and vLLM's num_speculative_tokens (the draft depth) name the same knobs as speclab's options. SGLang's
+# tree size counts the root (the pending token) and speclab's does not: hence the offset of -1.
+EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk": ("top_k", 0),
+                 "speculative_num_draft_tokens": ("total_tokens", -1), "num_speculative_tokens": ("depth", 0)}
 
 
 def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, version: int | None = None,
@@ -366,14 +367,14 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, ve
     `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
     the default) or "chain", top_k, depth, total_tokens (defaults: the head directory's tree.json,
     where the settings measured fastest with that head are kept, else EagleDrafter's); SGLang's names for them
-    (speculative_eagle_topk, speculative_num_steps, speculative_num_draft_tokens) and vLLM's
-    num_speculative_tokens (the depth) are accepted too."""
+    (speculative_eagle_topk, speculative_num_steps, speculative_num_draft_tokens: nodes plus the
+    root, so total_tokens + 1) and vLLM's num_speculative_tokens (the depth) are accepted too."""
     from speclab.models import BUNDLED_DIR
-    for alias, name in EAGLE_ALIASES.items():
+    for alias, (name, offset) in EAGLE_ALIASES.items():
         if alias in options:
             if name in options:
                 raise ValueError(f"pass {name}= or {alias}=, not both")
-            options[name] = options.pop(alias)
+            options[name] = options.pop(alias) + offset
     if head is None:
         head = BUNDLED_DIR / ("eagle3" if version == 3 else "eagle")
     if not isinstance(head, EagleHead):
