@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -214,6 +215,37 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     return "\n".join(lines)
 
 
+def measure_drafting(pair_dir, runs: dict, num_prompts: int, max_new_tokens: int
+                     ) -> tuple[torch.nn.Module, dict[str, GenerationStats], str]:
+    """What the model card's sections measure now: the bundled target (pair_dir/target, float32 on the
+    CPU) decoding held-out code prompts greedily with each drafter of `runs` ({name: (make, k)}, make
+    builds the drafter from the target). Returns the target, {name: combined stats}, and "equal to"
+    or "DIFFERENT FROM", as every output did or did not equal target-only decoding's."""
+    from speclab.corpus import heldout_prompts
+    from speclab.decoding import generate
+    from speclab.models import load_model, load_tokenizer
+
+    target = load_model(Path(pair_dir) / "target", "cpu", torch.float32)
+    tok = load_tokenizer(Path(pair_dir) / "target", plain_fast=True)
+    room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
+    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in heldout_prompts("code", num_prompts)]
+    reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
+    stats, exact = {}, True
+    for name, (make, k) in runs.items():
+        drafter = make(target)
+        results = [speculative_generate(target, drafter, p, k=k, max_new_tokens=max_new_tokens) for p in prompts]
+        exact = exact and [r.tokens.tolist() for r in results] == reference
+        stats[name] = GenerationStats.combine([r.stats for r in results])
+    return target, stats, "equal to" if exact else "DIFFERENT FROM"
+
+
+def drafting_table(runs: dict[str, GenerationStats]) -> list[str]:
+    """The model card's table of measure_drafting's runs."""
+    return ["| drafting | tokens per target pass | drafts per round | accepted per round |", "|---|---|---|---|"] + [
+        f"| {name} | {st.mean_tokens_per_round:.2f} | {st.drafted / st.rounds:.1f} | {st.accepted / st.rounds:.2f} |"
+        for name, st in runs.items()]
+
+
 MEDUSA_HEADING = "## Medusa heads"
 
 
@@ -222,12 +254,8 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     trained (from their record), held-out accuracy by head and rank, the tree chosen for them, and
     tokens per target pass measured now (greedy, held-out prompts) for the top-1 chain and that tree."""
     import json
-    from pathlib import Path
 
-    from speclab.corpus import heldout_prompts
-    from speclab.decoding import generate, speculative_generate
     from speclab.drafters import load_drafter
-    from speclab.models import load_model, load_tokenizer
 
     pair_dir = Path(pair_dir)
     heads_dir = pair_dir / "medusa"
@@ -235,18 +263,10 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     tree = json.loads((heads_dir / "tree.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
-    target = load_model(pair_dir / "target", "cpu", torch.float32)
-    tok = load_tokenizer(pair_dir / "target", plain_fast=True)
-    room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
-    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in heldout_prompts("code", num_prompts)]
-    reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
-    runs, exact = {}, True
-    for name, choice in (("top-1 chain", "chain"), (f"chosen tree ({tree['budget']} nodes)", None)):
-        drafter = load_drafter("medusa", target, heads=heads_dir, tree=choice)
-        results = [speculative_generate(target, drafter, p, k=m["num_heads"], max_new_tokens=max_new_tokens)
-                   for p in prompts]
-        exact = exact and [r.tokens.tolist() for r in results] == reference
-        runs[name] = GenerationStats.combine([r.stats for r in results])
+    _, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, choice=choice: load_drafter("medusa", t, heads=heads_dir, tree=choice), m["num_heads"])
+        for name, choice in (("top-1 chain", "chain"), (f"chosen tree ({tree['budget']} nodes)", None))},
+        num_prompts, max_new_tokens)
     lines = [
         MEDUSA_HEADING, "",
         f"{m['num_heads']} heads on the frozen target's last hidden state, each {m['num_layers']} residual block(s) "
@@ -274,13 +294,8 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         mark = " (chosen)" if row["budget"] == tree["budget"] else ""
         lines.append(f"| {row['budget']}{mark} | {row['depth']} | {row['tokens_per_pass']:.2f} | {row['pass_cost']:.2f} | "
                      f"{row['modelled_speedup']:.2f} |")
-    same = "equal to" if exact else "DIFFERENT FROM"
     lines += ["", f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs "
-              f"{same} target-only decoding's):", "",
-              "| drafting | tokens per target pass | drafts per round | accepted per round |", "|---|---|---|---|"]
-    for name, st in runs.items():
-        lines.append(f"| {name} | {st.mean_tokens_per_round:.2f} | {st.drafted / st.rounds:.1f} | "
-                     f"{st.accepted / st.rounds:.2f} |")
+              f"{same} target-only decoding's):", ""] + drafting_table(runs)
     return "\n".join(lines)
 
 
@@ -292,30 +307,17 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     (from its record), held-out losses and accuracy, and tokens per target pass measured now (greedy,
     held-out prompts) for EAGLE-1's chain and EAGLE-2's dynamic tree."""
     import json
-    from pathlib import Path
 
-    from speclab.corpus import heldout_prompts
-    from speclab.decoding import generate, speculative_generate
     from speclab.drafters import load_drafter
-    from speclab.models import load_model, load_tokenizer
 
     pair_dir = Path(pair_dir)
     head_dir = pair_dir / "eagle"
     record = json.loads((head_dir / "record.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
-    target = load_model(pair_dir / "target", "cpu", torch.float32)
-    tok = load_tokenizer(pair_dir / "target", plain_fast=True)
-    room = target.config.max_position_embeddings - max_new_tokens
-    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in heldout_prompts("code", num_prompts)]
-    reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
-    runs, exact = {}, True
-    for name, tree, k in (("EAGLE-1 chain, K = 4", "chain", 4), ("EAGLE-2 dynamic tree (defaults)", "dynamic", 8)):
-        drafter = load_drafter("eagle", target, head=head_dir, tree=tree)
-        results = [speculative_generate(target, drafter, p, k=k, max_new_tokens=max_new_tokens) for p in prompts]
-        exact = exact and [r.tokens.tolist() for r in results] == reference
-        runs[name] = GenerationStats.combine([r.stats for r in results])
-    same = "equal to" if exact else "DIFFERENT FROM"
+    _, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, tree=tree: load_drafter("eagle", t, head=head_dir, tree=tree), k)
+        for name, tree, k in (("EAGLE-1 chain, K = 4", "chain", 4), ("EAGLE-2 dynamic tree (defaults)", "dynamic", 8))}, num_prompts, max_new_tokens)
     lines = [
         EAGLE_HEADING, "",
         f"An EAGLE-1 head (Li et al. 2024): fc(2H -> H) over [embedding of the next token; the target's feature], "
@@ -332,11 +334,7 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
         f"| top-1 agreement with the target (true features) | {first['heldout_top1']:.3f} | "
         f"{last['heldout_top1']:.3f} |", "",
         f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
-        "target-only decoding's):", "",
-        "| drafting | tokens per target pass | drafts per round | accepted per round |", "|---|---|---|---|"]
-    for name, st in runs.items():
-        lines.append(f"| {name} | {st.mean_tokens_per_round:.2f} | {st.drafted / st.rounds:.1f} | "
-                     f"{st.accepted / st.rounds:.2f} |")
+        "target-only decoding's):", ""] + drafting_table(runs)
     return "\n".join(lines)
 
 
@@ -348,31 +346,18 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     (from its record), held-out accuracy by draft position before and after training, and tokens per
     target pass measured now (greedy, held-out prompts) with EAGLE-2's dynamic tree and a chain."""
     import json
-    from pathlib import Path
 
-    from speclab.corpus import heldout_prompts
-    from speclab.decoding import generate, speculative_generate
     from speclab.drafters import load_drafter
-    from speclab.models import load_model, load_tokenizer
 
     pair_dir = Path(pair_dir)
     head_dir = pair_dir / "eagle3"
     record = json.loads((head_dir / "record.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
-    target = load_model(pair_dir / "target", "cpu", torch.float32)
-    tok = load_tokenizer(pair_dir / "target", plain_fast=True)
-    room = target.config.max_position_embeddings - max_new_tokens
-    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in heldout_prompts("code", num_prompts)]
-    reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
-    runs, exact = {}, True
-    for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4), ("EAGLE-3 head, EAGLE-2 dynamic tree (defaults)",
-                                                                  "dynamic", 8)):
-        drafter = load_drafter("eagle3", target, head=head_dir, tree=tree)
-        results = [speculative_generate(target, drafter, p, k=k, max_new_tokens=max_new_tokens) for p in prompts]
-        exact = exact and [r.tokens.tolist() for r in results] == reference
-        runs[name] = GenerationStats.combine([r.stats for r in results])
-    same = "equal to" if exact else "DIFFERENT FROM"
+    target, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, tree=tree: load_drafter("eagle3", t, head=head_dir, tree=tree), k)
+        for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4), ("EAGLE-3 head, EAGLE-2 dynamic tree (defaults)",
+                                                                  "dynamic", 8))}, num_prompts, max_new_tokens)
     positions = len(last["heldout_top1_by_step"])
     lines = [
         EAGLE3_HEADING, "",
@@ -394,11 +379,7 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         "| at start | " + " | ".join(f"{a:.3f}" for a in first["heldout_top1_by_step"]) + " |",
         "| after training | " + " | ".join(f"{a:.3f}" for a in last["heldout_top1_by_step"]) + " |", "",
         f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
-        "target-only decoding's):", "",
-        "| drafting | tokens per target pass | drafts per round | accepted per round |", "|---|---|---|---|"]
-    for name, st in runs.items():
-        lines.append(f"| {name} | {st.mean_tokens_per_round:.2f} | {st.drafted / st.rounds:.1f} | "
-                     f"{st.accepted / st.rounds:.2f} |")
+        "target-only decoding's):", ""] + drafting_table(runs)
     return "\n".join(lines)
 
 

@@ -802,15 +802,6 @@ EAGLE_PRESETS = {
 }
 
 
-@torch.no_grad()
-def eagle_accuracy(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
-                   h: torch.Tensor) -> float:
-    """How often lm_head(predicted feature) names the target's own greedy token (teacher-forced: the
-    head sees true features, as in the first draft step of every round)."""
-    predicted = eagle_predict(head, embed, tokens, h)
-    return float((lm_head(predicted).argmax(-1) == lm_head(h[:, 1:].float()).argmax(-1)).float().mean())
-
-
 def eagle3_features(target: PreTrainedModel, out: Path, features: dict, layers: Sequence[int], dev: torch.device
                     ) -> dict:
     """The fused layers' hidden states over the same rows as `features` (cached_features), computed
