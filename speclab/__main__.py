@@ -1,10 +1,12 @@
 """python -m speclab: the map of what speclab can do.
 
   generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
-             (--method draft_model | ngram | lookahead | medusa | eagle | eagle3 | target-only)
-  bench      target-only vs every drafting method (draft model, prompt lookup, lookahead, Medusa,
-             EAGLE-1's chain, EAGLE-2's tree with an EAGLE-1 or an EAGLE-3 head) vs
-             transformers' assisted generation and prompt lookup, side by side, on one or more
+             (--method draft_model | ngram | lookahead | medusa | eagle | eagle3 | mtp | layer_skip |
+             target-only; --k-schedule heuristic and --confidence-threshold for adaptive K)
+  bench      target-only vs every drafting method (draft model with fixed and adaptive K, prompt
+             lookup, lookahead, Medusa, EAGLE-1's chain, EAGLE-2's tree with an EAGLE-1 or an EAGLE-3
+             head, MTP, layer skipping) vs transformers' assisted generation and prompt lookup,
+             side by side, on one or more
              workloads (code, prose, and the copying sets edit and quote), and the speedup model
              checked against the costs measured in the loop
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
@@ -15,8 +17,9 @@
              --build rewrites the shipped copying sets from this Python's standard library
   train      train the bundled pair (python -m speclab train pair --out DIR), new drafts for an
              existing target (train draft --target DIR --out DIR), Medusa heads for a frozen
-             target (train medusa --target DIR --out DIR), or an EAGLE-1 or EAGLE-3 head
-             (train eagle ... | train eagle3 ...)
+             target (train medusa --target DIR --out DIR), an EAGLE-1 or EAGLE-3 head
+             (train eagle ... | train eagle3 ...), an MTP module (train mtp ...), or layer-skip
+             exit adapters (train exit ...)
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 """
@@ -40,6 +43,13 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
                    "acceptance, never the output")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (batch-1 decode of small models is often fastest with 1)")
+
+
+def add_adaptive_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k-schedule", choices=["fixed", "heuristic"], default="fixed", help="heuristic: transformers' "
+                   "schedule, +2 after a fully accepted round, -1 otherwise, at most --k")
+    p.add_argument("--confidence-threshold", type=float, default=None, help="stop a chain drafter's round at the "
+                   "first token its draft was less sure of (top probability below this)")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -76,7 +86,24 @@ def lookahead_setting(text: str) -> tuple[int, int, int]:
 
 GENERATE_METHODS = {"target-only": "target-only", "none": "target-only", "draft_model": "draft_model",
                     "model": "draft_model", "ngram": "ngram", "prompt-lookup": "ngram", "medusa": "medusa",
-                    "lookahead": "lookahead", "eagle": "eagle", "eagle3": "eagle3"}
+                    "lookahead": "lookahead", "eagle": "eagle", "eagle3": "eagle3", "mtp": "mtp",
+                    "layer_skip": "layer_skip"}
+
+
+def layer_skip_setting(text: str) -> tuple[int, bool]:
+    """'E' or 'E+adapter' -> (E, adapter), for --layer-skip."""
+    layer, _, extra = text.partition("+")
+    if not layer.isdigit() or extra not in ("", "adapter"):
+        raise argparse.ArgumentTypeError(f"--layer-skip takes E or E+adapter (an exit layer, e.g. 12 or 12+adapter), "
+                                         f"got {text!r}")
+    return int(layer), extra == "adapter"
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers (e.g. 1,2,4,8), got {text!r}")
 
 
 def cmd_generate(args) -> None:
@@ -93,8 +120,10 @@ def cmd_generate(args) -> None:
         window, ngram, pool = args.lookahead
         options = {"draft_model": dict(draft=draft), "ngram": {}, "medusa": dict(heads=args.heads),
                    "lookahead": dict(window=window, ngram=ngram, pool=pool), "eagle": dict(head=args.eagle),
-                   "eagle3": dict(head=args.eagle3)}[method]
-        result = speculative_generate(target, load_drafter(method, target, **options), ids, k=args.k, **common)
+                   "eagle3": dict(head=args.eagle3), "mtp": dict(module=args.mtp, num_tokens=args.mtp_tokens),
+                   "layer_skip": dict(exit_layer=args.exit_layer, adapter=args.exit_adapter)}[method]
+        result = speculative_generate(target, load_drafter(method, target, **options), ids, k=args.k, **common,
+                                      k_schedule=args.k_schedule, confidence_threshold=args.confidence_threshold)
     print(text + tok.decode(result.tokens), end="\n\n")
     print(result.stats)
 
@@ -118,7 +147,7 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     from speclab.profiling import cost_ratio, forward_ms
     prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
     methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else \
-        default_methods(target, args.heads, args.eagle, args.eagle3)
+        default_methods(target, args.heads, args.eagle, args.eagle3, args.mtp, args.layer_skip)
     settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
     print(f"device {device}, {len(prompts)} {workload} prompts, K={args.k}{lookup}, {args.max_new_tokens} new tokens, "
@@ -127,11 +156,16 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
           f"lookahead W,N,G {settings}")
     rows = run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
                      repeats=args.repeats, heads=args.heads, lookahead=args.lookahead, lookup_k=args.lookup_k,
-                     eagle=args.eagle, lookup_choices=args.lookup_choose, eagle3=args.eagle3)
+                     eagle=args.eagle, lookup_choices=args.lookup_choose, eagle3=args.eagle3, mtp=args.mtp,
+                     layer_skip=args.layer_skip, k_sweep=args.k_sweep, adaptive_k=args.adaptive_k,
+                     confidence_threshold=args.confidence_threshold)
     print(format_table(rows))
     summary = {"device": str(device), "workload": workload, "k": args.k, "lookup_k": args.lookup_k or args.k,
                "threads": torch.get_num_threads(),
                "lookahead": [list(s) for s in args.lookahead],
+               "layer_skip": [list(s) for s in args.layer_skip], "k_sweep": args.k_sweep,
+               "adaptive_k": args.adaptive_k or max(args.k_sweep or [args.k]),
+               "confidence_threshold": args.confidence_threshold,
                "rows": [dict(method=r.method, new_tokens=r.new_tokens, seconds=r.seconds, tokens_per_s=r.tokens_per_s,
                              repeat_seconds=r.repeat_seconds, matches_target_only=r.matches_target_only,
                              stats=r.stats.to_dict() if r.stats else None) for r in rows]}
@@ -190,8 +224,9 @@ def cmd_evaluate(args) -> None:
 def cmd_card(args) -> None:
     from pathlib import Path
 
-    from speclab.evaluate import (EAGLE3_HEADING, EAGLE_HEADING, MEDUSA_HEADING, eagle3_card, eagle_card,
-                                  medusa_card, model_card, replace_section)
+    from speclab.evaluate import (EAGLE3_HEADING, EAGLE_HEADING, EXIT_HEADING, MEDUSA_HEADING, MTP_HEADING,
+                                  eagle3_card, eagle_card, exit_card, medusa_card, model_card, mtp_card,
+                                  replace_section)
     from speclab.models import BUNDLED_DIR
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -199,7 +234,9 @@ def cmd_card(args) -> None:
     out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
     sections = {"medusa": (pair_dir / "medusa" / "tree.json", MEDUSA_HEADING, medusa_card, "medusa"),
                 "eagle": (pair_dir / "eagle" / "record.json", EAGLE_HEADING, eagle_card, "eagle"),
-                "eagle3": (pair_dir / "eagle3" / "record.json", EAGLE3_HEADING, eagle3_card, "eagle3")}
+                "eagle3": (pair_dir / "eagle3" / "record.json", EAGLE3_HEADING, eagle3_card, "eagle3"),
+                "mtp": (pair_dir / "mtp" / "record.json", MTP_HEADING, mtp_card, "mtp"),
+                "exit": (pair_dir / "exit" / "record.json", EXIT_HEADING, exit_card, "exit")}
     if args.only:
         marker, _, _, trainer = sections[args.only]
         if not marker.exists():
@@ -246,9 +283,11 @@ def cmd_pairs(_args) -> None:
               f"fits a 16 GB T4: {'yes' if p.fits_t4 else 'no'}")
 
 
-BENCH_METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead",
+BENCH_METHODS = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic",
+                 "speclab adaptive-confidence", "speclab prompt-lookup", "speclab lookahead",
                  "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain",
-                 "speclab eagle3", "hf target-only", "hf assisted", "hf prompt-lookup")  # = bench.METHODS (without importing it, so --help stays fast)
+                 "speclab eagle3", "speclab mtp", "speclab mtp-chain", "speclab layer-skip",
+                 "hf target-only", "hf assisted", "hf prompt-lookup")  # = bench.METHODS (without importing it, so --help stays fast)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -263,14 +302,20 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text")
     g.add_argument("--method", "--drafter", dest="method", choices=list(GENERATE_METHODS), default="draft_model",
-                   help="how to draft (vLLM's names): draft_model, ngram (prompt lookup), lookahead, medusa; or "
-                   "target-only (older names: model, prompt-lookup, none)")
+                   help="how to draft (vLLM's names): draft_model, ngram (prompt lookup), lookahead, medusa, eagle, "
+                   "eagle3, mtp, layer_skip; or target-only (older names: model, prompt-lookup, none)")
     g.add_argument("--lookahead", type=lookahead_setting, default="4,4,4", metavar="W,N,G",
                    help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
     g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
     g.add_argument("--eagle", default=None, help="EAGLE head directory (default: the one shipped with the bundled target)")
     g.add_argument("--eagle3", default=None, help="EAGLE-3 head directory (default: the one shipped with the bundled "
                    "target)")
+    g.add_argument("--mtp", default=None, help="MTP module directory (default: the one shipped with the bundled target)")
+    g.add_argument("--mtp-tokens", type=int, default=1, help="MTP drafts per round (more chains the module)")
+    g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")
+    g.add_argument("--exit-adapter", action="store_true", help="layer_skip: with the exit adapter shipped for the "
+                   "bundled target")
+    add_adaptive_args(g)
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser("bench", help="speclab vs transformers, target-only vs speculative, one process")
@@ -295,6 +340,18 @@ def build_parser() -> argparse.ArgumentParser:
                    "shipped with the bundled target)")
     b.add_argument("--eagle", default=None, help="EAGLE head directory, for the eagle rows (default: the one shipped "
                    "with the bundled target)")
+    b.add_argument("--mtp", default=None, help="MTP module directory, for the mtp rows (default: the one shipped with "
+                   "the bundled target)")
+    b.add_argument("--layer-skip", type=layer_skip_setting, nargs="+", default=[(20, True)], metavar="E[+adapter]",
+                   help="the layer-skip rows: exit layer, with or without the shipped exit adapter (default "
+                   "20+adapter); several give a row each, side by side (a sweep)")
+    b.add_argument("--k-sweep", type=int_list, default=None, metavar="K,K,...",
+                   help="also run the draft model at each of these fixed K, a row each (adaptive K is measured "
+                   "against the best of them)")
+    b.add_argument("--adaptive-k", type=int, default=None, help="upper bound on K for the adaptive rows (default: "
+                   "the largest --k-sweep value, else --k)")
+    b.add_argument("--confidence-threshold", type=float, default=0.4, help="the adaptive-confidence row's stop "
+                   "(default 0.4, transformers' default)")
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.set_defaults(func=cmd_bench)
@@ -320,8 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--num-prompts", type=int, default=4)
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
-    c.add_argument("--only", choices=["medusa", "eagle", "eagle3"], default=None, help="re-measure only this section of the "
-                   "card (the Medusa heads or the EAGLE head shipped with the target) and keep the rest")
+    c.add_argument("--only", choices=["medusa", "eagle", "eagle3", "mtp", "exit"], default=None,
+                   help="re-measure only this section of the card (the Medusa heads, an EAGLE head, the MTP module or "
+                   "the exit adapters shipped with the target) and keep the rest")
     c.set_defaults(func=cmd_card)
 
     t = sub.add_parser("theory", help="the speedup model for a given cost ratio")
@@ -336,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "standard library (held-out files only)")
     w.set_defaults(func=cmd_workloads)
     sub.add_parser("train", help="python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
-                   "train medusa --target DIR --out DIR | train eagle --target DIR --out DIR", add_help=False)
+                   "train medusa|eagle|eagle3|mtp|exit --target DIR --out DIR", add_help=False)
     sub.add_parser("labs", help="python -m speclab labs build | grade DIR --out scores.csv", add_help=False)
     return parser
 

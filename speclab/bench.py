@@ -24,11 +24,26 @@ from speclab.drafters import PromptLookupDrafter, load_drafter
 from speclab.runner import model_device
 from speclab.stats import GenerationStats
 
-METHODS = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead",
+METHODS = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic", "speclab adaptive-confidence",
+           "speclab prompt-lookup", "speclab lookahead",
            "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain", "speclab eagle3",
+           "speclab mtp", "speclab mtp-chain", "speclab layer-skip",
            "hf target-only",
            "hf assisted", "hf prompt-lookup")
 LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
+LAYER_SKIP = ((20, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: see chapter 9
+CONFIDENCE_THRESHOLD = 0.4  # the adaptive-confidence row's stop (transformers' default)
+
+
+def layer_skip_rows(settings) -> dict[str, tuple[int, bool]]:
+    """The layer-skip row name for each (E, adapter): "speclab layer-skip E=12" or "... E=12+adapter"."""
+    return {f"speclab layer-skip E={e}" + ("+adapter" if adapter else ""): (int(e), bool(adapter))
+            for e, adapter in settings}
+
+
+def k_sweep_rows(ks) -> dict[str, int]:
+    """The fixed-K draft-model rows of a K sweep: "speclab speculative K=n"."""
+    return {f"speclab speculative K={k}": int(k) for k in ks or ()}
 
 
 def lookahead_rows(settings) -> dict[str, tuple[int, int, int]]:
@@ -49,15 +64,21 @@ def lookup_rows(choices) -> dict[str, str]:
     return {f"speclab prompt-lookup {c}": c for c in choices}
 
 
-def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None) -> tuple[str, ...]:
-    """methods with "speclab lookahead" replaced by one row per lookahead setting, and "speclab
-    prompt-lookup" by one row per match rule."""
+def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None
+                   ) -> tuple[str, ...]:
+    """methods with "speclab lookahead" replaced by one row per lookahead setting, "speclab
+    prompt-lookup" by one row per match rule, "speclab layer-skip" by one row per (exit layer,
+    adapter), and "speclab speculative" followed by a row per K of a K sweep."""
     out: list[str] = []
     for m in methods:
         if m == "speclab lookahead":
             out += list(lookahead_rows(lookahead))
         elif m == "speclab prompt-lookup":
             out += list(lookup_rows(lookup_choices))
+        elif m == "speclab layer-skip":
+            out += list(layer_skip_rows(layer_skip))
+        elif m == "speclab speculative":
+            out += [m] + [row for row, k in k_sweep_rows(k_sweep).items()]
         else:
             out.append(m)
     return tuple(out)
@@ -66,6 +87,7 @@ def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None) -> tuple[s
 MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
 EAGLE_METHODS = ("speclab eagle", "speclab eagle-chain")     # EAGLE-2's dynamic tree, and EAGLE-1's chain
 EAGLE3_METHODS = ("speclab eagle3",)                          # an EAGLE-3 head drafting EAGLE-2's tree
+MTP_METHODS = ("speclab mtp", "speclab mtp-chain")            # one token a round, and chained to K
 
 
 def _fits(method: str, target, **options) -> bool:
@@ -76,21 +98,35 @@ def _fits(method: str, target, **options) -> bool:
     return True
 
 
-def default_methods(target, heads=None, eagle=None, eagle3=None) -> tuple[str, ...]:
-    """Every method that can run on this target: the Medusa and EAGLE rows only where a head fits it."""
+def default_methods(target, heads=None, eagle=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP) -> tuple[str, ...]:
+    """Every method that can run on this target: the Medusa, EAGLE, MTP and layer-skip rows only where
+    a head (or an exit adapter) fits it."""
     skip = (() if _fits("medusa", target, heads=heads) else MEDUSA_METHODS) + \
         (() if _fits("eagle", target, head=eagle) else EAGLE_METHODS) + \
-        (() if _fits("eagle3", target, head=eagle3) else EAGLE3_METHODS)
+        (() if _fits("eagle3", target, head=eagle3) else EAGLE3_METHODS) + \
+        (() if _fits("mtp", target, module=mtp) else MTP_METHODS) + \
+        (() if all(_fits("layer_skip", target, exit_layer=e, adapter=a) for e, a in layer_skip)
+         else ("speclab layer-skip",))
     return tuple(m for m in METHODS if m not in skip)
 
 
 def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle=None, lookup_choices=None,
-                  eagle3=None) -> dict:
+                  eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None) -> dict:
     """The drafter each speclab method uses, built once for the whole bench. `lookahead`: (W, N, G)
     settings, one lookahead row each; `lookup_choices`: prompt lookup's match rules, a row each;
-    `heads`, `eagle`, `eagle3`: Medusa heads, EAGLE-1 and EAGLE-3 head directories (default: those
-    shipped with the bundled target)."""
-    drafters = {"speclab speculative": draft}
+    `heads`, `eagle`, `eagle3`, `mtp`: Medusa heads, EAGLE-1 and EAGLE-3 head, and MTP module
+    directories (default: those shipped with the bundled target); `layer_skip`: (exit layer, adapter)
+    settings, a row each; `k_sweep`: fixed K values of the draft model, a row each. The adaptive-K
+    rows draft with the draft model."""
+    drafters = {"speclab speculative": draft, "speclab adaptive-heuristic": draft, "speclab adaptive-confidence": draft}
+    drafters.update({row: draft for row in k_sweep_rows(k_sweep)})
+    for name, (exit_layer, adapter) in layer_skip_rows(layer_skip).items():
+        if name in methods:
+            drafters[name] = load_drafter("layer_skip", target, exit_layer=exit_layer, adapter=adapter)
+    if "speclab mtp" in methods:
+        drafters["speclab mtp"] = load_drafter("mtp", target, module=mtp)
+    if "speclab mtp-chain" in methods:  # chained as deep as the round's K (k_of caps it)
+        drafters["speclab mtp-chain"] = load_drafter("mtp", target, module=mtp, num_tokens=64)
     for name, choose in lookup_rows(lookup_choices).items():
         drafters[name] = PromptLookupDrafter() if choose is None else PromptLookupDrafter(choose=choose)
     for name, (window, ngram, pool) in lookahead_rows(lookahead).items():
@@ -150,9 +186,10 @@ def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature:
 
 
 def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new_tokens: int,
-               temperature: float, seed: int, drafters: dict | None = None):
+               temperature: float, seed: int, drafters: dict | None = None, options: dict | None = None):
     """(new token ids, seconds, stats or None) for one prompt. `drafters`: the speclab methods' drafters
-    (make_drafters); the draft model and prompt lookup are built here when it is not given."""
+    (make_drafters); the draft model and prompt lookup are built here when it is not given. `options`:
+    more speculative_generate options (the adaptive-K rows')."""
     device = model_device(target)
     common = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     drafters = drafters if drafters is not None else make_drafters((method,), target, draft)
@@ -160,7 +197,7 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
         if method == "speclab target-only":
             result = generate(target, prompt, **common)
         elif method in drafters:
-            result = speculative_generate(target, drafters[method], prompt, k=k, **common)
+            result = speculative_generate(target, drafters[method], prompt, k=k, **common, **(options or {}))
         elif method == "hf target-only":
             result = _hf_generate(target, prompt, max_new_tokens, temperature, seed)
         elif method == "hf assisted":
@@ -180,7 +217,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
               warmup: bool = True, repeats: int = 1, heads=None,
               lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None,
-              lookup_choices=None, eagle3=None) -> list[BenchRow]:
+              lookup_choices=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None,
+              adaptive_k: int | None = None, confidence_threshold: float = CONFIDENCE_THRESHOLD) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved; one row per method with the
     totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
     heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep);
@@ -188,23 +226,32 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
     EAGLE-1 head directory and `eagle3` an EAGLE-3 one (default: those shipped for the bundled
     target); `lookup_choices`:
-    prompt lookup's match rules, a row each (default: one row, the default rule)."""
+    prompt lookup's match rules, a row each (default: one row, the default rule); `mtp`: an MTP module
+    directory; `layer_skip`: (exit layer, adapter) settings, a row each; `k_sweep`: fixed K values,
+    a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
+    largest K, else k); `confidence_threshold`: the adaptive-confidence row's stop."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
-    methods = expand_methods(methods, lookahead, lookup_choices)
-    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle, lookup_choices, eagle3)
+    methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep)
+    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle, lookup_choices, eagle3, mtp,
+                             layer_skip, k_sweep)
     is_lookup = {m: m == "hf prompt-lookup" or m.startswith("speclab prompt-lookup") for m in methods}
     k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
+    k_of.update({row: n for row, n in k_sweep_rows(k_sweep).items() if row in methods})
+    upper = adaptive_k or max(k_sweep or [k])
+    options_of = {"speclab adaptive-heuristic": dict(k_schedule="heuristic"),
+                  "speclab adaptive-confidence": dict(confidence_threshold=confidence_threshold)}
+    k_of.update({m: upper for m in options_of if m in methods})
     for m in ("speclab eagle", "speclab eagle3"):  # EAGLE-2's tree has its own depth: K would only cut it
         if m in methods:
             k_of[m] = drafters[m].depth
     if warmup:
         for method in methods:
             run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,
-                       drafters)
+                       drafters, options_of.get(method))
     # per method, per repeat: (seconds, token lists, stats list)
     runs: dict[str, list[tuple[float, list[list[int]], list]]] = {m: [] for m in methods}
     for _ in range(repeats):
@@ -212,7 +259,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
             seconds, outputs, stats = 0.0, [], []
             for i, prompt in enumerate(prompts):
                 tokens, s, st = run_method(method, target, draft, prompt, k_of[method], max_new_tokens, temperature,
-                                           seed + i, drafters)
+                                           seed + i, drafters, options_of.get(method))
                 seconds += s
                 outputs.append(tokens.tolist())
                 stats.append(st)

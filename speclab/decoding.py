@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from speclab.adaptive import check_confidence_threshold, make_schedule
 from speclab.devices import timer
 from speclab.drafters import Draft, Drafter, ModelDrafter
 from speclab.runner import ModelRunner, context_length, model_device
@@ -114,19 +115,25 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, eos_token_id: int | Iterable[int] | None = None,
                          acceptance: str = "rejection", typical_epsilon: float = 0.09,
-                         typical_delta: float = 0.3) -> GenerationResult:
+                         typical_delta: float = 0.3, k_schedule: str = "fixed",
+                         confidence_threshold: float | None = None) -> GenerationResult:
     """Speculative decoding: `draft` (a model sharing the target's tokenizer, or any Drafter) proposes
     up to k tokens (a chain) or a tree at most k deep, the target checks them all in one forward pass,
     and the rejection rule decides. Greedy output equals `generate`'s; sampled output has the same
     distribution. acceptance="typical" swaps in Medusa-2's typical acceptance (typical_epsilon,
-    typical_delta): it accepts more when sampling, and it is NOT lossless; its stats say so."""
+    typical_delta): it accepts more when sampling, and it is NOT lossless; its stats say so.
+    Adaptive K (speclab.adaptive), k the upper bound: k_schedule="heuristic" is transformers' schedule
+    (+2 after a fully accepted round, -1 otherwise); confidence_threshold stops a chain drafter's
+    round at the first token its draft was less sure of (top probability below it). Both lossless."""
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k (draft tokens per round, or tree depth) must be an integer >= 1, got {k!r}")
     if acceptance not in ACCEPTANCE_RULES:
         raise ValueError(f"acceptance must be one of {ACCEPTANCE_RULES}, got {acceptance!r}")
+    schedule = make_schedule(k_schedule, k)
     sampling = SamplingParams(temperature, top_k, top_p)
     runner = ModelRunner(target, who="target model")
     drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
+    drafter.set_confidence_threshold(check_confidence_threshold(confidence_threshold))
     if isinstance(drafter, ModelDrafter) and model_device(drafter.model) != runner.device:
         raise ValueError(f"target is on {runner.device} but the draft is on {model_device(drafter.model)}: "
                          "move both to the same device (model.to(device))")
@@ -135,7 +142,10 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     check_length(target, len(prompt), max_new_tokens)
     stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
     lossless = acceptance == "rejection"
-    stats = GenerationStats(method=f"speculative ({drafter.name})" + ("" if lossless else ", typical acceptance"),
+    adaptive = ("" if k_schedule == "fixed" else f", {k_schedule} K") + \
+        ("" if confidence_threshold is None else f", confidence stop {confidence_threshold:g}")
+    stats = GenerationStats(method=f"speculative ({drafter.name})" + adaptive +
+                            ("" if lossless else ", typical acceptance"),
                             k=k, device=str(runner.device), accepted_lengths=[0] * (k + 1), lossless=lossless)
     features = drafter.feature_layers
     trace: list[Round] = []
@@ -151,7 +161,7 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                     runner.forward(prompt[:-1], last_only=True)
                 stats.target_calls += 1
         while True:
-            k_round = min(k, max_new_tokens - len(out) - 1)  # never produce more than asked
+            k_round = min(schedule.k, max_new_tokens - len(out) - 1)  # never produce more than asked
             with timer(runner.device) as drafting:
                 proposal = drafter.propose(ids, k_round, sampling, generator) if k_round > 0 else None
             proposal = proposal.cut(k_round) if proposal is not None else Draft(ids.new_empty(0))
@@ -186,6 +196,7 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
             drafter.update(ids, len(path))
 
             n = len(path)
+            schedule.update(n_drafted, n)
             stats.rounds += 1
             stats.drafted += n_drafted
             stats.accepted += n

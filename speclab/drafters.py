@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from speclab.adaptive import check_confidence_threshold, stops_here
 from speclab.runner import ModelRunner
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
 from speclab.trees import chain_parents, check_parents, depths, is_chain, prune_to_depth, tree_from_choices
@@ -116,6 +117,16 @@ class Drafter(ABC):
 
     name = "drafter"
     feature_layers: tuple[int, ...] = ()  # the target hidden states this drafter reads (-1: the last)
+    confidence_threshold: float | None = None  # chain drafters with probabilities: see set_confidence_threshold
+
+    def set_confidence_threshold(self, threshold: float | None) -> None:
+        """Stop each round's drafting after a token whose draft top probability is below `threshold`
+        (speclab.adaptive; None: draft the full k). Only chain drafters that compute a distribution per
+        token can; the others refuse a threshold."""
+        if threshold is not None:
+            raise ValueError(f"the {self.name} drafter has no per-token confidence to stop on (it drafts without "
+                             "a distribution, or a tree); use confidence_threshold with a chain drafter: "
+                             "draft_model, layer_skip, mtp, or eagle/eagle3 with tree='chain'")
 
     def start(self, prompt: torch.Tensor) -> None:  # noqa: B027 (optional hook)
         """A new sequence begins with `prompt` (1-D ids)."""
@@ -141,11 +152,20 @@ class Drafter(ABC):
         the verification pass. Called before `update`."""
 
 
-class ModelDrafter(Drafter):
+class ChainDrafter(Drafter):
+    """A drafter that drafts a chain one token at a time from a distribution it computes, so it can stop
+    early when unsure (speclab.adaptive.stops_here)."""
+
+    def set_confidence_threshold(self, threshold: float | None) -> None:
+        self.confidence_threshold = check_confidence_threshold(threshold)
+
+
+class ModelDrafter(ChainDrafter):
     """A separate, smaller causal LM that shares the target's tokenizer: the classic draft model.
 
     It keeps its own KV cache. Proposing feeds what it has not seen yet (the last round's
-    correction, and the last draft if everything was accepted), then k - 1 of its own samples.
+    correction, and the last draft if everything was accepted), then k - 1 of its own samples
+    (fewer with a confidence threshold).
     """
 
     name = "draft model"
@@ -174,6 +194,8 @@ class ModelDrafter(Drafter):
             token = sample(q, generator)
             tokens.append(token)
             probs.append(q)
+            if stops_here(logits, self.confidence_threshold):
+                break
             new = token.view(1)
         return Draft(torch.stack(tokens), torch.stack(probs))
 
@@ -332,7 +354,7 @@ class MedusaDrafter(Drafter):
 
 
 # ---------------------------------------------------------------- one entry point for every method
-METHODS = ("draft_model", "ngram", "medusa", "lookahead", "eagle", "eagle3")  # vLLM's names where vLLM has the method
+METHODS = ("draft_model", "ngram", "medusa", "lookahead", "eagle", "eagle3", "mtp", "layer_skip")  # vLLM's names where vLLM has the method
 NGRAM_ALIASES = {"prompt_lookup_max": "max_ngram", "prompt_lookup_min": "min_ngram",  # vLLM
                  "num_speculative_tokens": "num_tokens", "max_matching_ngram_size": "max_ngram",  # transformers
                  "prompt_lookup_num_tokens": "num_tokens"}
@@ -351,6 +373,12 @@ def load_drafter(method: str, target: torch.nn.Module | None = None, **options) 
                  for the bundled target), tree="dynamic" (EAGLE-2's tree, default) or "chain",
                  top_k, depth, total_tokens
     eagle3       an EAGLE-3 head (train eagle3), with the same options
+    mtp          a DeepSeek-V3-style MTP module (train mtp): module= a directory (default: the one
+                 shipped for the bundled target), num_tokens=1 (drafts per round; more chains it;
+                 vLLM's num_speculative_tokens)
+    layer_skip   the target's first exit_layer= E layers draft (1..L-1); adapter=False (no new
+                 weights), True (the exit adapters shipped for the bundled target) or a directory
+                 written by train exit
     """
     if method == "ngram":
         for alias, name in NGRAM_ALIASES.items():
@@ -362,11 +390,20 @@ def load_drafter(method: str, target: torch.nn.Module | None = None, **options) 
     if method == "lookahead":
         from speclab.lookahead import LookaheadDrafter
         return LookaheadDrafter(**options)
-    if method in ("eagle", "eagle3"):
-        from speclab.eagle import load_eagle
+    if method in ("eagle", "eagle3", "mtp", "layer_skip"):  # drafters built on the target itself
         if target is None:
             from speclab.models import load_pair
             target = load_pair(device="cpu").target
+        if method == "mtp":
+            from speclab.mtp import load_mtp
+            return load_mtp(target, **options)
+        if method == "layer_skip":
+            from speclab.layerskip import load_layer_skip
+            if "exit_layer" not in options:
+                raise ValueError(f"layer_skip needs exit_layer=E, the last layer that drafts (1 to "
+                                 f"{target.config.num_hidden_layers - 1})")
+            return load_layer_skip(target, **options)
+        from speclab.eagle import load_eagle
         return load_eagle(target, version=3 if method == "eagle3" else 1, **options)
     if method == "draft_model":
         from speclab.models import BUNDLED_DIR, load_model

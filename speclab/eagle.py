@@ -34,7 +34,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, DynamicCache
 
-from speclab.drafters import Draft, Drafter
+from speclab.adaptive import stops_here
+from speclab.drafters import ChainDrafter, Draft, Drafter
 from speclab.heads import _close, fingerprint
 from speclab.sampling import SamplingParams, check_finite, sample
 
@@ -86,6 +87,8 @@ class EagleHead(nn.Module):
 
     forward(embeds (n, H) or (B, n, H), features (same), cache, **attention extras) -> h."""
 
+    CONFIG_FILE, WEIGHTS_FILE = CONFIG_FILE, WEIGHTS_FILE
+
     def __init__(self, target_config: dict, target_fingerprint: dict | None = None, version: int = 1,
                  feature_layers: Sequence[int] | None = None):
         super().__init__()
@@ -128,6 +131,10 @@ class EagleHead(nn.Module):
     def name(self) -> str:
         return f"EAGLE-{self.version}"
 
+    @property
+    def train_command(self) -> str:
+        return "eagle" if self.version == 1 else "eagle3"
+
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.layer_config)
 
@@ -155,7 +162,7 @@ class EagleHead(nn.Module):
         """A ValueError, saying how to get a fitting head, unless this head was trained for `target`."""
         check_mirrorable(target)
         mine, theirs = self.config["target_fingerprint"] or {}, target_identity(target)
-        how = f"train one for it: python -m speclab train {'eagle' if self.version == 1 else 'eagle3'} --target DIR --out DIR"
+        how = f"train one for it: python -m speclab train {self.train_command} --target DIR --out DIR"
         for key in ("model_type", "hidden", "vocab", "layers"):
             if mine.get(key) is not None and mine.get(key) != theirs[key]:
                 raise ValueError(f"this {self.name} head was trained for a target with {key} {mine.get(key)!r}; this "
@@ -167,19 +174,21 @@ class EagleHead(nn.Module):
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / CONFIG_FILE).write_text(json.dumps(self.config, indent=1))
+        (directory / self.CONFIG_FILE).write_text(json.dumps(self.config, indent=1))
         state = {k: v.detach().to(torch.float16).contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(directory / WEIGHTS_FILE))
+        save_file(state, str(directory / self.WEIGHTS_FILE))
 
     @classmethod
     def load(cls, directory: str | Path, device: torch.device | str = "cpu",
              dtype: torch.dtype = torch.float32) -> EagleHead:
         directory = Path(directory)
-        if not (directory / CONFIG_FILE).exists():
-            raise FileNotFoundError(f"no EAGLE head in {directory} ({CONFIG_FILE} missing); train one with "
-                                    "python -m speclab train eagle (or eagle3) --target DIR --out DIR")
-        head = cls(**json.loads((directory / CONFIG_FILE).read_text()))
-        head.load_state_dict(load_file(str(directory / WEIGHTS_FILE)), strict=False)
+        if not (directory / cls.CONFIG_FILE).exists():
+            what = "an MTP module" if cls.CONFIG_FILE != CONFIG_FILE else "an EAGLE head"
+            how = "mtp" if cls.CONFIG_FILE != CONFIG_FILE else "eagle (or eagle3)"
+            raise FileNotFoundError(f"no {what} in {directory} ({cls.CONFIG_FILE} missing); train one with "
+                                    f"python -m speclab train {how} --target DIR --out DIR")
+        head = cls(**json.loads((directory / cls.CONFIG_FILE).read_text()))
+        head.load_state_dict(load_file(str(directory / cls.WEIGHTS_FILE)), strict=False)
         return head.to(device=device, dtype=dtype).eval()
 
 
@@ -216,7 +225,7 @@ def node_depth(parents: Sequence[int], node: int) -> int:
     return depth
 
 
-class EagleDrafter(Drafter):
+class EagleDrafter(ChainDrafter):
     """An EAGLE head drafting a chain (tree="chain": k tokens per round, each from the head's own
     output, sampled from the served distribution; EAGLE-1's way) or EAGLE-2's dynamic tree
     (tree="dynamic", the default: Li et al. 2024b). The dynamic tree grows `depth` levels (at most k):
@@ -255,6 +264,12 @@ class EagleDrafter(Drafter):
         self.forward_calls = 0
         self.last_expansion: dict | None = None
         self.start(torch.empty(0, dtype=torch.long))
+
+    def set_confidence_threshold(self, threshold: float | None) -> None:
+        if threshold is not None and self.tree != "chain":
+            raise ValueError("a confidence stop works on a chain: EAGLE-2's dynamic tree already stops where the "
+                             "head is unsure (it keeps the best total_tokens); load the drafter with tree='chain'")
+        super().set_confidence_threshold(threshold)
 
     def start(self, prompt: torch.Tensor) -> None:
         self.cache = self.head.new_cache()
@@ -297,12 +312,14 @@ class EagleDrafter(Drafter):
             return self._dynamic_tree(h, min(k, self.depth), ids.device)
         drafted, probs = [], []
         for i in range(k):
-            q = sampling.probs(self._logits(h))
+            logits = self._logits(h)
+            q = sampling.probs(logits)
             token = sample(q, generator)
             drafted.append(token)
             probs.append(q)
-            if i + 1 < k:
-                h = self._head_step(token.view(1), h.view(1, -1))[-1]
+            if i + 1 == k or stops_here(logits, self.confidence_threshold):
+                break
+            h = self._head_step(token.view(1), h.view(1, -1))[-1]
         return Draft(torch.stack(drafted), torch.stack(probs))
 
     def _dynamic_tree(self, h: torch.Tensor, depth: int, device: torch.device) -> Draft:

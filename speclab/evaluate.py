@@ -383,6 +383,86 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     return "\n".join(lines)
 
 
+MTP_HEADING = "## MTP module"
+
+
+def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the MTP module shipped with the bundled target: how it was trained
+    (from its record), held-out accuracy by draft position when chained, and tokens per target pass
+    measured now (greedy, held-out prompts) drafting one token a round and chained to four."""
+    import json
+
+    from speclab.drafters import load_drafter
+
+    pair_dir = Path(pair_dir)
+    module_dir = pair_dir / "mtp"
+    record = json.loads((module_dir / "record.json").read_text())
+    m, log = record["preset"], record["log"]
+    first, last = log["evals"][0], log["evals"][-1]
+    _, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, n=n: load_drafter("mtp", t, module=module_dir, num_tokens=n), n)
+        for name, n in (("MTP, one token a round", 1), ("MTP chained, K = 4", 4))}, num_prompts, max_new_tokens)
+    positions = len(last["heldout_top1_by_step"])
+    lines = [
+        MTP_HEADING, "",
+        "A multi-token prediction module in the style of DeepSeek-V3 (DeepSeek-AI 2024): RMSNorm of the target's "
+        "last feature and of the next token's embedding, concatenated and projected 2H -> H (no bias), one decoder "
+        "layer of the target's architecture (initialised from its last layer), a norm, and the target's frozen "
+        f"lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `mtp/`. Trained after the fact on the "
+        "frozen target (DeepSeek-V3 trains it with the model) by `python -m speclab train mtp --target "
+        "speclab/pairs/stdlib/target --out DIR --install`: one step deep, cross-entropy against the target's own "
+        f"distribution of the token two ahead; {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions "
+        f"from {record['training_rows']:,} rows (the Medusa heads' rows); training {log['seconds'] / 60:.1f} min on "
+        f"{record['hardware']}.", "",
+        "Held-out top-1 agreement with the target by draft position (position 1 is what it was trained for; later "
+        "positions chain it on its own outputs):", "",
+        "| draft position | " + " | ".join(str(j + 1) for j in range(positions)) + " |",
+        "|---|" + "---|" * positions,
+        "| at start | " + " | ".join(f"{a:.3f}" for a in first["heldout_top1_by_step"]) + " |",
+        "| after training | " + " | ".join(f"{a:.3f}" for a in last["heldout_top1_by_step"]) + " |", "",
+        f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
+        "target-only decoding's):", ""] + drafting_table(runs)
+    return "\n".join(lines)
+
+
+EXIT_HEADING = "## Layer-skip exit adapters"
+
+
+def exit_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the exit adapters shipped with the bundled target: how they were
+    trained, held-out top-1 agreement of each exit with the target without and with its adapter, and
+    tokens per target pass measured now for the deepest exit with and without its adapter."""
+    import json
+
+    from speclab.drafters import load_drafter
+
+    pair_dir = Path(pair_dir)
+    record = json.loads((pair_dir / "exit" / "record.json").read_text())
+    m, layers = record["preset"], record["layers"]
+    deepest = max(int(e) for e in layers)
+    _, runs, same = measure_drafting(pair_dir, {
+        f"exit after layer {deepest}" + (" + adapter" if adapter else ""):
+            (lambda t, adapter=adapter: load_drafter("layer_skip", t, exit_layer=deepest,
+                                                     adapter=pair_dir / "exit" if adapter else False), 4)
+        for adapter in (False, True)}, num_prompts, max_new_tokens)
+    seconds = sum(entry["seconds"] for entry in layers.values())
+    lines = [
+        EXIT_HEADING, "",
+        f"One exit adapter per exit layer ({', '.join(layers)} of {record['layers_of_target']}): h -> h + W h + b on "
+        "the hidden state leaving that layer, zero at the start, before the target's final norm and lm_head (a "
+        "tuned lens, Belrose et al. 2023); H x H + H parameters each, float16 in `exit/`. Trained by `python -m "
+        "speclab train exit --target speclab/pairs/stdlib/target --out DIR --install`: soft cross-entropy against "
+        f"the target's own distribution, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions per "
+        f"adapter, the target frozen; {seconds / 60:.1f} min for all on {record['hardware']}.", "",
+        "| exit after layer | " + " | ".join(layers) + " |", "|---|" + "---|" * len(layers),
+        "| top-1 agreement, no adapter | " + " | ".join(f"{e['top1_plain']:.3f}" for e in layers.values()) + " |",
+        "| top-1 agreement, with adapter | " + " | ".join(f"{e['top1_adapter']:.3f}" for e in layers.values()) + " |",
+        "",
+        f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens, K = 4; outputs "
+        f"{same} target-only decoding's):", ""] + drafting_table(runs)
+    return "\n".join(lines)
+
+
 def replace_section(card: str, heading: str, section: str) -> str:
     """`card` with the section under `heading` (up to the next heading of the same level) replaced by
     `section`, or `section` appended when the card has none."""

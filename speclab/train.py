@@ -784,6 +784,7 @@ class EaglePreset:
     batch: int = 8
     steps: int = 6000        # EAGLE-1: 19 min on 2 CPU threads, the features computed once beforehand
     eagle3_steps: int = 4000  # EAGLE-3: each step unrolls ttt_steps head passes (0.53 s a step here)
+    mtp_steps: int = 3000     # MTP: one head pass a step, trained one step deep
     lr: float = 1e-3
     warmup: int = 50
     noise: float = 0.1        # U(-noise, noise) on the input features (Li et al. 2024); EAGLE-1 only
@@ -798,7 +799,7 @@ class EaglePreset:
 EAGLE_PRESETS = {
     "stdlib": EaglePreset(),
     "micro": EaglePreset(corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8, batch=4, steps=6,
-                         eagle3_steps=6, warmup=2, eval_every=3, ttt_steps=2, eval_depth=3),
+                         eagle3_steps=6, mtp_steps=6, warmup=2, eval_every=3, ttt_steps=2, eval_depth=3),
 }
 
 
@@ -829,19 +830,26 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     (eagle3_loss). Resumable. Writes out/eagle/ or out/eagle3/ (head, config and record.json: loss
     curves, held-out accuracy, and accuracy by draft position). `inputs` (EAGLE-1 only): the EAGLE
     paper's ablation of what the head reads (see quick_eagle); "feature" or "token" train a head
-    that is only measured, written to out/eagle-feature/ or out/eagle-token/."""
+    that is only measured, written to out/eagle-feature/ or out/eagle-token/.
+    version "mtp" (train mtp): DeepSeek-V3's MTP module (speclab.mtp) on the target's last features,
+    trained one step deep (eagle3_loss with one step: the cross-entropy against the target's
+    distribution of the token two ahead), written to out/mtp/; its record's accuracy by draft
+    position measures what chaining it costs."""
     from speclab.eagle import EagleHead, eagle3_layers
     from speclab.models import load_model
+    from speclab.mtp import MtpModule
     if preset not in EAGLE_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(EAGLE_PRESETS)}")
-    if version not in (1, 3):
-        raise ValueError(f"EAGLE version must be 1 or 3, got {version!r}")
-    if inputs not in EAGLE_INPUTS or (version == 3 and inputs != "feature+token"):
+    if version not in (1, 3, "mtp"):
+        raise ValueError(f"version must be 1, 3 (EAGLE) or 'mtp', got {version!r}")
+    if inputs not in EAGLE_INPUTS or (version != 1 and inputs != "feature+token"):
         raise ValueError(f"inputs must be one of {EAGLE_INPUTS} (EAGLE-1 only), got {inputs!r}")
     m = EaglePreset(**{**asdict(EAGLE_PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
-    if version == 3 and overrides.get("steps") is None:
-        m.steps = m.eagle3_steps
-    name = "eagle3" if version == 3 else "eagle" if inputs == "feature+token" else f"eagle-{inputs}"
+    if version != 1 and overrides.get("steps") is None:
+        m.steps = m.eagle3_steps if version == 3 else m.mtp_steps
+    if version == "mtp":
+        m.ttt_steps = 1   # DeepSeek-V3 trains its module one step deep
+    name = {3: "eagle3", "mtp": "mtp"}.get(version) or ("eagle" if inputs == "feature+token" else f"eagle-{inputs}")
     if inputs != "feature+token":
         m.eval_depth = 1  # a head that never read its own outputs is measured one step deep
     out.mkdir(parents=True, exist_ok=True)
@@ -864,7 +872,7 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     if inputs == "feature":  # the ablation: the head does not see the token that follows the feature
         embed = ZeroEmbedding(embed)
     torch.manual_seed(seed)
-    head = EagleHead.for_target(target, version)
+    head = MtpModule.for_target(target) if version == "mtp" else EagleHead.for_target(target, version)
     opt = torch.optim.AdamW(head.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
     ckpt_file = out / f"{name}.ckpt"
     step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": feature_seconds}
@@ -940,12 +948,119 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     if step < m.steps:
         raise SystemExit(f"{name}: stopped at step {step}/{m.steps}; run the same command again to resume.")
     head.eval()
-    report = {"version": version, "inputs": inputs, "preset": asdict(m), "target_from": str(target_dir), "device": str(dev),
+    report = {"version": version, "method": name, "inputs": inputs, "preset": asdict(m), "target_from": str(target_dir), "device": str(dev),
               "hardware": hardware(dev), "torch": torch.__version__, "seed": seed, "training_rows": features["rows"],
               "feature_layers": list(head.feature_layers), "parameters": sum(p.numel() for p in head.parameters()),
               "log": log}
     head.save(out / name)
     (out / name / "record.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+@dataclass
+class ExitPreset:
+    corpus_rows: int = 1024   # the rows of out/features.pt, shared with Medusa and EAGLE
+    generated: int = 128
+    heldout_rows: int = 64
+    seq_len: int = 256
+    prompt_len: int = 64
+    batch: int = 8
+    steps: int = 400          # per adapter: an H x H affine map converges fast
+    lr: float = 1e-3
+    warmup: int = 20
+
+
+EXIT_PRESETS = {
+    "stdlib": ExitPreset(),
+    "micro": ExitPreset(corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8, batch=4, steps=6,
+                        warmup=2),
+}
+
+
+def exit_logits(target: PreTrainedModel, h: torch.Tensor, adapter: torch.nn.Module | None = None) -> torch.Tensor:
+    """The target's final norm and lm_head applied to a hidden state from an early layer (through the
+    exit adapter, if any): what the layer-skip draft reads."""
+    if adapter is not None:
+        h = adapter(h)
+    return target.get_output_embeddings()(target.model.norm(h))
+
+
+@torch.no_grad()
+def exit_agreement(target: PreTrainedModel, h: torch.Tensor, final: torch.Tensor,
+                   adapter: torch.nn.Module | None = None) -> float:
+    """How often the exit's top token is the target's own (greedy acceptance of a one-token draft)."""
+    truth = target.get_output_embeddings()(final.float()).argmax(-1)
+    return round(float((exit_logits(target, h.float(), adapter).argmax(-1) == truth).float().mean()), 4)
+
+
+def train_exit(target_dir: str | Path, out: Path, exit_layers: Sequence[int] | None = None, preset: str = "stdlib",
+               device: str | None = None, seed: int = 0, **overrides) -> dict:
+    """An exit adapter (speclab.layerskip.ExitAdapter) for each exit layer of a frozen Llama-family
+    target: trained so that the exit's distribution matches the final layer's (soft cross-entropy
+    against the target's own distribution, on its hidden states over the cached rows). Resumable per
+    layer. Writes out/exit/ (the adapters, one file) with record.json: for each layer, held-out top-1
+    agreement with the target without and with its adapter, and the loss curve."""
+    from speclab.layerskip import ExitAdapter, check_exit_layer, save_adapters
+    from speclab.models import load_model
+    if preset not in EXIT_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {sorted(EXIT_PRESETS)}")
+    m = ExitPreset(**{**asdict(EXIT_PRESETS[preset]), **{k: v for k, v in overrides.items() if v is not None}})
+    out.mkdir(parents=True, exist_ok=True)
+    dev = pick_device(device)
+    target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
+    num_layers = target.config.num_hidden_layers
+    layers = sorted({check_exit_layer(target, int(e)) for e in (exit_layers or range(2, num_layers - 1, 2))})
+    features = cached_features(target, target_dir, out, "micro" if preset == "micro" else "stdlib", m, dev, seed)
+    path = out / "features_exit.pt"
+    hidden = torch.load(path) if path.exists() else None
+    if hidden is None or hidden["layers"] != layers or len(hidden["train"]) != len(features["train_rows"]):
+        started = time.perf_counter()
+        hidden = {"layers": layers,
+                  "train": target_features(target, features["train_rows"], dev, layers=layers),
+                  "heldout": target_features(target, features["heldout_rows"], dev, layers=layers)}
+        hidden["seconds"] = time.perf_counter() - started
+        torch.save(hidden, path)
+    width = target.config.hidden_size
+    ckpt_file = out / "exit.ckpt"
+    state = torch.load(ckpt_file) if ckpt_file.exists() else {"adapters": {}, "record": {}}
+    schedule = Preset(lr=m.lr, warmup=m.warmup)
+    held_final = features["heldout"].to(dev, torch.float32)
+    adapters = {}
+    for i, layer in enumerate(layers):
+        adapter = ExitAdapter(width).to(dev)
+        if layer in state["adapters"]:
+            adapter.load_state_dict(state["adapters"][layer])
+            adapters[layer] = adapter.eval()
+            continue
+        started = time.perf_counter()
+        opt = torch.optim.AdamW(adapter.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
+        held = hidden["heldout"][..., i * width:(i + 1) * width].to(dev, torch.float32)
+        curve = []
+        for step in tqdm(range(m.steps), desc=f"exit {layer}", mininterval=5):
+            g = torch.Generator().manual_seed(seed * 1_000_003 + layer * 10_007 + step)
+            pick = torch.randint(0, len(features["train"]), (m.batch,), generator=g)
+            h = hidden["train"][pick][..., i * width:(i + 1) * width].to(dev, torch.float32)
+            with torch.no_grad():
+                teacher = target.get_output_embeddings()(features["train"][pick].to(dev, torch.float32))
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, schedule, m.steps)
+            loss = soft_cross_entropy(exit_logits(target, h, adapter), teacher)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            curve.append(round(loss.item(), 4))
+        adapter.eval()
+        adapters[layer] = adapter
+        state["adapters"][layer] = adapter.state_dict()
+        state["record"][layer] = {"top1_plain": exit_agreement(target, held, held_final),
+                                  "top1_adapter": exit_agreement(target, held, held_final, adapter),
+                                  "loss": curve, "seconds": round(time.perf_counter() - started, 1)}
+        torch.save(state, ckpt_file)
+    report = {"preset": asdict(m), "target_from": str(target_dir), "device": str(dev), "hardware": hardware(dev),
+              "torch": torch.__version__, "seed": seed, "layers_of_target": num_layers,
+              "feature_seconds": round(hidden.get("seconds", 0.0), 1),
+              "layers": {str(layer): state["record"][layer] for layer in layers}}
+    save_adapters(adapters, target, out / "exit", report)
     return report
 
 
@@ -1091,9 +1206,10 @@ def main(argv: list[str] | None = None) -> None:
     medusa.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
     medusa.add_argument("--install", action="store_true", help="when done, copy the heads into the package "
                         "(speclab/pairs/stdlib/medusa), where load_drafter('medusa') finds them")
-    for version, command in ((1, "eagle"), (3, "eagle3")):
-        what = ("an EAGLE-1 head (feature regression)" if version == 1 else
-                "an EAGLE-3 head (fused low/middle/high layers, training-time test)")
+    for version, command in ((1, "eagle"), (3, "eagle3"), ("mtp", "mtp")):
+        what = {1: "an EAGLE-1 head (feature regression)",
+                3: "an EAGLE-3 head (fused low/middle/high layers, training-time test)",
+                "mtp": "a DeepSeek-V3-style MTP module (one step deep, on the last features)"}[version]
         eagle = sub.add_parser(command, help=f"train {what} for a frozen Llama-family target (resumable)")
         eagle.add_argument("--target", required=True, help="target model: a local directory (the bundled one is "
                            "speclab/pairs/stdlib/target) or a hub id")
@@ -1113,9 +1229,33 @@ def main(argv: list[str] | None = None) -> None:
                            "resume")
         eagle.add_argument("--install", action="store_true", help=f"when done, copy the head into the package "
                            f"(speclab/pairs/stdlib/{command}), where load_drafter({command!r}) finds it")
+    exit_ = sub.add_parser("exit", help="train layer-skip exit adapters (a tuned lens per exit layer) for a frozen "
+                           "Llama-family target (resumable)")
+    exit_.add_argument("--target", required=True, help="target model: a local directory (the bundled one is "
+                       "speclab/pairs/stdlib/target) or a hub id")
+    exit_.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, adapters); the "
+                       "folder of train medusa / eagle reuses its cached rows")
+    exit_.add_argument("--exit-layers", default=None, help="comma-separated exit layers (default: every second "
+                       "layer, 2 to L-2)")
+    exit_.add_argument("--preset", choices=sorted(EXIT_PRESETS), default="stdlib")
+    exit_.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    exit_.add_argument("--seed", type=int, default=0)
+    exit_.add_argument("--steps", type=int, help="override the preset's steps per adapter")
+    exit_.add_argument("--install", action="store_true", help="when done, copy the adapters into the package "
+                       "(speclab/pairs/stdlib/exit), where load_drafter('layer_skip', adapter=True) finds them")
     args = parser.parse_args(argv)
-    if args.command in ("eagle", "eagle3"):
-        version = 1 if args.command == "eagle" else 3
+    if args.command == "exit":
+        layers = [int(x) for x in args.exit_layers.split(",")] if args.exit_layers else None
+        report = train_exit(args.target, args.out, layers, preset=args.preset, device=args.device, seed=args.seed,
+                            steps=args.steps)
+        for layer, entry in report["layers"].items():
+            print(f"exit after layer {layer}: held-out top-1 agreement with the target {entry['top1_plain']:.3f} "
+                  f"without the adapter, {entry['top1_adapter']:.3f} with it")
+        if args.install:
+            print(f"installed into {install_eagle(args.out, name='exit')}")
+        return
+    if args.command in ("eagle", "eagle3", "mtp"):
+        version = {"eagle": 1, "eagle3": 3, "mtp": "mtp"}[args.command]
         report = train_eagle(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
                              stop_after_minutes=args.stop_after_minutes, version=version, steps=args.steps,
                              ttt_steps=getattr(args, "ttt_steps", None),

@@ -84,3 +84,24 @@ def test_prompt_lookup_rules_become_rows_side_by_side(pair, prompt):
     assert [r.method for r in rows] == ["speclab target-only", "speclab prompt-lookup latest",
                                         "speclab prompt-lookup frequent", "hf prompt-lookup"]
     assert rows[1].stats.k == rows[2].stats.k == 6 and all(r.matches_target_only for r in rows[1:])
+
+
+def test_k_sweep_adaptive_k_layer_skip_and_mtp_rows_side_by_side(pair, prompt, tmp_path):
+    from speclab.mtp import MtpModule
+    target, draft = pair
+    MtpModule.for_target(target).save(tmp_path / "mtp")
+    methods = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic",
+               "speclab adaptive-confidence", "speclab mtp", "speclab mtp-chain", "speclab layer-skip")
+    rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, warmup=False,
+                     k_sweep=[1, 5], layer_skip=[(1, False)], mtp=tmp_path / "mtp", confidence_threshold=0.5)
+    by_name = {r.method: r for r in rows}
+    assert list(by_name) == ["speclab target-only", "speclab speculative", "speclab speculative K=1",
+                             "speclab speculative K=5", "speclab adaptive-heuristic", "speclab adaptive-confidence",
+                             "speclab mtp", "speclab mtp-chain", "speclab layer-skip E=1"]
+    assert by_name["speclab speculative K=1"].stats.k == 1 and by_name["speclab speculative K=5"].stats.k == 5
+    assert by_name["speclab adaptive-heuristic"].stats.k == 5  # the sweep's largest K is the upper bound
+    assert "heuristic K" in by_name["speclab adaptive-heuristic"].stats.method
+    assert "confidence stop 0.5" in by_name["speclab adaptive-confidence"].stats.method
+    assert by_name["speclab mtp"].stats.drafted <= by_name["speclab mtp"].stats.rounds  # one token a round
+    assert by_name["speclab mtp-chain"].stats.drafted > by_name["speclab mtp-chain"].stats.rounds
+    assert all(r.matches_target_only for r in rows[1:])

@@ -88,7 +88,16 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(tmp_path
     MedusaHeads.for_target(load_model(out / "target", "cpu", None), num_heads=2).save(tmp_path / "heads")
     EagleHead.for_target(load_model(out / "target", "cpu", None)).save(tmp_path / "eagle")
     EagleHead.for_target(load_model(out / "target", "cpu", None), version=3).save(tmp_path / "eagle3")
+    from speclab.mtp import MtpModule
+    MtpModule.for_target(load_model(out / "target", "cpu", None)).save(tmp_path / "mtp")
     capsys.readouterr()
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "mtp", "--mtp", str(tmp_path / "mtp")])
+    assert "speculative (mtp)" in capsys.readouterr().out
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "layer_skip", "--exit-layer", "1",
+          "--k-schedule", "heuristic", "--confidence-threshold", "0.5"])
+    assert "speculative (layer skip E=1), heuristic K, confidence stop 0.5" in capsys.readouterr().out
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle3", "--eagle3", str(tmp_path / "eagle3")])
     assert "speculative (eagle-3)" in capsys.readouterr().out
@@ -108,6 +117,8 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(tmp_path
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1"])
     table = capsys.readouterr().out
     assert "medusa" not in table and "eagle" not in table  # no heads for this target: the rows are left out
+    assert "mtp" not in table and "layer-skip" not in table  # nor an MTP module, nor exit adapters
+    assert "speclab adaptive-heuristic" in table and "speclab adaptive-confidence" in table
 
 
 def test_workloads_shows_each_set(capsys):

@@ -1,0 +1,141 @@
+"""Layer-skip self-drafting: the target's first E layers draft for all of it.
+
+The draft is the target cut short: its embeddings, its first E decoder layers, its final norm and
+its lm_head, with no weights of its own (Elhoushi et al. 2024, LayerSkip; transformers'
+`assistant_early_exit`). A draft step costs about E/L of a target step, and it agrees with the target
+only as much as layer E's hidden state already "knows" the next token. The LayerSkip paper trains the
+whole model for it (layer dropout and an early-exit loss); speclab keeps the target frozen and
+offers a small exit adapter instead: an affine map h -> h + W h + b on layer E's hidden state, zero at
+the start (the identity), trained to make the exit's distribution match the final layer's (a tuned
+lens, Belrose et al. 2023): `python -m speclab train exit`.
+
+The draft here keeps its own KV cache for its E layers, rolled back like a draft model's. LayerSkip's
+self-speculation shares it instead: the verifier's first E layers compute exactly the keys and values
+the draft already has for the drafted tokens (same weights, same inputs), so it can reuse them and
+start the verification at layer E + 1 (and reuse the exit's hidden states). That saves E/L of every
+verification pass and the memory of a second cache; it needs an engine whose verify pass can start
+mid-model, which speclab's one-loop engine (a model called whole) does not have.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from speclab.drafters import ModelDrafter
+from speclab.heads import _close, fingerprint
+
+ADAPTERS_CONFIG, ADAPTERS_FILE = "exit_config.json", "exit_adapters.safetensors"
+
+
+def check_exit_layer(target: nn.Module, exit_layer: int) -> int:
+    """exit_layer as an int in 1..L-1, or a ValueError saying which values the target allows."""
+    layers = int(target.config.num_hidden_layers)
+    if isinstance(exit_layer, bool) or not isinstance(exit_layer, int) or not 1 <= exit_layer <= layers - 1:
+        raise ValueError(f"exit_layer must be an integer from 1 to {layers - 1} (this target has {layers} decoder "
+                         f"layers; exiting after all {layers} is the target itself); got {exit_layer!r}")
+    return exit_layer
+
+
+class ExitAdapter(nn.Module):
+    """h -> h + W h + b on the hidden state leaving layer E, W and b zero at the start (the identity):
+    an affine translator from layer E's representation to the final layer's (a tuned lens)."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + self.linear(h)
+
+
+def early_exit_model(target: nn.Module, exit_layer: int, adapter: ExitAdapter | None = None) -> nn.Module:
+    """A causal LM that is the target's first `exit_layer` layers, then (adapter and) its final norm and
+    lm_head. It shares the target's weights (no copy): built on the meta device, its modules then
+    replaced by the target's own. Needs a Llama-family target (model.embed_tokens, layers, norm,
+    rotary_emb, and lm_head)."""
+    check_exit_layer(target, exit_layer)
+    base = getattr(target, "model", None)
+    if not all(hasattr(base, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")) \
+            or not hasattr(target, "lm_head"):
+        raise TypeError(f"layer skipping cuts a Llama-family model (model.embed_tokens, layers, norm, rotary_emb, "
+                        f"lm_head) short; {type(target).__name__} is not laid out so: use another drafter")
+    from speclab.train import shallow_config
+    with torch.device("meta"):
+        view = type(target)(shallow_config(target.config, exit_layer))
+    view.model.embed_tokens, view.model.rotary_emb = base.embed_tokens, base.rotary_emb
+    view.model.layers = nn.ModuleList(base.layers[:exit_layer])
+    view.model.norm = base.norm if adapter is None else nn.Sequential(adapter, base.norm)
+    view.lm_head = target.lm_head
+    left = [name for name, t in [*view.named_parameters(), *view.named_buffers()] if t.is_meta]
+    if left:
+        raise TypeError(f"{type(target).__name__} has parts layer skipping does not know how to share ({left[:3]}); "
+                        "use another drafter")
+    return view.eval()
+
+
+class LayerSkipDrafter(ModelDrafter):
+    """The target's first E layers (and an exit adapter, if given) drafting a chain with their own cache."""
+
+    def __init__(self, target: nn.Module, exit_layer: int, adapter: ExitAdapter | None = None):
+        super().__init__(early_exit_model(target, exit_layer, adapter))
+        self.exit_layer = exit_layer
+        self.name = f"layer skip E={exit_layer}" + (" + adapter" if adapter is not None else "")
+
+
+# ---------------------------------------------------------------- exit adapters on disk: one file, a key per layer
+def save_adapters(adapters: dict[int, ExitAdapter], target: nn.Module, directory: str | Path,
+                  record: dict | None = None) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"target_fingerprint": {**fingerprint(target), "layers": int(target.config.num_hidden_layers)},
+              "exit_layers": sorted(adapters)}
+    (directory / ADAPTERS_CONFIG).write_text(json.dumps(config, indent=1))
+    state = {f"{layer}.{k}": v.detach().to(torch.float16).contiguous()
+             for layer, adapter in adapters.items() for k, v in adapter.state_dict().items()}
+    save_file(state, str(directory / ADAPTERS_FILE))
+    if record is not None:
+        (directory / "record.json").write_text(json.dumps(record, indent=1))
+
+
+def load_adapter(directory: str | Path, target: nn.Module, exit_layer: int) -> ExitAdapter:
+    """The exit adapter for `exit_layer` from a directory written by `train exit`, refused with a clear
+    error when it was trained for another target or another layer."""
+    directory = Path(directory)
+    if not (directory / ADAPTERS_CONFIG).exists():
+        raise FileNotFoundError(f"no exit adapters in {directory} ({ADAPTERS_CONFIG} missing); train them with "
+                                "python -m speclab train exit --target DIR --out DIR")
+    config = json.loads((directory / ADAPTERS_CONFIG).read_text())
+    mine, theirs = config["target_fingerprint"], {**fingerprint(target), "layers": target.config.num_hidden_layers}
+    if any(mine[key] != theirs[key] for key in ("hidden", "vocab", "layers")) or \
+            not _close(mine["lm_head_checksum"], theirs["lm_head_checksum"]):
+        raise ValueError(f"these exit adapters were trained for another target (hidden {mine['hidden']}, vocabulary "
+                         f"{mine['vocab']}, {mine['layers']} layers); train them for this one: python -m speclab "
+                         "train exit --target DIR --out DIR")
+    if exit_layer not in config["exit_layers"]:
+        raise ValueError(f"{directory} has exit adapters for layers {config['exit_layers']}, not {exit_layer}; train "
+                         f"one: python -m speclab train exit --target DIR --out DIR --exit-layers {exit_layer}")
+    weights = load_file(str(directory / ADAPTERS_FILE))
+    adapter = ExitAdapter(int(mine["hidden"]))
+    adapter.load_state_dict({k.split(".", 1)[1]: v for k, v in weights.items() if k.split(".", 1)[0] == str(exit_layer)})
+    return adapter.to(device=target.device, dtype=target.dtype).eval()
+
+
+def load_layer_skip(target: nn.Module, exit_layer: int, adapter: bool | str | Path | ExitAdapter = False
+                    ) -> LayerSkipDrafter:
+    """The layer-skip drafter exiting after `exit_layer`. adapter: False (none: no new weights), True
+    (the adapters shipped with the bundled target), a directory written by train exit, or an adapter."""
+    from speclab.models import BUNDLED_DIR
+    check_exit_layer(target, exit_layer)
+    if adapter is True:
+        adapter = BUNDLED_DIR / "exit"
+    if adapter is False or adapter is None:
+        adapter = None
+    elif not isinstance(adapter, ExitAdapter):
+        adapter = load_adapter(adapter, target, exit_layer)
+    return LayerSkipDrafter(target, exit_layer, adapter)
