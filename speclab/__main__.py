@@ -158,13 +158,13 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
                      repeats=args.repeats, heads=args.heads, lookahead=args.lookahead, lookup_k=args.lookup_k,
                      eagle=args.eagle, lookup_choices=args.lookup_choose, eagle3=args.eagle3, mtp=args.mtp,
                      layer_skip=args.layer_skip, k_sweep=args.k_sweep, adaptive_k=args.adaptive_k,
-                     confidence_threshold=args.confidence_threshold)
+                     confidence_thresholds=args.confidence_threshold)
     print(format_table(rows))
     summary = {"device": str(device), "workload": workload, "k": args.k, "lookup_k": args.lookup_k or args.k,
                "threads": torch.get_num_threads(),
                "lookahead": [list(s) for s in args.lookahead],
                "layer_skip": [list(s) for s in args.layer_skip], "k_sweep": args.k_sweep,
-               "adaptive_k": args.adaptive_k or max(args.k_sweep or [args.k]),
+               "adaptive_k": args.adaptive_k or max(args.k_sweep or [max(args.k, 8)]),
                "confidence_threshold": args.confidence_threshold,
                "rows": [dict(method=r.method, new_tokens=r.new_tokens, seconds=r.seconds, tokens_per_s=r.tokens_per_s,
                              repeat_seconds=r.repeat_seconds, matches_target_only=r.matches_target_only,
@@ -342,16 +342,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "with the bundled target)")
     b.add_argument("--mtp", default=None, help="MTP module directory, for the mtp rows (default: the one shipped with "
                    "the bundled target)")
-    b.add_argument("--layer-skip", type=layer_skip_setting, nargs="+", default=[(20, True)], metavar="E[+adapter]",
+    b.add_argument("--layer-skip", type=layer_skip_setting, nargs="+", default=[(22, True)], metavar="E[+adapter]",
                    help="the layer-skip rows: exit layer, with or without the shipped exit adapter (default "
-                   "20+adapter); several give a row each, side by side (a sweep)")
+                   "22+adapter, the fastest in chapter 9's sweep); several give a row each, side by side (a sweep)")
     b.add_argument("--k-sweep", type=int_list, default=None, metavar="K,K,...",
                    help="also run the draft model at each of these fixed K, a row each (adaptive K is measured "
                    "against the best of them)")
     b.add_argument("--adaptive-k", type=int, default=None, help="upper bound on K for the adaptive rows (default: "
-                   "the largest --k-sweep value, else --k)")
-    b.add_argument("--confidence-threshold", type=float, default=0.4, help="the adaptive-confidence row's stop "
-                   "(default 0.4, transformers' default)")
+                   "the largest --k-sweep value, else the larger of --k and 8)")
+    b.add_argument("--confidence-threshold", type=float, nargs="+", default=[0.1], help="the adaptive-confidence "
+                   "row's stop (default 0.1, the fastest in chapter 9's sweep; transformers' default is 0.4); several "
+                   "give a row each, side by side")
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.set_defaults(func=cmd_bench)

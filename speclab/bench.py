@@ -31,14 +31,24 @@ METHODS = ("speclab target-only", "speclab speculative", "speclab adaptive-heuri
            "hf target-only",
            "hf assisted", "hf prompt-lookup")
 LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
-LAYER_SKIP = ((20, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: see chapter 9
-CONFIDENCE_THRESHOLD = 0.4  # the adaptive-confidence row's stop (transformers' default)
+LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
+ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to grow where drafts are accepted
+CONFIDENCE_THRESHOLDS = (0.1,)  # the adaptive-confidence rows' stops: 0.1 was the fastest in chapter 9's sweep (transformers' default 0.4 stops this small draft too early)
 
 
 def layer_skip_rows(settings) -> dict[str, tuple[int, bool]]:
     """The layer-skip row name for each (E, adapter): "speclab layer-skip E=12" or "... E=12+adapter"."""
     return {f"speclab layer-skip E={e}" + ("+adapter" if adapter else ""): (int(e), bool(adapter))
             for e, adapter in settings}
+
+
+def confidence_rows(thresholds) -> dict[str, float]:
+    """The confidence-stop row name for each threshold: "speclab adaptive-confidence" for one, and
+    "speclab adaptive-confidence T" for each of several."""
+    thresholds = list(thresholds)
+    if len(thresholds) == 1:
+        return {"speclab adaptive-confidence": float(thresholds[0])}
+    return {f"speclab adaptive-confidence {t:g}": float(t) for t in thresholds}
 
 
 def k_sweep_rows(ks) -> dict[str, int]:
@@ -64,11 +74,12 @@ def lookup_rows(choices) -> dict[str, str]:
     return {f"speclab prompt-lookup {c}": c for c in choices}
 
 
-def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None
-                   ) -> tuple[str, ...]:
+def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
+                   confidence_thresholds=CONFIDENCE_THRESHOLDS) -> tuple[str, ...]:
     """methods with "speclab lookahead" replaced by one row per lookahead setting, "speclab
     prompt-lookup" by one row per match rule, "speclab layer-skip" by one row per (exit layer,
-    adapter), and "speclab speculative" followed by a row per K of a K sweep."""
+    adapter), "speclab adaptive-confidence" by one row per threshold, and "speclab speculative"
+    followed by a row per K of a K sweep."""
     out: list[str] = []
     for m in methods:
         if m == "speclab lookahead":
@@ -77,6 +88,8 @@ def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip
             out += list(lookup_rows(lookup_choices))
         elif m == "speclab layer-skip":
             out += list(layer_skip_rows(layer_skip))
+        elif m == "speclab adaptive-confidence":
+            out += list(confidence_rows(confidence_thresholds))
         elif m == "speclab speculative":
             out += [m] + [row for row, k in k_sweep_rows(k_sweep).items()]
         else:
@@ -118,8 +131,9 @@ def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle
     directories (default: those shipped with the bundled target); `layer_skip`: (exit layer, adapter)
     settings, a row each; `k_sweep`: fixed K values of the draft model, a row each. The adaptive-K
     rows draft with the draft model."""
-    drafters = {"speclab speculative": draft, "speclab adaptive-heuristic": draft, "speclab adaptive-confidence": draft}
+    drafters = {"speclab speculative": draft, "speclab adaptive-heuristic": draft}
     drafters.update({row: draft for row in k_sweep_rows(k_sweep)})
+    drafters.update({row: draft for row in methods if row.startswith("speclab adaptive-confidence")})
     for name, (exit_layer, adapter) in layer_skip_rows(layer_skip).items():
         if name in methods:
             drafters[name] = load_drafter("layer_skip", target, exit_layer=exit_layer, adapter=adapter)
@@ -218,7 +232,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               warmup: bool = True, repeats: int = 1, heads=None,
               lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None,
               lookup_choices=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None,
-              adaptive_k: int | None = None, confidence_threshold: float = CONFIDENCE_THRESHOLD) -> list[BenchRow]:
+              adaptive_k: int | None = None, confidence_thresholds=CONFIDENCE_THRESHOLDS) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved; one row per method with the
     totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
     heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep);
@@ -229,21 +243,21 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     prompt lookup's match rules, a row each (default: one row, the default rule); `mtp`: an MTP module
     directory; `layer_skip`: (exit layer, adapter) settings, a row each; `k_sweep`: fixed K values,
     a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
-    largest K, else k); `confidence_threshold`: the adaptive-confidence row's stop."""
+    largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
-    methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep)
+    methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
     drafters = make_drafters(methods, target, draft, heads, lookahead, eagle, lookup_choices, eagle3, mtp,
                              layer_skip, k_sweep)
     is_lookup = {m: m == "hf prompt-lookup" or m.startswith("speclab prompt-lookup") for m in methods}
     k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
     k_of.update({row: n for row, n in k_sweep_rows(k_sweep).items() if row in methods})
-    upper = adaptive_k or max(k_sweep or [k])
+    upper = adaptive_k or max(k_sweep or [max(k, ADAPTIVE_K)])
     options_of = {"speclab adaptive-heuristic": dict(k_schedule="heuristic"),
-                  "speclab adaptive-confidence": dict(confidence_threshold=confidence_threshold)}
+                  **{row: dict(confidence_threshold=t) for row, t in confidence_rows(confidence_thresholds).items()}}
     k_of.update({m: upper for m in options_of if m in methods})
     for m in ("speclab eagle", "speclab eagle3"):  # EAGLE-2's tree has its own depth: K would only cut it
         if m in methods:

@@ -93,7 +93,7 @@ def test_k_sweep_adaptive_k_layer_skip_and_mtp_rows_side_by_side(pair, prompt, t
     methods = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic",
                "speclab adaptive-confidence", "speclab mtp", "speclab mtp-chain", "speclab layer-skip")
     rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, warmup=False,
-                     k_sweep=[1, 5], layer_skip=[(1, False)], mtp=tmp_path / "mtp", confidence_threshold=0.5)
+                     k_sweep=[1, 5], layer_skip=[(1, False)], mtp=tmp_path / "mtp", confidence_thresholds=[0.5])
     by_name = {r.method: r for r in rows}
     assert list(by_name) == ["speclab target-only", "speclab speculative", "speclab speculative K=1",
                              "speclab speculative K=5", "speclab adaptive-heuristic", "speclab adaptive-confidence",
@@ -103,5 +103,9 @@ def test_k_sweep_adaptive_k_layer_skip_and_mtp_rows_side_by_side(pair, prompt, t
     assert "heuristic K" in by_name["speclab adaptive-heuristic"].stats.method
     assert "confidence stop 0.5" in by_name["speclab adaptive-confidence"].stats.method
     assert by_name["speclab mtp"].stats.drafted <= by_name["speclab mtp"].stats.rounds  # one token a round
+    rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=8, warmup=False, confidence_thresholds=[0.2, 0.6],
+                     methods=("speclab target-only", "speclab adaptive-confidence"))
+    assert [r.method for r in rows][1:] == ["speclab adaptive-confidence 0.2", "speclab adaptive-confidence 0.6"]
+    assert "confidence stop 0.6" in rows[2].stats.method
     assert by_name["speclab mtp-chain"].stats.drafted > by_name["speclab mtp-chain"].stats.rounds
     assert all(r.matches_target_only for r in rows[1:])
