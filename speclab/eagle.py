@@ -184,8 +184,9 @@ class EagleHead(nn.Module):
         directory = Path(directory)
         if not (directory / cls.CONFIG_FILE).exists():
             what = "an MTP module" if cls.CONFIG_FILE != CONFIG_FILE else "an EAGLE head"
+            what = what[0].upper() + what[1:]
             how = "mtp" if cls.CONFIG_FILE != CONFIG_FILE else "eagle (or eagle3)"
-            raise FileNotFoundError(f"no {what} in {directory} ({cls.CONFIG_FILE} missing); train one with "
+            raise FileNotFoundError(f"{what} is not in {directory} ({cls.CONFIG_FILE} missing); train one with "
                                     f"python -m speclab train {how} --target DIR --out DIR")
         head = cls(**json.loads((directory / cls.CONFIG_FILE).read_text()))
         head.load_state_dict(load_file(str(directory / cls.WEIGHTS_FILE)), strict=False)

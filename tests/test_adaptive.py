@@ -140,3 +140,13 @@ def test_the_check_catches_a_stop_that_plays_safe():
                      tiny_model("llama", layers=1, vocab=lossless.VOCAB, seed=11, init=0.2))
     counts, _ = adaptive_joint(target, PlaysSafeWhenItStops(draft), dict(confidence_threshold=0.6))
     assert chi_square_pvalue(counts, lossless.exact_joint(target, dict(temperature=1.0))) < 1e-3
+
+
+def test_adaptive_k_decodes_the_bundled_target_exactly():
+    from speclab.models import load_pair
+    pair = load_pair(device="cpu")
+    ids = pair.tokenizer("def parse(text):\n    ", return_tensors="pt").input_ids[0]
+    reference = generate(pair.target, ids, max_new_tokens=32).tokens.tolist()
+    for options in (dict(k_schedule="heuristic"), dict(confidence_threshold=0.1)):
+        assert speculative_generate(pair.target, pair.draft, ids, k=8, max_new_tokens=32,
+                                    **options).tokens.tolist() == reference

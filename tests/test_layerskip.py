@@ -43,16 +43,23 @@ def random_adapter(target, seed=0):
     return adapter.eval()
 
 
-def test_a_deeper_exit_agrees_more_with_the_target():
-    """On a trained target the later layers know more; on a random one at least the last layer agrees
-    completely with itself: the exit after all layers but none is checked against the full model."""
+@torch.no_grad()
+def test_training_measures_the_exit_the_drafter_runs():
+    """exit_logits (what train exit fits and exit_agreement scores) on hidden_states[E] gives the logits
+    of the early-exit model the drafter runs, with and without an adapter: training and drafting read
+    the same layer, not one off."""
     target = tiny_model("llama", layers=4, seed=0)
-    rows = torch.randint(0, 96, (4, 16), generator=torch.Generator().manual_seed(0))
-    hidden = target_features(target, rows, torch.device("cpu"), layers=(1, 3)).float()
-    final = target_features(target, rows, torch.device("cpu")).float()
-    full = target_features(target, rows, torch.device("cpu"), layers=(4,)).float()
-    assert exit_agreement(target, full, final) == 1.0  # layer L's exit is the target itself
-    assert 0.0 <= exit_agreement(target, hidden[..., :64], final) <= 1.0
+    rows = torch.randint(0, 96, (2, 16), generator=torch.Generator().manual_seed(0))
+    adapter = random_adapter(target)
+    hidden = target(rows, output_hidden_states=True).hidden_states  # float32 (target_features stores float16)
+    for exit_layer in (1, 3):
+        h = hidden[exit_layer]
+        for a in (None, adapter):
+            drafted = early_exit_model(target, exit_layer, a)(rows).logits
+            assert torch.allclose(exit_logits(target, h, a), drafted, atol=1e-4)
+    final, h = hidden[-1], hidden[3]
+    agree = (early_exit_model(target, 3)(rows).logits.argmax(-1) == target(rows).logits.argmax(-1)).float().mean()
+    assert exit_agreement(target, h, final) == pytest.approx(float(agree), abs=1e-4)
 
 
 def test_an_exit_adapter_learns_to_agree_with_the_final_layer():

@@ -103,7 +103,7 @@ def test_an_mtp_module_for_another_target_is_refused(tmp_path):
                         (tiny_model("llama", layers=2, seed=4), "lm_head checksums")):
         with pytest.raises(ValueError, match=f"{what}.*train mtp"):
             load_drafter("mtp", other, module=tmp_path / "mtp")
-    with pytest.raises(FileNotFoundError, match="no MTP module.*train mtp"):
+    with pytest.raises(FileNotFoundError, match="An MTP module is not in .*train mtp"):
         load_drafter("mtp", target, module=tmp_path)
     with pytest.raises(ValueError, match="num_tokens"):
         load_drafter("mtp", target, module=tmp_path / "mtp", num_tokens=0)
