@@ -45,9 +45,9 @@ def all_checks(lab: str) -> Lab:
     return checker
 
 
-def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_eight():
+def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_nine():
     assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
-    assert {"lab06", "lab07", "lab08"} <= set(LABS)
+    assert {"lab06", "lab07", "lab08", "lab09"} <= set(LABS)
 
 
 # ---------------------------------------------------------------- in process: every case can pass and can fail
@@ -231,6 +231,102 @@ MISTAKES = [
      "    return torch.ones(n, n, dtype=torch.bool).tril().repeat(1, step + 1)  # causal in every step"),
     ("lab08", "q5", "step 0", "def unroll_mask(n, step):\n"
      "    return torch.eye(n, dtype=torch.bool).repeat(1, step + 1)  # step 0 too: no true prefix"),
+    ("lab09", "q1", "2 more next round", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return min(k_max, k + 1) if accepted == drafted else max(1, k - 1)  # +1, not +2"),
+    ("lab09", "q1", "1 fewer next round", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return min(k_max, k + 2) if accepted == drafted else 1  # back to 1 after a rejection"),
+    ("lab09", "q1", "capped at k_max", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return k + 2 if accepted == drafted else max(1, k - 1)  # no cap"),
+    ("lab09", "q1", "never below 1", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return min(k_max, k + 2) if accepted == drafted else k - 1  # no floor"),
+    ("lab09", "q1", "nothing drafted", "def next_k(k, drafted, accepted, k_max):\n"
+     "    return min(k_max, k + 2) if accepted == drafted else max(1, k - 1)  # 0 of 0 counts as all kept"),
+    ("lab09", "q1", "fewer drafted than K", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return min(k_max, k + 2) if accepted == k else max(1, k - 1)  # all of k, not all drafted"),
+    ("lab09", "q2", "not the one-hot served distribution", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        probs = speclab.logits_to_probs(next_logits(list(drafted)), temperature)\n"
+     "        drafted.append(int(speclab.sample(probs, generator)))\n"
+     "        if threshold is not None and probs.max() < threshold:  # the served distribution\n"
+     "            break\n    return drafted"),
+    ("lab09", "q2", "the unsure token is still proposed", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        if threshold is not None and torch.softmax(logits, -1).max() < threshold:\n"
+     "            break  # drops the unsure token\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "    return drafted"),
+    ("lab09", "q2", "exactly at the threshold", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "        if threshold is not None and torch.softmax(logits, -1).max() <= threshold:  # <=\n"
+     "            break\n    return drafted"),
+    ("lab09", "q2", "not again after the stop", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted, sure = [], []\n    for _ in range(k):  # all k, cut after\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "        sure.append(threshold is None or torch.softmax(logits, -1).max() >= threshold)\n"
+     "    return drafted[:sure.index(False) + 1] if False in sure else drafted"),
+    ("lab09", "q2", "no threshold (None)", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "        if torch.softmax(logits, -1).max() < threshold:  # None not handled\n"
+     "            break\n    return drafted"),
+    ("lab09", "q2", "the stop reads the raw logits", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "        t = temperature if temperature > 0 else 1.0  # the confidence at the sampling temperature\n"
+     "        if threshold is not None and torch.softmax(logits / t, -1).max() < threshold:\n"
+     "            break\n    return drafted"),
+    ("lab09", "q2", "tokens drawn from the served", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(logits.argmax()))  # greedy whatever the temperature\n"
+     "        if threshold is not None and torch.softmax(logits, -1).max() < threshold:\n"
+     "            break\n    return drafted"),
+    ("lab09", "q3", "the cheap shallow exit", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(sorted(alphas), key=lambda e: alphas[e])  # the most accurate, whatever it costs"),
+    ("lab09", "q3", "a middle exit wins", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(sorted(alphas), key=lambda e: alphas[e] / costs[e])  # alpha per unit of cost"),
+    ("lab09", "q3", "verify pass's cost", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(sorted(alphas), key=lambda e: theory.speedup(alphas[e], k, costs[e]))  # v = 1"),
+    ("lab09", "q3", "a tie", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(alphas, key=lambda e: theory.speedup(alphas[e], k, costs[e], verify_cost))  # key order"),
+    ("lab09", "q3", "a tie", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(alphas, key=lambda e: (theory.speedup(alphas[e], k, costs[e], verify_cost), e))"),
+    ("lab09", "q4", "E and K chosen together", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    s = lambda e, k: theory.speedup(alphas[e], k, costs[e], verify_cost)\n"
+     "    e = max(sorted(alphas), key=lambda e: s(e, 1))  # the exit first, at K = 1\n"
+     "    k = max(range(1, k_max + 1), key=lambda k: s(e, k))\n"
+     "    return (e, k) if s(e, k) > 1 else None"),
+    ("lab09", "q4", "no plan beats the target alone", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max + 1)]\n"
+     "    return max(plans, key=lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost))"),
+    ("lab09", "q4", "no plan beats the target alone", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max + 1)]\n"
+     "    best = max(plans, key=lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]]))  # v = 1\n"
+     "    return best if theory.speedup(alphas[best[0]], best[1], costs[best[0]]) > 1 else None"),
+    ("lab09", "q4", "exactly 1 is no gain", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max + 1)]\n"
+     "    s = lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost)\n"
+     "    best = max(plans, key=s)\n    return best if s(best) >= 1 else None  # breaking even is no gain"),
+    ("lab09", "q4", "a tie", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    best, plan = 1.0, None\n    for e in sorted(alphas):\n        for k in range(1, k_max + 1):\n"
+     "            s = theory.speedup(alphas[e], k, costs[e], verify_cost)\n"
+     "            if s >= best:  # a tie goes to the later plan\n                best, plan = s, (e, k)\n"
+     "    return plan if best > 1 else None"),
+    ("lab09", "q4", "the best K is k_max", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max)]  # stops before k_max\n"
+     "    s = lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost)\n"
+     "    best = max(plans, key=s, default=None)\n    return best if best and s(best) > 1 else None"),
 ]
 
 
