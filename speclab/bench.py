@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from transformers.utils import logging as hf_logging
 
 from speclab import theory
 from speclab.decoding import generate, speculative_generate
@@ -194,8 +195,14 @@ def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature:
     if temperature > 0:
         torch.manual_seed(seed)
         kwargs.update(temperature=temperature, top_k=None, top_p=None)
-    with torch.inference_mode():
-        out = target.generate(prompt.view(1, -1), attention_mask=torch.ones_like(prompt.view(1, -1)), **kwargs, **extra)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # generate() notices about its own options (min_new_tokens, the config)
+    try:
+        with torch.inference_mode():
+            out = target.generate(prompt.view(1, -1), attention_mask=torch.ones_like(prompt.view(1, -1)), **kwargs,
+                                  **extra)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     return out[0, len(prompt):]
 
 
