@@ -246,6 +246,16 @@ def drafting_table(runs: dict[str, GenerationStats]) -> list[str]:
         for name, st in runs.items()]
 
 
+def position_table(first: dict, last: dict) -> list[str]:
+    """The model card's table of held-out top-1 agreement by draft position, before and after training
+    (two evaluations of a train_eagle record)."""
+    positions = len(last["heldout_top1_by_step"])
+    return ["| draft position | " + " | ".join(str(j + 1) for j in range(positions)) + " |",
+            "|---|" + "---|" * positions,
+            "| at start | " + " | ".join(f"{a:.3f}" for a in first["heldout_top1_by_step"]) + " |",
+            "| after training | " + " | ".join(f"{a:.3f}" for a in last["heldout_top1_by_step"]) + " |"]
+
+
 MEDUSA_HEADING = "## Medusa heads"
 
 
@@ -358,7 +368,6 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         name: (lambda t, tree=tree: load_drafter("eagle3", t, head=head_dir, tree=tree), k)
         for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4), ("EAGLE-3 head, EAGLE-2 dynamic tree (defaults)",
                                                                   "dynamic", 8))}, num_prompts, max_new_tokens)
-    positions = len(last["heldout_top1_by_step"])
     lines = [
         EAGLE3_HEADING, "",
         f"An EAGLE-3 head (Li et al. 2025): the target's hidden states at layers {record['feature_layers']} "
@@ -374,10 +383,7 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         "tokens) is kept: no reduced draft vocabulary.", "",
         "Held-out top-1 agreement with the target by draft position (the head drafting on its own outputs, fed "
         "the true tokens):", "",
-        "| draft position | " + " | ".join(str(j + 1) for j in range(positions)) + " |",
-        "|---|" + "---|" * positions,
-        "| at start | " + " | ".join(f"{a:.3f}" for a in first["heldout_top1_by_step"]) + " |",
-        "| after training | " + " | ".join(f"{a:.3f}" for a in last["heldout_top1_by_step"]) + " |", "",
+        *position_table(first, last), "",
         f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
         "target-only decoding's):", ""] + drafting_table(runs)
     return "\n".join(lines)
@@ -402,7 +408,6 @@ def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     _, runs, same = measure_drafting(pair_dir, {
         name: (lambda t, n=n: load_drafter("mtp", t, module=module_dir, num_tokens=n), n)
         for name, n in (("MTP, one token a round", 1), ("MTP chained, K = 4", 4))}, num_prompts, max_new_tokens)
-    positions = len(last["heldout_top1_by_step"])
     lines = [
         MTP_HEADING, "",
         "A multi-token prediction module in the style of DeepSeek-V3 (DeepSeek-AI 2024): RMSNorm of the target's "
@@ -416,10 +421,7 @@ def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
         f"{record['hardware']}.", "",
         "Held-out top-1 agreement with the target by draft position (position 1 is what it was trained for; later "
         "positions chain it on its own outputs):", "",
-        "| draft position | " + " | ".join(str(j + 1) for j in range(positions)) + " |",
-        "|---|" + "---|" * positions,
-        "| at start | " + " | ".join(f"{a:.3f}" for a in first["heldout_top1_by_step"]) + " |",
-        "| after training | " + " | ".join(f"{a:.3f}" for a in last["heldout_top1_by_step"]) + " |", "",
+        *position_table(first, last), "",
         f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
         "target-only decoding's):", ""] + drafting_table(runs)
     return "\n".join(lines)
