@@ -27,6 +27,7 @@ from torch import nn
 
 from speclab.drafters import ModelDrafter
 from speclab.heads import _close, fingerprint
+from speclab.models import shallow_config
 
 ADAPTERS_CONFIG, ADAPTERS_FILE = "exit_config.json", "exit_adapters.safetensors"
 
@@ -65,7 +66,6 @@ def early_exit_model(target: nn.Module, exit_layer: int, adapter: ExitAdapter | 
             or not hasattr(target, "lm_head"):
         raise TypeError(f"layer skipping cuts a Llama-family model (model.embed_tokens, layers, norm, rotary_emb, "
                         f"lm_head) short; {type(target).__name__} is not laid out so: use another drafter")
-    from speclab.train import shallow_config
     with torch.device("meta"):
         view = type(target)(shallow_config(target.config, exit_layer))
     view.model.embed_tokens, view.model.rotary_emb = base.embed_tokens, base.rotary_emb

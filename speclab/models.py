@@ -7,6 +7,7 @@ widths per size); the decode loop gives the padding ids zero probability, which 
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -20,6 +21,16 @@ from speclab.devices import default_dtype, pick_device
 
 BUNDLED_DIR = Path(__file__).parent / "pairs" / "stdlib"
 
+
+
+def shallow_config(config, layers: int):
+    """The target's configuration with fewer decoder layers (same width, vocabulary and kind): what a
+    draft made from the target's first layers, or a layer-skip draft, is built from."""
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):  # per-layer attention kinds (Qwen2/3, Gemma) follow the depth
+        config.layer_types = config.layer_types[:layers]
+    return config
 
 @dataclass(frozen=True)
 class HubPair:

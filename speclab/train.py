@@ -13,7 +13,6 @@ uninterrupted one.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import platform
@@ -30,6 +29,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrai
 
 from speclab import corpus
 from speclab.devices import pick_device
+from speclab.models import shallow_config
 
 EOS = "<|endoftext|>"
 
@@ -279,15 +279,6 @@ def train_stage(name: str, model: PreTrainedModel, train: torch.Tensor, heldout:
     if interrupted:
         raise SystemExit(f"{name}: stopped at step {step}/{steps}; run the same command again to resume.")
     return log
-
-
-def shallow_config(config, layers: int):
-    """The target's configuration with fewer decoder layers (same width, vocabulary and kind)."""
-    config = copy.deepcopy(config)
-    config.num_hidden_layers = layers
-    if getattr(config, "layer_types", None):  # per-layer attention kinds (Qwen2/3, Gemma) follow the depth
-        config.layer_types = config.layer_types[:layers]
-    return config
 
 
 def draft_from_target(target: PreTrainedModel, layers: int) -> PreTrainedModel:
