@@ -153,10 +153,30 @@ class EagleHead(nn.Module):
         if self.version == 3:
             embeds, features = self.embed_norm(embeds), self.feature_norm(features)
         x = self.fc(torch.cat([embeds, features], dim=-1))
+        if x.dim() == 2 and x.shape[0] == 1 and cache is not None and not extra and self.one_row_ok:
+            return self.one_row(x, cache)
         batched = x.dim() == 3
         out = self.model(inputs_embeds=x if batched else x.unsqueeze(0), past_key_values=cache,
                          use_cache=cache is not None, **extra)
         return out.last_hidden_state if batched else out.last_hidden_state[0]
+
+    @property
+    def one_row_ok(self) -> bool:
+        """Whether one_row may replace the model's forward: the layer attends to its whole cache (no
+        sliding window), so a single new row needs no mask at all."""
+        types = getattr(self.layer_config, "layer_types", None) or ["full_attention"]
+        return types[-1] == "full_attention" and not getattr(self.layer_config, "use_sliding_window", False)
+
+    def one_row(self, x: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+        """The head's layer on one new row (1, H) that sees every cached row: what a chain's draft step
+        and a one-node tree level compute. It calls the decoder layer directly, as the model's forward
+        would with no mask (a single query row at the next position needs none), without building a
+        mask or the model's output object: about 0.3 ms of a 0.6 ms head pass on a CPU."""
+        positions = torch.full((1, 1), cache.get_seq_length(), dtype=torch.long, device=x.device)
+        x = x.unsqueeze(0)
+        h = self.model.layers[0](x, attention_mask=None, position_ids=positions, past_key_values=cache, use_cache=True,
+                                 position_embeddings=self.model.rotary_emb(x, positions))
+        return self.model.norm(h)[0]
 
     def check_fits(self, target: nn.Module) -> None:
         """A ValueError, saying how to get a fitting head, unless this head was trained for `target`."""
@@ -355,6 +375,11 @@ class EagleDrafter(ChainDrafter):
         """One head pass over the frontier nodes, appended to the head's cache: each sees the true
         prefix, its ancestors' rows and itself, at position true_pairs + depth - 1."""
         cached = self.cache.get_seq_length()
+        if len(frontier) == 1 and cached - self.true_pairs == node_depth(parents, frontier[0]) - 1:
+            # one node whose ancestors are every row drafted so far (top_k = 1): it sees the whole
+            # cache at the next position, a plain step
+            row_of[frontier[0]] = cached
+            return self._head_step(torch.tensor([tokens[frontier[0]]], device=device), parent_h)
         visible = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
         visible[:, :self.true_pairs] = True
         for i, node in enumerate(frontier):

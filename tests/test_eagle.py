@@ -454,3 +454,23 @@ def test_a_head_directory_can_carry_its_measured_tree_settings(tmp_path):
     drafter = load_drafter("eagle", target, head=tmp_path / "eagle")
     assert (drafter.top_k, drafter.depth, drafter.total_tokens) == (3, 4, 7)
     assert load_drafter("eagle", target, head=tmp_path / "eagle", depth=2).depth == 2  # options still win
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("version", [1, 3])
+def test_the_one_row_step_computes_what_the_models_forward_does(arch, version):
+    """EagleHead.one_row (the decoder layer called directly for a single new row, no mask) gives the
+    model forward's output and leaves the same cache behind."""
+    target = tiny_model(arch, layers=4, seed=0)
+    head = EagleHead.for_target(target, version).eval()
+    assert head.one_row_ok
+    torch.manual_seed(0)
+    prefix, x = torch.randn(7, head.fc.in_features // 2), torch.randn(1, head.fc.in_features // 2)
+    with torch.no_grad():
+        fast, slow = head.new_cache(), head.new_cache()
+        for cache in (fast, slow):
+            head.model(inputs_embeds=prefix[None], past_key_values=cache, use_cache=True)
+        one = head.one_row(x, fast)
+        ref = head.model(inputs_embeds=x[None], past_key_values=slow, use_cache=True).last_hidden_state[0]
+    assert torch.allclose(one, ref, atol=1e-6) and fast.get_seq_length() == slow.get_seq_length() == 8
+    assert torch.allclose(fast.layers[0].keys, slow.layers[0].keys, atol=1e-6)
