@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from transformers import AutoConfig, AutoModel, DynamicCache
 from speclab.adaptive import stops_here
 from speclab.drafters import ChainDrafter, Draft, Drafter
 from speclab.heads import _close, fingerprint
+from speclab.layer_step import LayerStep
 from speclab.sampling import SamplingParams, check_finite, sample
 
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
@@ -148,35 +150,38 @@ class EagleHead(nn.Module):
         return h if self.version == 1 else self.out_norm(h)
 
     def forward(self, embeds: torch.Tensor, features: torch.Tensor, cache: DynamicCache | None = None,
-                **extra) -> torch.Tensor:
+                positions: torch.Tensor | None = None, visible: torch.Tensor | None = None, **extra) -> torch.Tensor:
+        """The head's output h for new rows appended to `cache`. Drafting passes (n, H) rows with a
+        cache; `positions` (n,) default to the next ones, `visible` (n, cached + n) bool says which
+        rows each new row attends to (default: causal). `extra` goes to the model's forward as it is
+        (training's batched, masked passes)."""
         embeds, features = embeds.to(self.dtype), features.to(self.dtype)
         if self.version == 3:
             embeds, features = self.embed_norm(embeds), self.feature_norm(features)
         x = self.fc(torch.cat([embeds, features], dim=-1))
-        if x.dim() == 2 and x.shape[0] == 1 and cache is not None and not extra and self.one_row_ok:
-            return self.one_row(x, cache)
+        if x.dim() == 2 and cache is not None and not extra:
+            if positions is None:
+                start = cache.get_seq_length()
+                positions = torch.arange(start, start + len(x), device=x.device)
+            if self.layer_step is not None:
+                return self.layer_step(x, cache, positions, visible)
+            extra = {"position_ids": positions[None]}
+            if visible is not None:  # transformers adds a float mask to the scores
+                mask = torch.zeros(visible.shape, dtype=self.dtype, device=x.device)
+                extra["attention_mask"] = mask.masked_fill_(~visible, torch.finfo(self.dtype).min)[None, None]
         batched = x.dim() == 3
         out = self.model(inputs_embeds=x if batched else x.unsqueeze(0), past_key_values=cache,
                          use_cache=cache is not None, **extra)
         return out.last_hidden_state if batched else out.last_hidden_state[0]
 
     @property
-    def one_row_ok(self) -> bool:
-        """Whether one_row may replace the model's forward: the layer attends to its whole cache (no
-        sliding window), so a single new row needs no mask at all."""
-        types = getattr(self.layer_config, "layer_types", None) or ["full_attention"]
-        return types[-1] == "full_attention" and not getattr(self.layer_config, "use_sliding_window", False)
-
-    def one_row(self, x: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-        """The head's layer on one new row (1, H) that sees every cached row: what a chain's draft step
-        and a one-node tree level compute. It calls the decoder layer directly, as the model's forward
-        would with no mask (a single query row at the next position needs none), without building a
-        mask or the model's output object: about 0.3 ms of a 0.6 ms head pass on a CPU."""
-        positions = torch.full((1, 1), cache.get_seq_length(), dtype=torch.long, device=x.device)
-        x = x.unsqueeze(0)
-        h = self.model.layers[0](x, attention_mask=None, position_ids=positions, past_key_values=cache, use_cache=True,
-                                 position_embeddings=self.model.rotary_emb(x, positions))
-        return self.model.norm(h)[0]
+    def layer_step(self) -> LayerStep | None:
+        """The head's layer written out for drafting (speclab.layer_step), where it covers the layer's
+        kind; None where the model's forward must run. Built once."""
+        if "_layer_step" not in self.__dict__:
+            layer, rotary = self.model.layers[0], self.model.rotary_emb
+            self.__dict__["_layer_step"] = LayerStep(layer, rotary) if LayerStep.supports(layer, rotary) else None
+        return self.__dict__["_layer_step"]
 
     def check_fits(self, target: nn.Module) -> None:
         """A ValueError, saying how to get a fitting head, unless this head was trained for `target`."""
@@ -305,9 +310,10 @@ class EagleDrafter(ChainDrafter):
         self.forward_calls += 1
         return self.head(self.embed(tokens), features, self.cache, **extra)
 
-    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+    def _logits(self, h: torch.Tensor, check: bool = True) -> torch.Tensor:
         logits = self.lm_head(self.head.logits_input(h).to(self.lm_head.weight.dtype))
-        check_finite(logits, "EAGLE head")
+        if check:
+            check_finite(logits, "EAGLE head")
         return logits
 
     def _catch_up(self, ids: torch.Tensor) -> torch.Tensor:
@@ -351,8 +357,12 @@ class EagleDrafter(ChainDrafter):
         row_of: dict[int, int] = {}                 # node -> its row in the head's cache
         frontier, frontier_h = [-1], h.view(1, -1)  # the root: the pending token
         for level in range(depth):
-            log_probs = torch.log_softmax(self._logits(frontier_h).float(), -1)
+            log_probs = torch.log_softmax(self._logits(frontier_h, check=False).float(), -1)
             children = expand_level([scores[n] if n >= 0 else 0.0 for n in frontier], log_probs, self.top_k)
+            # a NaN or +inf logit makes its row's log-softmax NaN: checking the children's scores is
+            # cheaper than checking every logit at every level
+            if any(math.isnan(score) for score, _, _ in children):
+                check_finite(log_probs, "EAGLE head")
             chosen = []                             # (child node, its parent's row in frontier_h)
             for score, i, token in children:
                 tokens.append(token)
@@ -389,11 +399,9 @@ class EagleDrafter(ChainDrafter):
                 ancestor = parents[ancestor]
             visible[i, cached + i] = True
             row_of[node] = cached + i
-        mask = torch.zeros(visible.shape, dtype=self.head.dtype).masked_fill_(~visible, torch.finfo(self.head.dtype).min)
-        positions = torch.tensor([[self.true_pairs + node_depth(parents, n) - 1 for n in frontier]], device=device)
+        positions = torch.tensor([self.true_pairs + node_depth(parents, n) - 1 for n in frontier], device=device)
         frontier_tokens = torch.tensor([tokens[n] for n in frontier], device=device)
-        return self._head_step(frontier_tokens, parent_h, attention_mask=mask[None, None].to(device),
-                               position_ids=positions)
+        return self._head_step(frontier_tokens, parent_h, positions=positions, visible=visible.to(device))
 
 
 # SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)

@@ -456,21 +456,12 @@ def test_a_head_directory_can_carry_its_measured_tree_settings(tmp_path):
     assert load_drafter("eagle", target, head=tmp_path / "eagle", depth=2).depth == 2  # options still win
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
-@pytest.mark.parametrize("version", [1, 3])
-def test_the_one_row_step_computes_what_the_models_forward_does(arch, version):
-    """EagleHead.one_row (the decoder layer called directly for a single new row, no mask) gives the
-    model forward's output and leaves the same cache behind."""
-    target = tiny_model(arch, layers=4, seed=0)
-    head = EagleHead.for_target(target, version).eval()
-    assert head.one_row_ok
-    torch.manual_seed(0)
-    prefix, x = torch.randn(7, head.fc.in_features // 2), torch.randn(1, head.fc.in_features // 2)
+@pytest.mark.parametrize("tree", ["dynamic", "chain"])
+def test_a_head_that_outputs_nan_is_refused_not_drafted_from(tree):
+    target = tiny_model("llama", layers=2, seed=0)
+    head = random_head(target)
     with torch.no_grad():
-        fast, slow = head.new_cache(), head.new_cache()
-        for cache in (fast, slow):
-            head.model(inputs_embeds=prefix[None], past_key_values=cache, use_cache=True)
-        one = head.one_row(x, fast)
-        ref = head.model(inputs_embeds=x[None], past_key_values=slow, use_cache=True).last_hidden_state[0]
-    assert torch.allclose(one, ref, atol=1e-6) and fast.get_seq_length() == slow.get_seq_length() == 8
-    assert torch.allclose(fast.layers[0].keys, slow.layers[0].keys, atol=1e-6)
+        head.fc.bias.fill_(float("nan"))
+    drafter = EagleDrafter(head, target, tree=tree, top_k=2, depth=3, total_tokens=5)
+    with pytest.raises(FloatingPointError, match="EAGLE head produced NaN"):
+        speculative_generate(target, drafter, PROMPT, k=3, max_new_tokens=8)
