@@ -259,6 +259,14 @@ def position_table(first: dict, last: dict) -> list[str]:
 MEDUSA_HEADING = "## Medusa heads"
 
 
+def tree_depth(head_dir: Path) -> int:
+    """The depth of the EAGLE-2 tree measured fastest for a head (its tree.json), which the card's
+    dynamic-tree row decodes with (k caps the depth): 8 for a head without one."""
+    import json
+    settings = Path(head_dir) / "tree.json"
+    return json.loads(settings.read_text())["depth"] if settings.exists() else 8
+
+
 def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     """The model card's section on the Medusa heads shipped with the bundled target: how they were
     trained (from their record), held-out accuracy by head and rank, the tree chosen for them, and
@@ -327,7 +335,9 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     first, last = log["evals"][0], log["evals"][-1]
     _, runs, same = measure_drafting(pair_dir, {
         name: (lambda t, tree=tree: load_drafter("eagle", t, head=head_dir, tree=tree), k)
-        for name, tree, k in (("EAGLE-1 chain, K = 4", "chain", 4), ("EAGLE-2 dynamic tree (defaults)", "dynamic", 8))}, num_prompts, max_new_tokens)
+        for name, tree, k in (("EAGLE-1 chain, K = 4", "chain", 4),
+                              ("EAGLE-2 dynamic tree (defaults)", "dynamic", tree_depth(head_dir)))},
+        num_prompts, max_new_tokens)
     lines = [
         EAGLE_HEADING, "",
         f"An EAGLE-1 head (Li et al. 2024): fc(2H -> H) over [embedding of the next token; the target's feature], "
@@ -367,7 +377,8 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     target, runs, same = measure_drafting(pair_dir, {
         name: (lambda t, tree=tree: load_drafter("eagle3", t, head=head_dir, tree=tree), k)
         for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4), ("EAGLE-3 head, EAGLE-2 dynamic tree (defaults)",
-                                                                  "dynamic", 8))}, num_prompts, max_new_tokens)
+                                                                  "dynamic", tree_depth(head_dir)))},
+        num_prompts, max_new_tokens)
     lines = [
         EAGLE3_HEADING, "",
         f"An EAGLE-3 head (Li et al. 2025): the target's hidden states at layers {record['feature_layers']} "

@@ -1084,8 +1084,10 @@ def choose_medusa_tree(target_dir: str | Path, heads_dir: Path, device: str | No
     return choice
 
 
-EAGLE_TREE_CANDIDATES = ((2, 6, 12), (2, 5, 10), (2, 7, 14), (2, 8, 16), (3, 6, 16), (1, 8, 8), (3, 5, 12),
-                         (2, 6, 16))  # (top_k, depth, total_tokens)
+# (top_k, depth, total_tokens): chains of several depths (one-row head passes are the cheapest) and trees
+# two or three wide
+EAGLE_TREE_CANDIDATES = ((1, 8, 8), (1, 10, 10), (1, 12, 12), (1, 14, 14), (1, 16, 16), (2, 6, 12), (2, 8, 16),
+                         (2, 12, 16), (3, 6, 16))
 
 
 def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=EAGLE_TREE_CANDIDATES, num_prompts: int = 4,
@@ -1093,7 +1095,9 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=EAGLE_T
     """Pick EAGLE-2's settings for a head on this device by timing them: greedy decoding of held-out
     code prompts with each (top_k, depth, total_tokens), interleaved with target-only decoding,
     `repeats` times; the setting with the best median speed wins. Every run must equal target-only's
-    output. Writes head_dir/tree.json, which load_drafter("eagle" / "eagle3") reads for its defaults."""
+    output. The prompts are the held-out code prompts after the first `num_prompts`, which `speclab
+    bench` times by default: settings chosen on the prompts they are then measured on would flatter
+    them. Writes head_dir/tree.json, which load_drafter("eagle" / "eagle3") reads for its defaults."""
     import statistics
 
     from speclab.decoding import generate, speculative_generate
@@ -1103,7 +1107,8 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=EAGLE_T
     dev = pick_device(device)
     target = load_model(target_dir, dev, torch.float32)
     tok = load_tokenizer(target_dir)
-    prompts = [tok(p, return_tensors="pt").input_ids[0].to(dev) for p in load_prompts("code", num_prompts)]
+    prompts = [tok(p, return_tensors="pt").input_ids[0].to(dev)
+               for p in load_prompts("code", 2 * num_prompts)[num_prompts:]]
     head = EagleHead.load(head_dir, device=dev)
     reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
     seconds: dict = {"target-only": []}
@@ -1128,7 +1133,8 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=EAGLE_T
               "speedup": round(base / statistics.median(seconds[c]), 3)} for c in candidates]
     best = max(table, key=lambda row: row["speedup"])
     choice = {"top_k": best["top_k"], "depth": best["depth"], "total_tokens": best["total_tokens"], "table": table,
-              "prompts": num_prompts, "max_new_tokens": max_new_tokens, "repeats": repeats, "device": str(dev),
+              "prompts": f"held-out code prompts {num_prompts + 1}-{2 * num_prompts}", "max_new_tokens": max_new_tokens,
+              "repeats": repeats, "device": str(dev),
               "hardware": hardware(dev), "threads": torch.get_num_threads()}
     (head_dir / "tree.json").write_text(json.dumps(choice, indent=1))
     return choice
