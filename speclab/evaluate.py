@@ -259,14 +259,6 @@ def position_table(first: dict, last: dict) -> list[str]:
 MEDUSA_HEADING = "## Medusa heads"
 
 
-def tree_depth(head_dir: Path) -> int:
-    """The depth of the EAGLE-2 tree measured fastest for a head (its tree.json), which the card's
-    dynamic-tree row decodes with (k caps the depth): 8 for a head without one."""
-    import json
-    settings = Path(head_dir) / "tree.json"
-    return json.loads(settings.read_text())["depth"] if settings.exists() else 8
-
-
 def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     """The model card's section on the Medusa heads shipped with the bundled target: how they were
     trained (from their record), held-out accuracy by head and rank, the tree chosen for them, and
@@ -318,6 +310,14 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
 
 
 EAGLE_HEADING = "## EAGLE head"
+
+
+def tree_depth(head_dir: Path) -> int:
+    """The depth of the EAGLE-2 tree measured fastest for a head (its tree.json), which the card's
+    dynamic-tree row decodes with (k caps the depth): 8 for a head without one."""
+    import json
+    settings = Path(head_dir) / "tree.json"
+    return json.loads(settings.read_text())["depth"] if settings.exists() else 8
 
 
 def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:

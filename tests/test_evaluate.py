@@ -44,3 +44,17 @@ def test_a_model_drafting_for_itself_is_accepted_at_every_position(pair):
     table = position_acceptance(target, {"itself": target, "draft": draft}, prompts, k=3, max_new_tokens=12)
     assert table["itself"]["by_position"] == [1.0, 1.0, 1.0] and table["itself"]["tokens_per_round"] == 4.0
     assert all(0.0 <= a <= 1.0 for a in table["draft"]["by_position"] if not math.isnan(a))
+
+
+def test_the_card_decodes_an_eagle_tree_at_the_depth_measured_for_its_head(tmp_path):
+    """The model card's dynamic-tree row caps the depth at tree.json's (k caps it in the loop): a
+    head whose measured tree is 10 deep is not cut to 8; a head without tree.json gets 8."""
+    import json
+
+    from speclab.evaluate import tree_depth
+    from speclab.models import BUNDLED_DIR
+    (tmp_path / "tree.json").write_text(json.dumps({"top_k": 1, "depth": 10, "total_tokens": 10}))
+    assert tree_depth(tmp_path) == 10
+    assert tree_depth(tmp_path / "missing") == 8
+    shipped = json.loads((BUNDLED_DIR / "eagle3" / "tree.json").read_text())
+    assert tree_depth(BUNDLED_DIR / "eagle3") == shipped["depth"]
