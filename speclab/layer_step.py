@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.models.llama.modeling_llama import rotate_half  # the same function in Qwen2/3, Mistral
 
 # Decoder layers whose forward LayerStep reproduces (same norms, attention and MLP; Qwen2 adds q/k/v
 # biases, Qwen3 per-head q/k norms, both covered).
@@ -30,11 +31,6 @@ SUPPORTED = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Q
 # Rotary embeddings whose frequencies are fixed at load time, so a table of cos/sin by position is exact
 # ("dynamic" and "longrope" rescale with the sequence length).
 FIXED_ROPE = ("default", "linear", "llama3", "yarn")
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:

@@ -22,7 +22,6 @@ from speclab.devices import default_dtype, pick_device
 BUNDLED_DIR = Path(__file__).parent / "pairs" / "stdlib"
 
 
-
 def shallow_config(config, layers: int):
     """The target's configuration with fewer decoder layers (same width, vocabulary and kind): what a
     draft made from the target's first layers, or a layer-skip draft, is built from."""
@@ -31,6 +30,7 @@ def shallow_config(config, layers: int):
     if getattr(config, "layer_types", None):  # per-layer attention kinds (Qwen2/3, Gemma) follow the depth
         config.layer_types = config.layer_types[:layers]
     return config
+
 
 @dataclass(frozen=True)
 class HubPair:
