@@ -157,10 +157,12 @@ def generate_continuations(target: PreTrainedModel, train: torch.Tensor, p: Pres
     while len(done) < p.generated:
         if deadline is not None and time.time() > deadline:
             raise SystemExit(f"generated: stopped at {len(done)}/{p.generated}; run the same command again to resume.")
-        index = len(done) // chunk
-        n = min(chunk, p.generated - len(done))
+        index, offset = divmod(len(done), chunk)
+        n = min(chunk - offset, p.generated - len(done))
         g = torch.Generator().manual_seed(seed * 1_000_003 + index)
-        starts = torch.randint(0, len(train) - p.prompt_len, (n,), generator=g).tolist()
+        # a chunk's prompts are fixed by its index; a run asking for more rows than an earlier one
+        # continues a partly done chunk where it stopped, rather than repeating its first prompts
+        starts = torch.randint(0, len(train) - p.prompt_len, (chunk,), generator=g)[offset:offset + n].tolist()
         prompts = torch.stack([train[s: s + p.prompt_len] for s in starts]).long().to(device)
         sampled = index % 2 == 1
         torch.manual_seed(seed * 1_000_003 + index)
@@ -667,6 +669,12 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
     _, train, heldout = prepare_data(out, data_preset, load_tokenizer(target_dir))
     features_file = out / "features.pt"
     features = torch.load(features_file) if features_file.exists() else None
+    wanted = m.corpus_rows + m.generated
+    if features is not None and features.get("rows") != wanted:
+        # Another head in this folder was trained on other rows (a different --generated): rebuild
+        # rather than train this one on rows its preset did not ask for.
+        print(f"{features_file} holds {features.get('rows')} rows, this preset asks for {wanted}: recomputing")
+        features = None
     if features is not None and "train_rows" in features:
         return features
     generated = generate_continuations(target, train, data_preset, out, dev, seed + 3, deadline)
@@ -682,6 +690,15 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
     features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32))
     torch.save(features, features_file)
     return features
+
+
+def check_resumed_rows(log: dict, features: dict, ckpt_file: Path) -> None:
+    """Refuse to resume a checkpoint trained on other rows than the cached features now hold (a run
+    restarted with another --generated in the same folder), instead of mixing two datasets."""
+    if log.get("rows", features["rows"]) != features["rows"]:
+        raise ValueError(f"{ckpt_file} was trained on {log['rows']} rows, but this run's data has {features['rows']}: "
+                         f"pass the same --generated as before to resume, or delete {ckpt_file} (or use another "
+                         "--out) to start over")
 
 
 def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", device: str | None = None, seed: int = 0,
@@ -707,9 +724,10 @@ def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", devi
     heads = MedusaHeads.for_target(target, m.num_heads, m.num_layers)
     opt = torch.optim.AdamW(heads.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
     ckpt_file = out / "medusa.ckpt"
-    step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": features["seconds"]}
+    step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": features["seconds"], "rows": features["rows"]}
     if ckpt_file.exists():
         state = torch.load(ckpt_file, map_location=dev)
+        check_resumed_rows(state["log"], features, ckpt_file)
         heads.load_state_dict(state["heads"])
         opt.load_state_dict(state["opt"])
         step, log = state["step"], state["log"]
@@ -866,9 +884,10 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     head = MtpModule.for_target(target) if version == "mtp" else EagleHead.for_target(target, version)
     opt = torch.optim.AdamW(head.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
     ckpt_file = out / f"{name}.ckpt"
-    step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": feature_seconds}
+    step, log = 0, {"evals": [], "seconds": 0.0, "feature_seconds": feature_seconds, "rows": features["rows"]}
     if ckpt_file.exists():
         state = torch.load(ckpt_file, map_location=dev)
+        check_resumed_rows(state["log"], features, ckpt_file)
         head.load_state_dict(state["head"])
         opt.load_state_dict(state["opt"])
         step, log = state["step"], state["log"]
@@ -1216,6 +1235,8 @@ def main(argv: list[str] | None = None) -> None:
         eagle.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
         eagle.add_argument("--seed", type=int, default=0)
         eagle.add_argument("--steps", type=int, help="override the preset's training steps")
+        eagle.add_argument("--generated", type=int, help="how many of the target's own continuations to train on "
+                           "besides the corpus rows (default 128; the shipped EAGLE-1 head: see its record)")
         if version == 3:
             eagle.add_argument("--ttt-steps", type=int, help="steps unrolled in training (default 4)")
         else:
@@ -1255,7 +1276,7 @@ def main(argv: list[str] | None = None) -> None:
         version = {"eagle": 1, "eagle3": 3, "mtp": "mtp"}[args.command]
         report = train_eagle(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
                              stop_after_minutes=args.stop_after_minutes, version=version, steps=args.steps,
-                             ttt_steps=getattr(args, "ttt_steps", None),
+                             generated=args.generated, ttt_steps=getattr(args, "ttt_steps", None),
                              inputs=getattr(args, "inputs", "feature+token"))
         last = report["log"]["evals"][-1]
         print(f"{args.command}: held-out loss {last['heldout_loss']:.4f}, top-1 by draft position "

@@ -197,6 +197,18 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     record = json.loads((out / "eagle" / "record.json").read_text())
     assert [e["step"] for e in record["log"]["evals"]] == [0, 3, 5]  # resumed, not restarted
     assert len(record["log"]["train"]) == 5
+    # more of the target's continuations: the shared features are rebuilt for them, not reused...
+    train_main(["eagle3", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "2",
+                "--generated", "6"])
+    micro = speclab.train.EAGLE_PRESETS["micro"]
+    rows = json.loads((out / "eagle3" / "record.json").read_text())["training_rows"]
+    assert rows == micro.corpus_rows + 6 != record["training_rows"] == micro.corpus_rows + micro.generated
+    generated = torch.load(out / "generated.pt")
+    assert len(generated) == 6 and len({tuple(r.tolist()) for r in generated}) == 6  # continued, not repeated
+    # ...and a checkpoint trained on the other rows is not resumed on these
+    with pytest.raises(ValueError, match="pass the same --generated"):
+        train_main(["eagle", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "6",
+                    "--generated", "6"])
     installed = install_eagle(out, tmp_path / "package")
     target, _, tok, _ = speclab.load_pair(str(pair / "target"), draft=pair / "draft", device="cpu")
     drafter = speclab.load_drafter("eagle", target, head=installed)
