@@ -309,6 +309,24 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     return "\n".join(lines)
 
 
+def rows_trained_on(record: dict) -> str:
+    """'2,048 rows (1,024 corpus windows and 1,024 continuations written by the target)', from a head's record."""
+    m = record["preset"]
+    return (f"{record['training_rows']:,} rows ({m['corpus_rows']:,} corpus windows and {m['generated']:,} "
+            "continuations written by the target)")
+
+
+def train_command(command: str, record: dict) -> str:
+    """The `python -m speclab train` command that reproduces a shipped head from its record: the flags
+    it was trained with where they differ from today's preset (an older head keeps its recipe)."""
+    from speclab.train import EAGLE_PRESETS
+    preset, m = EAGLE_PRESETS["stdlib"], record["preset"]
+    default_steps = {"eagle": preset.steps, "eagle3": preset.eagle3_steps, "mtp": preset.mtp_steps}[command]
+    flags = (f" --generated {m['generated']}" if m["generated"] != preset.generated else "") + \
+        (f" --steps {m['steps']}" if m["steps"] != default_steps else "")
+    return f"`python -m speclab train {command} --target speclab/pairs/stdlib/target --out DIR{flags} --install`"
+
+
 EAGLE_HEADING = "## EAGLE head"
 
 
@@ -343,10 +361,10 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
         f"An EAGLE-1 head (Li et al. 2024): fc(2H -> H) over [embedding of the next token; the target's feature], "
         f"one decoder layer of the target's architecture (initialised from its last layer), the target's frozen "
         f"embeddings and lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle/`. Trained by "
-        f"`python -m speclab train eagle --target speclab/pairs/stdlib/target --out DIR --install`: smooth L1 to the "
+        f"{train_command('eagle', record)}: smooth L1 to the "
         f"next feature + {m['ce_weight']} x cross-entropy against the target's own distribution, U(-{m['noise']}, "
         f"{m['noise']}) noise on the input features, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} "
-        f"positions from {record['training_rows']:,} rows (the same cached features as the Medusa heads); training "
+        f"positions from {rows_trained_on(record)}, features computed once; training "
         f"{log['seconds'] / 60:.1f} min on {record['hardware']}.", "",
         "| held out | at start | after training |", "|---|---|---|",
         f"| feature loss (smooth L1) | {first['heldout_feature_loss']:.4f} | {last['heldout_feature_loss']:.4f} |",
@@ -385,11 +403,11 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         f"(inputs of layers 2, L/2 and L-3) fused 3H -> H, then fc(2H -> H) over [norm(embedding of the next "
         f"token); norm(feature)] into one decoder layer of the target's architecture and a norm before the "
         f"target's frozen lm_head; from the second draft step on, the head's own hidden state replaces the fused "
-        f"feature. {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle3/`. Trained by `python -m "
-        f"speclab train eagle3 --target speclab/pairs/stdlib/target --out DIR --install` with the training-time "
+        f"feature. {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle3/`. Trained by "
+        f"{train_command('eagle3', record)} with the training-time "
         f"test: the head unrolled {m['ttt_steps']} steps on its own outputs, step j's cross-entropy against the "
         f"target's distribution weighted {m['decay']}^j, no feature loss; {m['steps']} steps of {m['batch']} rows "
-        f"x {m['seq_len']} positions from {record['training_rows']:,} rows (the Medusa heads' rows); training "
+        f"x {m['seq_len']} positions from {rows_trained_on(record)}; training "
         f"{log['seconds'] / 60:.1f} min on {record['hardware']}. The full vocabulary ({target.config.vocab_size} "
         "tokens) is kept: no reduced draft vocabulary.", "",
         "Held-out top-1 agreement with the target by draft position (the head drafting on its own outputs, fed "
@@ -425,10 +443,10 @@ def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
         "last feature and of the next token's embedding, concatenated and projected 2H -> H (no bias), one decoder "
         "layer of the target's architecture (initialised from its last layer), a norm, and the target's frozen "
         f"lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `mtp/`. Trained after the fact on the "
-        "frozen target (DeepSeek-V3 trains it with the model) by `python -m speclab train mtp --target "
-        "speclab/pairs/stdlib/target --out DIR --install`: one step deep, cross-entropy against the target's own "
+        f"frozen target (DeepSeek-V3 trains it with the model) by {train_command('mtp', record)}: one step deep, "
+        "cross-entropy against the target's own "
         f"distribution of the token two ahead; {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions "
-        f"from {record['training_rows']:,} rows (the Medusa heads' rows); training {log['seconds'] / 60:.1f} min on "
+        f"from {rows_trained_on(record)}; training {log['seconds'] / 60:.1f} min on "
         f"{record['hardware']}.", "",
         "Held-out top-1 agreement with the target by draft position (position 1 is what it was trained for; later "
         "positions chain it on its own outputs):", "",

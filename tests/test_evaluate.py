@@ -58,3 +58,19 @@ def test_the_card_decodes_an_eagle_tree_at_the_depth_measured_for_its_head(tmp_p
     assert tree_depth(tmp_path / "missing") == 8
     shipped = json.loads((BUNDLED_DIR / "eagle3" / "tree.json").read_text())
     assert tree_depth(BUNDLED_DIR / "eagle3") == shipped["depth"]
+
+
+def test_a_heads_card_names_the_command_that_reproduces_its_record():
+    from dataclasses import asdict
+
+    from speclab.evaluate import rows_trained_on, train_command
+    from speclab.train import EAGLE_PRESETS
+    today = asdict(EAGLE_PRESETS["stdlib"])
+    record = {"preset": today, "training_rows": today["corpus_rows"] + today["generated"]}
+    assert train_command("eagle", record).endswith("--out DIR --install`")  # today's preset: no flags
+    older = {"preset": {**today, "generated": 128, "steps": 2000}, "training_rows": today["corpus_rows"] + 128}
+    assert "--generated 128 --steps 2000 --install" in train_command("mtp", older)
+    assert "--generated 128 --install" in train_command("eagle3", {**older, "preset": {**older["preset"],
+                                                                                        "steps": today["eagle3_steps"]}})
+    assert rows_trained_on(older) == f"{today['corpus_rows'] + 128:,} rows ({today['corpus_rows']:,} corpus windows " \
+        "and 128 continuations written by the target)"
