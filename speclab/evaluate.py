@@ -259,6 +259,13 @@ def position_table(first: dict, last: dict) -> list[str]:
 MEDUSA_HEADING = "## Medusa heads"
 
 
+def rows_trained_on(record: dict) -> str:
+    """'2,048 rows (1,024 corpus windows and 1,024 continuations written by the target)', from a head's record."""
+    m = record["preset"]
+    return (f"{record['training_rows']:,} rows ({m['corpus_rows']:,} corpus windows and {m['generated']:,} "
+            "continuations written by the target)")
+
+
 def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     """The model card's section on the Medusa heads shipped with the bundled target: how they were
     trained (from their record), held-out accuracy by head and rank, the tree chosen for them, and
@@ -285,8 +292,7 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         f"`python -m speclab train medusa --target speclab/pairs/stdlib/target --out runs/medusa --install`: "
         f"self-distillation (head i learns the target's own distribution for the token i + 2 places ahead), "
         f"loss weight {m['decay']}^i, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions from "
-        f"{record['training_rows']:,} rows ({m['corpus_rows']:,} corpus windows and {m['generated']} continuations "
-        f"written by the target), whose hidden states were computed once ({log['feature_seconds'] / 60:.1f} min); "
+        f"{rows_trained_on(record)}, whose hidden states were computed once ({log['feature_seconds'] / 60:.1f} min); "
         f"training {log['seconds'] / 60:.1f} min on {record['hardware']}.", "",
         "| head (predicts token t + 1 + i) | held-out loss at start | held-out loss | top-1 accuracy at start | "
         "top-1 accuracy | top-5 accuracy |", "|---|---|---|---|---|---|"]
@@ -307,13 +313,6 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     lines += ["", f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs "
               f"{same} target-only decoding's):", ""] + drafting_table(runs)
     return "\n".join(lines)
-
-
-def rows_trained_on(record: dict) -> str:
-    """'2,048 rows (1,024 corpus windows and 1,024 continuations written by the target)', from a head's record."""
-    m = record["preset"]
-    return (f"{record['training_rows']:,} rows ({m['corpus_rows']:,} corpus windows and {m['generated']:,} "
-            "continuations written by the target)")
 
 
 def train_command(command: str, record: dict) -> str:
