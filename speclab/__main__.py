@@ -144,7 +144,7 @@ def cmd_bench(args) -> None:
 def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     from speclab import theory
     from speclab.bench import default_methods, format_table, model_check, run_bench
-    from speclab.profiling import cost_ratio, forward_ms
+    from speclab.profiling import cost_ratio, forward_ms_by_positions
     prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
     methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else \
         default_methods(target, args.heads, args.eagle, args.eagle3, args.mtp, args.layer_skip)
@@ -174,7 +174,8 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     if base and spec and spec.has_drafts:
         check = model_check(base.stats, spec.stats)
         c_alone = cost_ratio(target, draft)
-        verify_alone = forward_ms(target, args.k + 1) / forward_ms(target, 1)
+        unit, verify = forward_ms_by_positions(target, [1, args.k + 1]).values()
+        verify_alone = verify / unit
         print(check)
         print(f"measured alone (one model at a time, warm caches): c = {c_alone:.3f}, verify pass {verify_alone:.2f} "
               f"-> modelled {theory.speedup(check.alpha, args.k, c_alone, verify_alone):.2f}x")
@@ -185,14 +186,14 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
 
 
 def cmd_profile(args) -> None:
-    from speclab.profiling import copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms, parameter_bytes
+    from speclab.profiling import copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms_by_positions, parameter_bytes
     target, draft, tok, device = load(args)
     print(f"device {device}; target {parameter_bytes(target) / 1e6:.1f} MB of weights, draft {parameter_bytes(draft) / 1e6:.1f} MB")
     print(f"{'positions':>9} {'target ms':>10} {'draft ms':>9}")
-    results = {}
-    for n in [1, 2, 4, 8, 16, 32, 64]:
-        t, d = forward_ms(target, n), forward_ms(draft, n)
-        results[n] = (t, d)
+    positions = [1, 2, 4, 8, 16, 32, 64]
+    target_ms, draft_ms = forward_ms_by_positions(target, positions), forward_ms_by_positions(draft, positions)
+    results = {n: (target_ms[n], draft_ms[n]) for n in positions}
+    for n, (t, d) in results.items():
         print(f"{n:9d} {t:10.2f} {d:9.2f}")
     c = results[1][1] / results[1][0]
     peak = copy_bandwidth_gbs(device)

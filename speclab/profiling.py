@@ -49,29 +49,52 @@ def decode_floor_ms(weight_bytes: float, kv_bytes: float, bandwidth_gbs: float) 
 
 
 # ---------------------------------------------------------------- measured
+def pass_ms(model: torch.nn.Module, passes: list[tuple[int, list[int] | None]], context: int = 128,
+            repeats: int = 10, seed: int = 0) -> list[float]:
+    """Median time (ms) of each of several cached forward passes after `context` cached tokens: a pass
+    is (positions, parents), parents None for a chain of new tokens, or the positions - 1 parents of a
+    tree pass (with its 4-D mask and positions by depth, as the decode loop runs it).
+
+    The passes are timed interleaved: every repeat runs each pass once, in an order rotated from one
+    repeat to the next. A stretch when the machine is slower (another process, a clock change) then
+    slows every pass alike, instead of landing on one pass's whole sample and bending the ratios
+    between passes, which are what the chapters read."""
+    device = model_device(model)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
+    new = torch.randint(0, vocab, (max(n for n, _ in passes),), generator=g).to(device)
+    runner = ModelRunner(model)
+    runner.forward(prefix, last_only=True)
+    samples: list[list[float]] = [[] for _ in passes]
+    for i in range(repeats + 2):
+        for shift in range(len(passes)):
+            j = (i + shift) % len(passes)  # rotated, so no pass always runs first or after the same one
+            n, parents = passes[j]
+            with timer(device) as t:
+                if parents is None:
+                    runner.forward(new[:n])
+                else:
+                    runner.verify_pass(new[:n], parents)
+            runner.rollback(context)
+            if i >= 2:  # the first calls warm up kernels and allocators
+                samples[j].append(t["seconds"] * 1000)
+    return [statistics.median(s) for s in samples]
+
+
 def forward_ms(model: torch.nn.Module, positions: int, context: int = 128, repeats: int = 10, seed: int = 0,
                parents: list[int] | None = None) -> float:
     """Median time (ms) of one cached forward pass over `positions` new tokens after `context`
     cached ones: the cost of verifying positions - 1 drafts. With `parents` (positions - 1 of them)
     the pass is a tree pass, with its 4-D mask and positions by depth, as the decode loop runs it."""
-    device = model_device(model)
-    vocab = model.get_output_embeddings().weight.shape[0]
-    g = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
-    new = torch.randint(0, vocab, (positions,), generator=g).to(device)
-    runner = ModelRunner(model)
-    runner.forward(prefix, last_only=True)
-    times = []
-    for i in range(repeats + 2):
-        with timer(device) as t:
-            if parents is None:
-                runner.forward(new)
-            else:
-                runner.verify_pass(new, parents)
-        runner.rollback(context)
-        if i >= 2:  # the first calls warm up kernels and allocators
-            times.append(t["seconds"] * 1000)
-    return statistics.median(times)
+    return pass_ms(model, [(positions, parents)], context, repeats, seed)[0]
+
+
+def forward_ms_by_positions(model: torch.nn.Module, positions: list[int], context: int = 128,
+                            repeats: int = 10, seed: int = 0) -> dict[int, float]:
+    """forward_ms for several numbers of positions, timed interleaved (see pass_ms), so that the ratio
+    of two entries is measured under the same conditions."""
+    return dict(zip(positions, pass_ms(model, [(n, None) for n in positions], context, repeats, seed)))
 
 
 def decode_ms_per_token(model: torch.nn.Module, context: int = 128, repeats: int = 20) -> float:
@@ -116,8 +139,8 @@ def tree_pass_costs(target: torch.nn.Module, accuracies, budgets=(1, 2, 3, 4, 6,
         forward_ms(target, 1, context, repeats)
     for budget in budgets:
         parents, _ = tree_from_choices(tree_from_accuracies(accuracies, budget))
-        # the one-token step is timed next to each tree pass, so a machine that slows for a while
-        # slows both sides of the ratio
-        unit = forward_ms(target, 1, context, repeats)
-        costs[budget] = forward_ms(target, len(parents) + 1, context, repeats, parents=parents) / unit
+        # the one-token step is timed interleaved with each tree pass, so a machine that slows for a
+        # while slows both sides of the ratio
+        unit, tree = pass_ms(target, [(1, None), (len(parents) + 1, parents)], context, repeats)
+        costs[budget] = tree / unit
     return costs

@@ -197,6 +197,11 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     record = json.loads((out / "eagle" / "record.json").read_text())
     assert [e["step"] for e in record["log"]["evals"]] == [0, 3, 5]  # resumed, not restarted
     assert len(record["log"]["train"]) == 5
+    # EAGLE-2's settings chosen by timing, on held-out prompts that speclab bench does not time
+    tree = json.loads((out / "eagle" / "tree.json").read_text())
+    assert tree["prompts"] == "held-out code prompts 5-5"
+    assert len(tree["table"]) == len(speclab.train.EAGLE_TREE_CANDIDATES)
+    assert (tree["top_k"], tree["depth"], tree["total_tokens"]) in speclab.train.EAGLE_TREE_CANDIDATES
     # more of the target's continuations: the shared features are rebuilt for them, not reused...
     train_main(["eagle3", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "2",
                 "--generated", "6"])
@@ -391,6 +396,7 @@ def test_train_eagle3_micro_resumes_installs_and_drafts(tmp_path):
     assert record["version"] == 3 and [e["step"] for e in record["log"]["evals"]] == [0, 3, 5]
     assert len(record["log"]["evals"][-1]["heldout_top1_by_step"]) == 3  # the micro preset's eval depth
     assert len(record["log"]["train"][-1]) == 1 + 2                      # step, then one loss per unrolled step
+    assert json.loads((out / "eagle3" / "tree.json").read_text())["table"]  # EAGLE-2's settings, timed
     installed = install_eagle(out, tmp_path / "package", name="eagle3")
     target, _, tok, _ = speclab.load_pair(str(pair / "target"), draft=pair / "draft", device="cpu")
     drafter = speclab.load_drafter("eagle3", target, head=installed)

@@ -33,3 +33,33 @@ def test_measured_costs_are_positive_and_bandwidth_is_bytes_over_time(pair):
     assert profiling.forward_ms(target, 4, context=16, repeats=3) > 0
     assert 0 < profiling.cost_ratio(target, draft, context=16, repeats=3)
     assert profiling.decode_bandwidth_gbs(target, 1.0) == pytest.approx(profiling.parameter_bytes(target) / 1e6)
+
+
+def test_passes_are_timed_interleaved_so_a_slow_stretch_slows_every_pass_alike(pair, monkeypatch):
+    """A machine that is 10x slower for the first half of a measurement must not show up as a 10x
+    ratio between two passes that cost the same: timing them one after the other would."""
+    from contextlib import contextmanager
+    calls = []
+
+    @contextmanager
+    def fake_timer(device):
+        result = {"seconds": 0.0}
+        yield result
+        calls.append(1)
+        result["seconds"] = 0.010 if len(calls) <= 12 else 0.001  # 24 timed calls in all, half slow
+
+    monkeypatch.setattr(profiling, "timer", fake_timer)
+    target, _ = pair
+    times = profiling.forward_ms_by_positions(target, [1, 5], context=8, repeats=10)
+    assert list(times) == [1, 5]
+    assert 0.5 < times[5] / times[1] < 2
+    calls.clear()
+    # tree passes take part the same way: (positions, parents)
+    unit, tree = profiling.pass_ms(target, [(1, None), (4, [-1, 0, 0])], context=8, repeats=10)
+    assert 0.5 < tree / unit < 2
+
+
+def test_interleaved_costs_still_see_real_work(pair):
+    target, _ = pair
+    times = profiling.forward_ms_by_positions(target, [1, 256], context=8, repeats=3)
+    assert times[256] > times[1] > 0
