@@ -788,8 +788,8 @@ class EaglePreset:
     corpus_rows: int = 1024   # the corpus windows of Medusa's rows (out/features.pt is shared when all rows agree)
     # The target's own continuations, half greedy, half sampled: the text the head drafts in at decode time.
     # 1024 of them and 12000 steps, against 128 and 6000, lifted the EAGLE-1 head from 5.33 to 6.65 tokens a pass
-    # (a 10-deep chain, held-out code prompts; not measured apart: chapter 8.3). The shipped MTP module was
-    # trained with 128 (its record).
+    # (a 10-deep chain, held-out code prompts; not measured apart: chapter 8.3). The shipped EAGLE-3 head and MTP
+    # module were trained on the same rows (their records).
     generated: int = 1024
     heldout_rows: int = 64
     seq_len: int = 256
