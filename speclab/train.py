@@ -1,9 +1,12 @@
-"""Train the course's bundled pair: a tokenizer, a target, and a draft distilled from the target.
+"""Train the course's bundled pair (a tokenizer, a target, and a draft distilled from the target), and
+drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, exit adapters.
 
     python -m speclab train pair --out runs/stdlib          # target and drafts (resumable)
     python -m speclab train pair --out /tmp/micro --preset micro   # a few-second smoke run
     python -m speclab train draft --target DIR --out runs/draft   # a new draft for an existing target
     python -m speclab train medusa --target DIR --out runs/medusa # Medusa heads for a frozen target
+    python -m speclab train eagle --target DIR --out runs/eagle   # an EAGLE-1 head (eagle3, mtp: the others)
+    python -m speclab train exit --target DIR --out runs/eagle    # layer-skip exit adapters
 
 Every stage saves a checkpoint and is skipped or resumed when the command is run again, so a long
 run can be stopped (Ctrl-C, or --stop-after-minutes) and continued later, on CPU or CUDA.
@@ -1240,7 +1243,8 @@ def main(argv: list[str] | None = None) -> None:
         what = {1: "an EAGLE-1 head (feature regression)",
                 3: "an EAGLE-3 head (fused low/middle/high layers, training-time test)",
                 "mtp": "a DeepSeek-V3-style MTP module (one step deep, on the last features)"}[version]
-        eagle = sub.add_parser(command, help=f"train {what} for a frozen Llama-family target (resumable)")
+        then = "" if version == "mtp" else "; then time EAGLE-2's settings with it and write the fastest to tree.json"
+        eagle = sub.add_parser(command, help=f"train {what} for a frozen Llama-family target (resumable){then}")
         eagle.add_argument("--target", required=True, help="target model: a local directory (the bundled one is "
                            "speclab/pairs/stdlib/target) or a hub id")
         eagle.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, head); "
