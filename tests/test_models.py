@@ -72,7 +72,10 @@ def test_model_narrower_than_its_tokenizer_is_refused(saved_pair, tmp_path):
 
 
 def test_unreachable_hub_model_fails_with_a_clear_message(monkeypatch):
+    import huggingface_hub.constants
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the hub library reads the variable when it is imported; without this the test waits out ~20 s of retries
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(OSError, match="save_pretrained|not a local"):
         load_model("no-such-org/no-such-model-speclab", device="cpu")
 
