@@ -371,7 +371,7 @@ def load_drafter(method: str, target: torch.nn.Module | None = None, **options) 
     lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
     eagle        an EAGLE-1 head: head= a directory written by train eagle (default: the head shipped
                  for the bundled target), tree="dynamic" (EAGLE-2's tree, default) or "chain",
-                 top_k, depth, total_tokens
+                 top_k, depth, total_tokens, min_confidence (the tree stops growing below it)
     eagle3       an EAGLE-3 head (train eagle3), with the same options
     mtp          a DeepSeek-V3-style MTP module (train mtp): module= a directory (default: the one
                  shipped for the bundled target), num_tokens=1 (drafts per round; more chains it;

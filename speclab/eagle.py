@@ -42,7 +42,8 @@ from speclab.layer_step import LayerStep
 from speclab.sampling import SamplingParams, check_finite, sample
 
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
-SETTINGS_FILE = "tree.json"  # EAGLE-2's top_k, depth and total_tokens measured fastest with this head
+SETTINGS_FILE = "tree.json"  # EAGLE-2's top_k, depth, total_tokens and min_confidence measured fastest with this head
+TREE_SETTINGS = ("top_k", "depth", "total_tokens", "min_confidence")
 VERSIONS = (1, 3)
 
 
@@ -219,6 +220,13 @@ class EagleHead(nn.Module):
 
 
 # ---------------------------------------------------------------- EAGLE-2's dynamic tree, as plain functions
+def describe_tree(settings: dict) -> str:
+    """EAGLE-2's settings (a tree.json or a row of its sweep) in words."""
+    stop = settings.get("min_confidence")
+    return (f"top_k {settings['top_k']}, depth {settings['depth']}, {settings['total_tokens']} tokens, "
+            + ("no stop" if stop is None else f"stop below {stop:g}"))
+
+
 def expand_level(frontier_scores: Sequence[float], log_probs: torch.Tensor, top_k: int
                  ) -> list[tuple[float, int, int]]:
     """One level of EAGLE-2's expansion: frontier node i (its path's score frontier_scores[i]) gets its
@@ -265,19 +273,35 @@ class EagleDrafter(ChainDrafter):
     load_drafter uses instead. The reference implementation's defaults (top_k 10, depth 7, 60 tokens)
     are for large targets on GPUs. Works alike for EAGLE-1 and EAGLE-3 heads.
 
+    min_confidence (speclab's addition, None: off): the tree stops growing after a level whose most
+    probable new node had a probability, given its parent, below it; that level's nodes are still
+    scored and may be kept. The published EAGLE-2 always grows `depth` levels: on a GPU a bigger tree
+    costs the verification pass almost nothing. On a CPU every node costs a head pass and a position
+    in the verification pass, so stopping where the head is unsure pays; with top_k = 1 it is
+    transformers' confidence stop (assistant_confidence_threshold) on EAGLE-1's chain. The head's own
+    probabilities decide it, so it changes which tokens are proposed, never what is emitted.
+
     Bookkeeping: pair j is (feature f_j, token x_{j+1}). After the prefill the target has handed over
     f_0..f_{n-2} for a prompt of n tokens, and x_1..x_{n-1} are known, so pairs 0..n-2 are all true.
     Each round the head rolls its cache back to the true pairs, feeds the new ones (the verify pass's
     features of the pending token and the accepted drafts), and drafts on from there."""
 
     def __init__(self, head: EagleHead, target: nn.Module, tree: str = "dynamic", top_k: int = 2, depth: int = 6,
-                 total_tokens: int = 12):
+                 total_tokens: int = 12, min_confidence: float | None = None):
         head.check_fits(target)
         if tree not in ("dynamic", "chain"):
             raise ValueError(f"tree must be 'dynamic' (EAGLE-2) or 'chain' (EAGLE-1), got {tree!r}")
         for label, value in (("top_k", top_k), ("depth", depth), ("total_tokens", total_tokens)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EAGLE-2's {label} must be an integer >= 1, got {value!r}")
+        if min_confidence is not None and (isinstance(min_confidence, bool) or not isinstance(min_confidence, (int, float))
+                                           or not 0 < min_confidence < 1):
+            raise ValueError(f"EAGLE-2's min_confidence must be a probability strictly between 0 and 1, or None to "
+                             f"always grow `depth` levels; got {min_confidence!r}")
+        if min_confidence is not None and tree == "chain":
+            raise ValueError("min_confidence is a setting of EAGLE-2's dynamic tree; for a chain pass "
+                             "confidence_threshold= to speculative_generate instead")
+        self.min_confidence = None if min_confidence is None else float(min_confidence)
         self.head, self.tree = head, tree
         self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
         self.feature_layers = head.feature_layers
@@ -293,8 +317,9 @@ class EagleDrafter(ChainDrafter):
 
     def set_confidence_threshold(self, threshold: float | None) -> None:
         if threshold is not None and self.tree != "chain":
-            raise ValueError("a confidence stop works on a chain: EAGLE-2's dynamic tree already stops where the "
-                             "head is unsure (it keeps the best total_tokens); load the drafter with tree='chain'")
+            raise ValueError("confidence_threshold stops a chain; EAGLE-2's dynamic tree has its own stop, set when "
+                             "the drafter is built: load_drafter('eagle', min_confidence=...); or load the drafter "
+                             "with tree='chain'")
         super().set_confidence_threshold(threshold)
 
     def start(self, prompt: torch.Tensor) -> None:
@@ -369,7 +394,7 @@ class EagleDrafter(ChainDrafter):
                 parents.append(frontier[i])
                 scores.append(score)
                 chosen.append((len(tokens) - 1, i))
-            if level + 1 == depth:
+            if level + 1 == depth or self._unsure(log_probs):
                 break
             chosen = chosen[:self.top_k]
             frontier = [node for node, _ in chosen]
@@ -379,6 +404,11 @@ class EagleDrafter(ChainDrafter):
         # every node expanded, for drawing and for the chapter: the draft is the `kept` part of it
         self.last_expansion = {"tokens": tokens, "parents": parents, "scores": scores, "kept": keep}
         return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), None, kept_parents)
+
+    def _unsure(self, log_probs: torch.Tensor) -> bool:
+        """Whether the tree stops growing here: the level's most probable node, given its parent, is
+        below min_confidence (log_probs: the level's (F, V) log-probabilities)."""
+        return self.min_confidence is not None and float(log_probs.max()) < math.log(self.min_confidence)
 
     def _tree_pass(self, frontier: list[int], tokens: list[int], parents: list[int], row_of: dict[int, int],
                    parent_h: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -416,8 +446,9 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, ve
     """An EAGLE drafter for `target` from a head directory (train eagle / train eagle3), a head, or
     None: the head that ships with the bundled target (eagle/ for version 1, eagle3/ for version 3).
     `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
-    the default) or "chain", top_k, depth, total_tokens (defaults: the head directory's tree.json,
-    where the settings measured fastest with that head are kept, else EagleDrafter's); SGLang's names for them
+    the default) or "chain", top_k, depth, total_tokens, min_confidence (defaults: the head
+    directory's tree.json, where the settings measured fastest with that head are kept, else
+    EagleDrafter's; a chain takes none of them); SGLang's names for the first three
     (speculative_eagle_topk, speculative_num_steps, speculative_num_draft_tokens: nodes plus the
     root, so total_tokens + 1) and vLLM's num_speculative_tokens (the depth) are accepted too."""
     from speclab.models import BUNDLED_DIR
@@ -430,9 +461,9 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, ve
         head = BUNDLED_DIR / ("eagle3" if version == 3 else "eagle")
     if not isinstance(head, EagleHead):
         settings = Path(head) / SETTINGS_FILE  # EAGLE-2's settings measured fastest for this head, if any
-        if settings.exists():
+        if settings.exists() and options.get("tree", "dynamic") == "dynamic":
             measured = json.loads(settings.read_text())
-            options = {**{k: measured[k] for k in ("top_k", "depth", "total_tokens") if k in measured}, **options}
+            options = {**{k: measured[k] for k in TREE_SETTINGS if k in measured}, **options}
         head = EagleHead.load(head, device=target.device)
     if version is not None and head.version != version:
         method = "eagle" if head.version == 1 else "eagle3"

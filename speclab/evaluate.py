@@ -337,6 +337,15 @@ def tree_depth(head_dir: Path) -> int:
     return json.loads(settings.read_text())["depth"] if settings.exists() else 8
 
 
+def tree_label(head_dir: Path) -> str:
+    """The card's name for the dynamic-tree row: the settings in the head's tree.json, or 'defaults'."""
+    import json
+
+    from speclab.eagle import describe_tree
+    settings = Path(head_dir) / "tree.json"
+    return describe_tree(json.loads(settings.read_text())) if settings.exists() else "EagleDrafter's defaults"
+
+
 def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     """The model card's section on the EAGLE head shipped with the bundled target: how it was trained
     (from its record), held-out losses and accuracy, and tokens per target pass measured now (greedy,
@@ -353,7 +362,7 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     _, runs, same = measure_drafting(pair_dir, {
         name: (lambda t, tree=tree: load_drafter("eagle", t, head=head_dir, tree=tree), k)
         for name, tree, k in (("EAGLE-1 chain, K = 4", "chain", 4),
-                              ("EAGLE-2 dynamic tree (defaults)", "dynamic", tree_depth(head_dir)))},
+                              (f"EAGLE-2 dynamic tree ({tree_label(head_dir)})", "dynamic", tree_depth(head_dir)))},
         num_prompts, max_new_tokens)
     lines = [
         EAGLE_HEADING, "",
@@ -393,7 +402,7 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     first, last = log["evals"][0], log["evals"][-1]
     target, runs, same = measure_drafting(pair_dir, {
         name: (lambda t, tree=tree: load_drafter("eagle3", t, head=head_dir, tree=tree), k)
-        for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4), ("EAGLE-3 head, EAGLE-2 dynamic tree (defaults)",
+        for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4), (f"EAGLE-3 head, EAGLE-2 dynamic tree ({tree_label(head_dir)})",
                                                                   "dynamic", tree_depth(head_dir)))},
         num_prompts, max_new_tokens)
     lines = [

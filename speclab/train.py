@@ -1120,14 +1120,18 @@ def choose_medusa_tree(target_dir: str | Path, heads_dir: Path, device: str | No
 
 # (top_k, depth, total_tokens): chains of several depths (one-row head passes are the cheapest) and trees
 # two or three wide
-EAGLE_TREE_CANDIDATES = ((1, 8, 8), (1, 10, 10), (1, 12, 12), (1, 14, 14), (1, 16, 16), (2, 6, 12), (2, 8, 16),
-                         (2, 12, 16), (3, 6, 16))
+# (top_k, depth, total_tokens, min_confidence): fixed chains and trees as published, and deeper ones
+# that stop growing where the head is unsure (EagleDrafter's min_confidence)
+EAGLE_TREE_CANDIDATES = ((1, 8, 8, None), (1, 10, 10, None), (1, 12, 12, None), (1, 14, 14, None), (1, 16, 16, None),
+                         (2, 6, 12, None), (2, 8, 16, None), (2, 12, 16, None), (3, 6, 16, None),
+                         (1, 20, 20, 0.1), (1, 24, 24, 0.05), (1, 24, 24, 0.1), (1, 24, 24, 0.2),
+                         (2, 12, 16, 0.1))
 
 
 def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=EAGLE_TREE_CANDIDATES, num_prompts: int = 8,
                       skip: int = 4, max_new_tokens: int = 128, repeats: int = 3, device: str | None = None) -> dict:
     """Pick EAGLE-2's settings for a head on this device by timing them: greedy decoding of held-out
-    code prompts with each (top_k, depth, total_tokens), interleaved with target-only decoding,
+    code prompts with each (top_k, depth, total_tokens, min_confidence), interleaved with target-only decoding,
     `repeats` times; the setting with the best median speed wins. Every run must equal target-only's
     output. The prompts are `num_prompts` held-out code prompts after the first `skip`, which `speclab
     bench` times by default: settings chosen on the prompts they are then measured on would flatter
@@ -1136,7 +1140,7 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=EAGLE_T
     import statistics
 
     from speclab.decoding import generate, speculative_generate
-    from speclab.eagle import EagleDrafter, EagleHead
+    from speclab.eagle import TREE_SETTINGS, EagleDrafter, EagleHead
     from speclab.models import load_model, load_tokenizer
     from speclab.workloads import load_prompts
     dev = pick_device(device)
@@ -1154,21 +1158,23 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=EAGLE_T
         for p in prompts:
             generate(target, p, max_new_tokens=max_new_tokens)
         seconds["target-only"].append(time.perf_counter() - started)
-        for top_k, depth, total in candidates:
-            drafter = EagleDrafter(head, target, top_k=top_k, depth=depth, total_tokens=total)
+        for candidate in candidates:
+            top_k, depth, total, min_confidence = candidate
+            drafter = EagleDrafter(head, target, top_k=top_k, depth=depth, total_tokens=total,
+                                   min_confidence=min_confidence)
             started, tokens, rounds = time.perf_counter(), 0, 0
             for p, want in zip(prompts, reference):
                 result = speculative_generate(target, drafter, p, k=depth, max_new_tokens=max_new_tokens)
                 if result.tokens.tolist() != want:
-                    raise AssertionError(f"EAGLE-2 ({top_k}, {depth}, {total}) changed the greedy output")
+                    raise AssertionError(f"EAGLE-2 {candidate} changed the greedy output")
                 tokens, rounds = tokens + result.stats.new_tokens, rounds + result.stats.rounds
-            seconds.setdefault((top_k, depth, total), []).append(time.perf_counter() - started)
-            per_pass[(top_k, depth, total)] = tokens / rounds
+            seconds.setdefault(candidate, []).append(time.perf_counter() - started)
+            per_pass[candidate] = tokens / rounds
     base = statistics.median(seconds["target-only"])
-    table = [{"top_k": c[0], "depth": c[1], "total_tokens": c[2], "tokens_per_pass": round(per_pass[c], 3),
+    table = [{**dict(zip(TREE_SETTINGS, c)), "tokens_per_pass": round(per_pass[c], 3),
               "speedup": round(base / statistics.median(seconds[c]), 3)} for c in candidates]
     best = max(table, key=lambda row: row["speedup"])
-    choice = {"top_k": best["top_k"], "depth": best["depth"], "total_tokens": best["total_tokens"], "table": table,
+    choice = {**{name: best[name] for name in TREE_SETTINGS}, "table": table,
               "prompts": f"held-out code prompts {skip + 1}-{skip + num_prompts}", "max_new_tokens": max_new_tokens,
               "repeats": repeats, "device": str(dev),
               "hardware": hardware(dev), "threads": torch.get_num_threads()}
@@ -1301,6 +1307,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{args.command}: held-out loss {last['heldout_loss']:.4f}, top-1 by draft position "
               f"{last['heldout_top1_by_step']}, {report['log']['seconds'] / 60:.1f} min")
         if args.command in ("eagle", "eagle3") and report["inputs"] == "feature+token":
+            from speclab.eagle import describe_tree
             m = EAGLE_PRESETS[args.preset]
             started = time.perf_counter()
             choice = choose_eagle_tree(args.target, args.out / args.command, num_prompts=m.tree_prompts,
@@ -1308,10 +1315,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"EAGLE-2 settings timed against target-only on {choice['prompts']} "
                   f"({(time.perf_counter() - started) / 60:.1f} min):")
             for row in choice["table"]:
-                print(f"  top_k {row['top_k']}, depth {row['depth']:2d}, {row['total_tokens']:2d} tokens: "
-                      f"{row['tokens_per_pass']:.2f} tokens/pass, {row['speedup']:.2f}x")
-            print(f"chosen: top_k {choice['top_k']}, depth {choice['depth']}, {choice['total_tokens']} tokens "
-                  f"(written to {args.out / args.command / 'tree.json'})")
+                print(f"  {describe_tree(row)}: {row['tokens_per_pass']:.2f} tokens/pass, {row['speedup']:.2f}x")
+            print(f"chosen: {describe_tree(choice)} (written to {args.out / args.command / 'tree.json'})")
         if args.install:
             if report["inputs"] != "feature+token":
                 raise SystemExit("an ablation head (--inputs feature or token) is measured, not installed")

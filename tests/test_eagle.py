@@ -7,7 +7,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import tests.test_lossless as lossless
 from speclab import SamplingParams, generate, speculative_generate, trees
-from speclab.eagle import EagleDrafter, EagleHead
+from speclab.eagle import TREE_SETTINGS, EagleDrafter, EagleHead
 from speclab.evaluate import chi_square_pvalue
 from speclab.train import eagle_loss, target_features
 from tests.conftest import tiny_model
@@ -93,9 +93,98 @@ def test_bad_eagle2_settings_are_refused():
     target = tiny_model("llama", layers=2, seed=0)
     head = EagleHead.for_target(target)
     for options, message in [(dict(tree="wide"), "tree must be"), (dict(top_k=0), "top_k"), (dict(depth=0), "depth"),
-                             (dict(total_tokens=0), "total_tokens")]:
+                             (dict(total_tokens=0), "total_tokens"), (dict(min_confidence=0), "strictly between"),
+                             (dict(min_confidence=1.0), "strictly between"), (dict(min_confidence=True), "between"),
+                             (dict(min_confidence="0.1"), "between"),
+                             (dict(tree="chain", min_confidence=0.1), "confidence_threshold")]:
         with pytest.raises(ValueError, match=message):
             EagleDrafter(head, target, **options)
+
+
+def expansion(drafter, head_input):
+    """Propose once from a fresh state; the whole expansion (every node scored) and its levels."""
+    h, target = head_input
+    drafter.start(PROMPT)
+    drafter.take_features(h[0, :-1])
+    drafter.propose(PROMPT, drafter.depth, SamplingParams(0.0))
+    grown = drafter.last_expansion
+    return grown, trees.depths(grown["parents"])
+
+
+def test_the_tree_stops_growing_after_the_first_level_below_min_confidence():
+    """With min_confidence the tree is the unstopped tree cut after the first level whose most probable
+    node (its probability given its parent) is below the threshold, and no earlier."""
+    target = tiny_model("llama", layers=2, seed=10, init=0.2)  # a head whose levels differ in confidence
+    head = random_head(target, scale=2.0)
+    head_input = (target_features(target, PROMPT.view(1, -1), torch.device("cpu")).float(), target)
+    settings = dict(tree="dynamic", top_k=2, depth=5, total_tokens=10)
+    full, levels = expansion(EagleDrafter(head, target, **settings), head_input)
+    assert max(levels) == 5
+    parent_score = [full["scores"][p] if p >= 0 else 0.0 for p in full["parents"]]
+    best = [max(s - ps for s, ps, lv in zip(full["scores"], parent_score, levels) if lv == level)
+            for level in range(1, 6)]  # each level's most probable node, given its parent (log)
+    # thresholds just above each node's probability given its parent, so that each level's best
+    # node, and any other, sits on either side of one
+    checked = set()
+    given_parent = [s - ps for s, ps in zip(full["scores"], parent_score)]
+    for threshold in sorted({min(0.999, float(np.exp(c)) * 1.001) for c in given_parent}):
+        stop = next((level for level, b in enumerate(best, 1) if b < np.log(threshold)), 5)
+        grown, cut_levels = expansion(EagleDrafter(head, target, **settings, min_confidence=threshold), head_input)
+        assert max(cut_levels) == stop, (threshold, best)
+        n = sum(level <= stop for level in levels)  # nodes are recorded level by level
+        assert grown["tokens"] == full["tokens"][:n] and grown["parents"] == full["parents"][:n]
+        checked.add(stop)
+    assert len(checked) >= 2  # the random head's levels differ enough to stop in more than one place
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_greedy_eagle2_with_a_stop_equals_target_only(arch):
+    target = tiny_model(arch, layers=2, seed=10, init=0.2)
+    reference = generate(target, PROMPT, max_new_tokens=30).tokens.tolist()
+    drafted = []
+    for threshold in (None, 0.3, 0.6):
+        drafter = EagleDrafter(random_head(target, scale=2.0), target, top_k=2, depth=6, total_tokens=8,
+                               min_confidence=threshold)
+        result = speculative_generate(target, drafter, PROMPT, k=6, max_new_tokens=30)
+        assert result.tokens.tolist() == reference
+        drafted.append(drafter.forward_calls / result.stats.rounds)
+    assert drafted[0] > drafted[1] > drafted[2]  # the stop cuts head passes: it did stop
+
+
+def stopped_tree_joint(target) -> tuple[np.ndarray, int, list[bool]]:
+    """Samples of the first two tokens at temperature 1 from EAGLE-2 trees with a stop (four tokens are
+    generated so that rounds may grow up to three levels), the drafts accepted in first rounds, and
+    every stop decision taken."""
+    drafter = EagleDrafter(random_head(target, scale=2.0), target, tree="dynamic", top_k=2, depth=3, total_tokens=5,
+                           min_confidence=0.5)
+    decisions = []
+    unsure = drafter._unsure
+    drafter._unsure = lambda log_probs: decisions.append(unsure(log_probs)) or decisions[-1]
+    counts, accepted = np.zeros((lossless.VOCAB, lossless.VOCAB)), 0
+    for seed in range(2000):
+        result = speculative_generate(target, drafter, lossless.PROMPT, k=3, max_new_tokens=4, seed=seed,
+                                      temperature=1.0)
+        t1, t2 = result.tokens.tolist()[:2]
+        counts[t1, t2] += 1
+        accepted += result.trace[0].accepted
+    return counts, accepted, decisions
+
+
+def test_sampled_eagle2_trees_with_a_stop_follow_the_target():
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    counts, accepted, decisions = stopped_tree_joint(target)
+    assert accepted > 100
+    assert sum(decisions) > 100 and len(decisions) - sum(decisions) > 100  # stopped, and grown on
+    assert chi_square_pvalue(counts, lossless.exact_joint(target, dict(temperature=1.0))) > 1e-3
+
+
+def test_the_check_catches_a_broken_rule_on_stopped_trees(monkeypatch):
+    """The same test fails when the rule samples p instead of the residual after a rejection."""
+    import speclab.verification as verification
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    monkeypatch.setattr(verification, "residual_distribution", lambda p, q: p)
+    counts, _, _ = stopped_tree_joint(target)
+    assert chi_square_pvalue(counts, lossless.exact_joint(target, dict(temperature=1.0))) < 1e-3
 
 
 def test_a_short_training_lowers_both_losses():
@@ -201,7 +290,7 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     tree = json.loads((out / "eagle" / "tree.json").read_text())
     assert tree["prompts"] == "held-out code prompts 5-5"
     assert len(tree["table"]) == len(speclab.train.EAGLE_TREE_CANDIDATES)
-    assert (tree["top_k"], tree["depth"], tree["total_tokens"]) in speclab.train.EAGLE_TREE_CANDIDATES
+    assert tuple(tree[name] for name in TREE_SETTINGS) in speclab.train.EAGLE_TREE_CANDIDATES
     # more of the target's continuations: the shared features are rebuilt for them, not reused...
     train_main(["eagle3", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "2",
                 "--generated", "6"])
@@ -468,10 +557,13 @@ def test_a_head_directory_can_carry_its_measured_tree_settings(tmp_path):
     from speclab import load_drafter
     target = tiny_model("llama", layers=2, seed=0)
     EagleHead.for_target(target).save(tmp_path / "eagle")
-    (tmp_path / "eagle" / "tree.json").write_text(json.dumps({"top_k": 3, "depth": 4, "total_tokens": 7}))
+    (tmp_path / "eagle" / "tree.json").write_text(json.dumps({"top_k": 3, "depth": 4, "total_tokens": 7,
+                                                              "min_confidence": 0.2}))
     drafter = load_drafter("eagle", target, head=tmp_path / "eagle")
-    assert (drafter.top_k, drafter.depth, drafter.total_tokens) == (3, 4, 7)
+    assert (drafter.top_k, drafter.depth, drafter.total_tokens, drafter.min_confidence) == (3, 4, 7, 0.2)
     assert load_drafter("eagle", target, head=tmp_path / "eagle", depth=2).depth == 2  # options still win
+    assert load_drafter("eagle", target, head=tmp_path / "eagle", min_confidence=None).min_confidence is None
+    assert load_drafter("eagle", target, head=tmp_path / "eagle", tree="chain").min_confidence is None  # tree only
 
 
 @pytest.mark.parametrize("tree", ["dynamic", "chain"])
