@@ -294,14 +294,16 @@ class EagleDrafter(ChainDrafter):
         for label, value in (("top_k", top_k), ("depth", depth), ("total_tokens", total_tokens)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EAGLE-2's {label} must be an integer >= 1, got {value!r}")
-        if min_confidence is not None and (isinstance(min_confidence, bool) or not isinstance(min_confidence, (int, float))
-                                           or not 0 < min_confidence < 1):
-            raise ValueError(f"EAGLE-2's min_confidence must be a probability strictly between 0 and 1, or None to "
-                             f"always grow `depth` levels; got {min_confidence!r}")
-        if min_confidence is not None and tree == "chain":
-            raise ValueError("min_confidence is a setting of EAGLE-2's dynamic tree; for a chain pass "
-                             "confidence_threshold= to speculative_generate instead")
-        self.min_confidence = None if min_confidence is None else float(min_confidence)
+        if min_confidence is not None:
+            number = isinstance(min_confidence, (int, float)) and not isinstance(min_confidence, bool)
+            if not number or not 0 < min_confidence < 1:
+                raise ValueError(f"EAGLE-2's min_confidence must be a probability strictly between 0 and 1, or None "
+                                 f"to always grow `depth` levels; got {min_confidence!r}")
+            if tree == "chain":
+                raise ValueError("min_confidence is a setting of EAGLE-2's dynamic tree; for a chain pass "
+                                 "confidence_threshold= to speculative_generate instead")
+            min_confidence = float(min_confidence)
+        self.min_confidence = min_confidence
         self.head, self.tree = head, tree
         self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
         self.feature_layers = head.feature_layers

@@ -338,7 +338,7 @@ def tree_depth(head_dir: Path) -> int:
 
 
 def tree_label(head_dir: Path) -> str:
-    """The card's name for the dynamic-tree row: the settings in the head's tree.json, or 'defaults'."""
+    """The card's name for the dynamic-tree row's settings: the head's tree.json, or EagleDrafter's defaults."""
     import json
 
     from speclab.eagle import describe_tree
@@ -402,8 +402,9 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     first, last = log["evals"][0], log["evals"][-1]
     target, runs, same = measure_drafting(pair_dir, {
         name: (lambda t, tree=tree: load_drafter("eagle3", t, head=head_dir, tree=tree), k)
-        for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4), (f"EAGLE-3 head, EAGLE-2 dynamic tree ({tree_label(head_dir)})",
-                                                                  "dynamic", tree_depth(head_dir)))},
+        for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4),
+                              (f"EAGLE-3 head, EAGLE-2 dynamic tree ({tree_label(head_dir)})", "dynamic",
+                               tree_depth(head_dir)))},
         num_prompts, max_new_tokens)
     lines = [
         EAGLE3_HEADING, "",
