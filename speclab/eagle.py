@@ -220,6 +220,13 @@ class EagleHead(nn.Module):
 
 
 # ---------------------------------------------------------------- EAGLE-2's dynamic tree, as plain functions
+def measured_settings(head_dir: str | Path) -> dict:
+    """What choose_eagle_tree wrote into a head directory (tree.json: the settings, the timed table),
+    or {} for a head without one."""
+    settings = Path(head_dir) / SETTINGS_FILE
+    return json.loads(settings.read_text()) if settings.exists() else {}
+
+
 def describe_tree(settings: dict) -> str:
     """EAGLE-2's settings (a tree.json or a row of its sweep) in words."""
     stop = settings.get("min_confidence")
@@ -462,9 +469,8 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, ve
     if head is None:
         head = BUNDLED_DIR / ("eagle3" if version == 3 else "eagle")
     if not isinstance(head, EagleHead):
-        settings = Path(head) / SETTINGS_FILE  # EAGLE-2's settings measured fastest for this head, if any
-        if settings.exists() and options.get("tree", "dynamic") == "dynamic":
-            measured = json.loads(settings.read_text())
+        if options.get("tree", "dynamic") == "dynamic":  # EAGLE-2's settings measured fastest for this head
+            measured = measured_settings(head)
             options = {**{k: measured[k] for k in TREE_SETTINGS if k in measured}, **options}
         head = EagleHead.load(head, device=target.device)
     if version is not None and head.version != version:

@@ -332,18 +332,15 @@ EAGLE_HEADING = "## EAGLE head"
 def tree_depth(head_dir: Path) -> int:
     """The depth of the EAGLE-2 tree measured fastest for a head (its tree.json), which the card's
     dynamic-tree row decodes with (k caps the depth): 8 for a head without one."""
-    import json
-    settings = Path(head_dir) / "tree.json"
-    return json.loads(settings.read_text())["depth"] if settings.exists() else 8
+    from speclab.eagle import measured_settings
+    return measured_settings(head_dir).get("depth", 8)
 
 
 def tree_label(head_dir: Path) -> str:
     """The card's name for the dynamic-tree row's settings: the head's tree.json, or EagleDrafter's defaults."""
-    import json
-
-    from speclab.eagle import describe_tree
-    settings = Path(head_dir) / "tree.json"
-    return describe_tree(json.loads(settings.read_text())) if settings.exists() else "EagleDrafter's defaults"
+    from speclab.eagle import describe_tree, measured_settings
+    settings = measured_settings(head_dir)
+    return describe_tree(settings) if settings else "EagleDrafter's defaults"
 
 
 def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:

@@ -1118,10 +1118,9 @@ def choose_medusa_tree(target_dir: str | Path, heads_dir: Path, device: str | No
     return choice
 
 
-# (top_k, depth, total_tokens): chains of several depths (one-row head passes are the cheapest) and trees
-# two or three wide
-# (top_k, depth, total_tokens, min_confidence): fixed chains and trees as published, and deeper ones
-# that stop growing where the head is unsure (EagleDrafter's min_confidence)
+# (top_k, depth, total_tokens, min_confidence): chains of several depths (one-row head passes are the
+# cheapest) and trees two or three wide, as published; and deeper ones that stop growing where the head
+# is unsure (EagleDrafter's min_confidence)
 EAGLE_TREE_CANDIDATES = ((1, 8, 8, None), (1, 10, 10, None), (1, 12, 12, None), (1, 14, 14, None), (1, 16, 16, None),
                          (2, 6, 12, None), (2, 8, 16, None), (2, 12, 16, None), (3, 6, 16, None),
                          (1, 20, 20, 0.1), (1, 24, 24, 0.05), (1, 24, 24, 0.1), (1, 24, 24, 0.2),
