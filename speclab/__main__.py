@@ -52,8 +52,9 @@ def add_adaptive_args(p: argparse.ArgumentParser) -> None:
                    "first token its draft was less sure of (top probability below this)")
 
 
-def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--k", type=int, default=4, help="draft tokens per round")
+def add_sampling_args(p: argparse.ArgumentParser, k_default: int | None = 4,
+                      k_help: str = "draft tokens per round") -> None:
+    p.add_argument("--k", type=int, default=k_default, help=k_help)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=None)
@@ -90,6 +91,22 @@ GENERATE_METHODS = {"target-only": "target-only", "none": "target-only", "draft_
                     "layer_skip": "layer_skip"}
 
 
+def eagle_tree_setting(text: str) -> dict:
+    """'dynamic', 'chain' or 'TOP_K,DEPTH,TOTAL[,STOP]' -> load_drafter's EAGLE options, for --eagle-tree."""
+    if text in ("dynamic", "chain"):
+        return {"tree": text}
+    parts = text.split(",")
+    try:
+        top_k, depth, total = (int(v) for v in parts[:3])
+        stop = float(parts[3]) if len(parts) == 4 else None
+    except ValueError:
+        parts = []
+    if len(parts) not in (3, 4):
+        raise argparse.ArgumentTypeError(f"--eagle-tree takes dynamic, chain or TOP_K,DEPTH,TOTAL[,STOP] (e.g. 1,12,12 "
+                                         f"or 1,20,20,0.1), got {text!r}")
+    return dict(tree="dynamic", top_k=top_k, depth=depth, total_tokens=total, min_confidence=stop)
+
+
 def layer_skip_setting(text: str) -> tuple[int, bool]:
     """'E' or 'E+adapter' -> (E, adapter), for --layer-skip."""
     layer, _, extra = text.partition("+")
@@ -114,16 +131,23 @@ def cmd_generate(args) -> None:
     common = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, seed=args.seed, eos_token_id=tok.eos_token_id)
     method = GENERATE_METHODS[args.method]
+    if args.eagle_tree and method not in ("eagle", "eagle3"):
+        raise SystemExit(f"--eagle-tree sets EAGLE's draft tree: use it with --method eagle or eagle3, not {args.method}")
     if method == "target-only":
         result = generate(target, ids, **common)
     else:
         window, ngram, pool = args.lookahead
         options = {"draft_model": dict(draft=draft), "ngram": {}, "medusa": dict(heads=args.heads),
-                   "lookahead": dict(window=window, ngram=ngram, pool=pool), "eagle": dict(head=args.eagle),
-                   "eagle3": dict(head=args.eagle3), "mtp": dict(module=args.mtp, num_tokens=args.mtp_tokens),
+                   "lookahead": dict(window=window, ngram=ngram, pool=pool),
+                   "eagle": dict(head=args.eagle, **args.eagle_tree), "eagle3": dict(head=args.eagle3, **args.eagle_tree),
+                   "mtp": dict(module=args.mtp, num_tokens=args.mtp_tokens),
                    "layer_skip": dict(exit_layer=args.exit_layer, adapter=args.exit_adapter)}[method]
-        result = speculative_generate(target, load_drafter(method, target, **options), ids, k=args.k, **common,
-                                      k_schedule=args.k_schedule, confidence_threshold=args.confidence_threshold)
+        drafter = load_drafter(method, target, **options)
+        k = args.k
+        if k is None:  # EAGLE-2's tree has its own depth (tree.json's, measured): a K would only cut it
+            k = drafter.depth if getattr(drafter, "tree", None) == "dynamic" else 4
+        result = speculative_generate(target, drafter, ids, k=k, **common, k_schedule=args.k_schedule,
+                                      confidence_threshold=args.confidence_threshold)
     print(text + tok.decode(result.tokens), end="\n\n")
     print(result.stats)
 
@@ -298,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="decode a prompt and print the text and statistics")
     add_pair_args(g)
-    add_sampling_args(g)
+    add_sampling_args(g, k_default=None, k_help="draft tokens per round, or a tree's depth at most (default 4; for eagle and eagle3's "
+                      "dynamic tree, its own depth)")
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text")
@@ -311,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eagle", default=None, help="EAGLE head directory (default: the one shipped with the bundled target)")
     g.add_argument("--eagle3", default=None, help="EAGLE-3 head directory (default: the one shipped with the bundled "
                    "target)")
+    g.add_argument("--eagle-tree", type=eagle_tree_setting, default={}, metavar="dynamic|chain|TOP_K,DEPTH,TOTAL[,STOP]",
+                   help="eagle and eagle3: EAGLE-2's dynamic tree with the settings measured for the head (tree.json; "
+                   "the default), EAGLE-1's chain of --k tokens, or a tree of your own: children per node, depth, "
+                   "nodes, and optionally the stop (min_confidence)")
     g.add_argument("--mtp", default=None, help="MTP module directory (default: the one shipped with the bundled target)")
     g.add_argument("--mtp-tokens", type=int, default=1, help="MTP drafts per round (more chains the module)")
     g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")

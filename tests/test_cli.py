@@ -101,9 +101,21 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(tmp_path
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle3", "--eagle3", str(tmp_path / "eagle3")])
     assert "speculative (eagle-3)" in capsys.readouterr().out
-    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
-          "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle", "--eagle", str(tmp_path / "eagle")])
-    assert "speculative (eagle-2)" in capsys.readouterr().out
+    eagle = ["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+             "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle", "--eagle", str(tmp_path / "eagle")]
+    main(eagle)
+    printed = capsys.readouterr().out
+    assert "speculative (eagle-2)" in printed and "K=6:" in printed  # the tree's own depth, not K = 4
+    main(eagle + ["--k", "3"])
+    assert "K=3:" in capsys.readouterr().out  # an explicit --k caps the depth
+    main(eagle + ["--eagle-tree", "chain"])
+    printed = capsys.readouterr().out
+    assert "speculative (eagle)" in printed and "K=4:" in printed
+    main(eagle + ["--eagle-tree", "1,5,5,0.5"])
+    assert "speculative (eagle-2)" in (printed := capsys.readouterr().out) and "K=5:" in printed
+    for bad in (["--eagle-tree", "1,5"], ["--eagle-tree", "tree"], ["--eagle-tree", "1,5,5", "--method", "medusa"]):
+        with pytest.raises(SystemExit):
+            main(eagle + bad)
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "medusa", "--heads", str(tmp_path / "heads")])
     assert "speculative (medusa)" in capsys.readouterr().out
