@@ -273,7 +273,12 @@ class EagleDrafter(ChainDrafter):
     every frontier node's top_k children are scored by the cumulative log-probability of their path,
     the best top_k of them become the next frontier, and at the end the best `total_tokens` of every
     node scored form the tree the target verifies (expand_level, rerank). Its nodes are deterministic
-    top-k picks, so the rule sees point masses and stays lossless at any temperature. The class
+    top-k picks, so the rule sees point masses and stays lossless at any temperature. With one child
+    per node (top_k 1) and sampling, the tree is a chain, and its tokens are drawn from the head's
+    served distribution instead, as EAGLE-1's chain does: a point mass on the head's top token is
+    accepted only as often as the target would draw that token (at temperature 1, in one bench run on a
+    2-core CPU, the bundled EAGLE-1 head's 20-deep chain ran at 0.82x target-only with point masses and
+    1.57x with drawn tokens). The class
     defaults (top_k 2, depth 6, 12 tokens) suit a small target on a CPU, where every head pass costs
     about a tenth of a target step and a wider tree buys little; a head directory may carry the
     settings measured fastest with it (tree.json, written by speclab.train.choose_eagle_tree), which
@@ -370,7 +375,7 @@ class EagleDrafter(ChainDrafter):
             return Draft(ids.new_empty(0))
         h = self._catch_up(ids)
         if self.tree == "dynamic":
-            return self._dynamic_tree(h, min(k, self.depth), ids.device)
+            return self._dynamic_tree(h, min(k, self.depth), ids.device, sampling, generator)
         drafted, probs = [], []
         for i in range(k):
             logits = self._logits(h)
@@ -383,16 +388,30 @@ class EagleDrafter(ChainDrafter):
             h = self._head_step(token.view(1), h.view(1, -1))[-1]
         return Draft(torch.stack(drafted), torch.stack(probs))
 
-    def _dynamic_tree(self, h: torch.Tensor, depth: int, device: torch.device) -> Draft:
-        """EAGLE-2: expand, score by cumulative log-probability, keep the best; one head pass per level."""
+    def _dynamic_tree(self, h: torch.Tensor, depth: int, device: torch.device, sampling: SamplingParams,
+                      generator: torch.Generator | None = None) -> Draft:
+        """EAGLE-2: expand, score by cumulative log-probability, keep the best; one head pass per level.
+        With one child per node and sampling, the tree is a chain whose tokens are drawn from the head's
+        served distribution (`drawn`), as EAGLE-1's chain does: a top-1 point mass is accepted with the
+        target's probability of that one token, a draw from q with 1 - TV(p, q), far more at temperature 1."""
         tokens: list[int] = []
         parents: list[int] = []
         scores: list[float] = []
+        drawn_from: list[torch.Tensor] = []         # each node's q, when drawn
+        drawn = self.top_k == 1 and not sampling.greedy
         row_of: dict[int, int] = {}                 # node -> its row in the head's cache
         frontier, frontier_h = [-1], h.view(1, -1)  # the root: the pending token
         for level in range(depth):
-            log_probs = torch.log_softmax(self._logits(frontier_h, check=False).float(), -1)
-            children = expand_level([scores[n] if n >= 0 else 0.0 for n in frontier], log_probs, self.top_k)
+            logits = self._logits(frontier_h, check=drawn)
+            log_probs = torch.log_softmax(logits.float(), -1)
+            frontier_scores = [scores[n] if n >= 0 else 0.0 for n in frontier]
+            if drawn:
+                q = sampling.probs(logits)[0]
+                token = int(sample(q, generator))
+                drawn_from.append(q)
+                children = [(frontier_scores[0] + float(log_probs[0, token]), 0, token)]
+            else:
+                children = expand_level(frontier_scores, log_probs, self.top_k)
             # a NaN or +inf logit makes its row's log-softmax NaN: checking the children's scores is
             # cheaper than checking every logit at every level
             if any(math.isnan(score) for score, _, _ in children):
@@ -412,7 +431,8 @@ class EagleDrafter(ChainDrafter):
         keep, kept_parents = rerank(scores, parents, self.total_tokens)
         # every node expanded, for drawing and for the chapter: the draft is the `kept` part of it
         self.last_expansion = {"tokens": tokens, "parents": parents, "scores": scores, "kept": keep}
-        return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), None, kept_parents)
+        probs = torch.stack([drawn_from[n] for n in keep]) if drawn and keep else None
+        return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), probs, kept_parents)
 
     def _unsure(self, log_probs: torch.Tensor) -> bool:
         """Whether the tree stops growing here: the level's most probable node, given its parent, is

@@ -187,6 +187,59 @@ def test_the_check_catches_a_broken_rule_on_stopped_trees(monkeypatch):
     assert chi_square_pvalue(counts, lossless.exact_joint(target, dict(temperature=1.0))) < 1e-3
 
 
+def one_child_joint(target, settings, min_confidence=None) -> tuple[np.ndarray, int]:
+    """Samples of the first two tokens from EAGLE-2 trees with one child per node (chains up to three
+    deep: four tokens are generated), whose tokens are drawn from the head's served distribution, and
+    the drafts accepted in first rounds."""
+    drafter = EagleDrafter(random_head(target, scale=2.0), target, tree="dynamic", top_k=1, depth=3, total_tokens=3,
+                           min_confidence=min_confidence)
+    counts, accepted = np.zeros((lossless.VOCAB, lossless.VOCAB)), 0
+    for seed in range(1000):
+        result = speculative_generate(target, drafter, lossless.PROMPT, k=3, max_new_tokens=4, seed=seed, **settings)
+        t1, t2 = result.tokens.tolist()[:2]
+        counts[t1, t2] += 1
+        accepted += result.trace[0].accepted
+    return counts, accepted
+
+
+def test_one_child_trees_draw_their_tokens_when_sampling():
+    """With top_k 1 a sampled round drafts a chain of tokens drawn from the head's served distribution
+    (reported with it); a greedy round keeps the head's top token as a point mass, EAGLE-2's way."""
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    prompt = lossless.PROMPT
+    h = target_features(target, prompt.view(1, -1), torch.device("cpu")).float()
+    drafter = EagleDrafter(random_head(target, scale=2.0), target, tree="dynamic", top_k=1, depth=4, total_tokens=4)
+    drafts = {}
+    for temperature in (0.0, 1.0):
+        drafter.start(prompt)
+        drafter.take_features(h[0, :-1])
+        drafts[temperature] = drafter.propose(prompt, 4, SamplingParams(temperature, top_p=0.9 if temperature else None),
+                                              torch.Generator().manual_seed(0))
+    assert drafts[0.0].probs is None and len(drafts[0.0]) == 4
+    sampled = drafts[1.0]
+    assert sampled.is_chain and sampled.probs is not None and sampled.probs.shape == (4, lossless.VOCAB)
+    assert torch.allclose(sampled.probs.sum(-1), torch.ones(4))
+    assert all(sampled.probs[i, t] > 0 for i, t in enumerate(sampled.tokens.tolist()))  # drawn from them
+
+
+@pytest.mark.parametrize("settings, stop", [(dict(temperature=1.0), None), (dict(temperature=1.0, top_p=0.8), 0.5)],
+                         ids=["temperature 1", "top-p 0.8, with a stop"])
+def test_sampled_one_child_trees_follow_the_target(settings, stop):
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    counts, accepted = one_child_joint(target, settings, stop)
+    assert accepted > 100
+    assert chi_square_pvalue(counts, lossless.exact_joint(target, settings)) > 1e-3
+
+
+def test_the_check_catches_a_broken_rule_on_one_child_trees(monkeypatch):
+    """The same test fails when the rule samples p instead of the residual after a rejection."""
+    import speclab.verification as verification
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    monkeypatch.setattr(verification, "residual_distribution", lambda p, q: p)
+    counts, _ = one_child_joint(target, dict(temperature=1.0))
+    assert chi_square_pvalue(counts, lossless.exact_joint(target, dict(temperature=1.0))) < 1e-3
+
+
 def test_a_short_training_lowers_both_losses():
     target = tiny_model("llama", layers=2, seed=0)
     for p in target.parameters():
