@@ -268,7 +268,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     k_of.update({m: upper for m in options_of if m in methods})
     for m in ("speclab eagle", "speclab eagle3"):  # EAGLE-2's tree has its own depth: K would only cut it
         if m in methods:
-            k_of[m] = drafters[m].depth
+            k_of[m] = drafters[m].max_depth
     if warmup:
         for method in methods:
             run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,

@@ -259,6 +259,21 @@ def rerank(scores: Sequence[float], parents: Sequence[int], total_tokens: int) -
     return keep, [renumber[parents[n]] if parents[n] >= 0 else -1 for n in keep]
 
 
+def check_tree_settings(top_k: int, depth: int, total_tokens: int, min_confidence: float | None
+                        ) -> tuple[int, int, int, float | None]:
+    """EAGLE-2's settings, or a ValueError that says which one is wrong."""
+    for label, value in (("top_k", top_k), ("depth", depth), ("total_tokens", total_tokens)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"EAGLE-2's {label} must be an integer >= 1, got {value!r}")
+    if min_confidence is not None:
+        number = isinstance(min_confidence, (int, float)) and not isinstance(min_confidence, bool)
+        if not number or not 0 < min_confidence < 1:
+            raise ValueError(f"EAGLE-2's min_confidence must be a probability strictly between 0 and 1, or None "
+                             f"to always grow `depth` levels; got {min_confidence!r}")
+        min_confidence = float(min_confidence)
+    return top_k, depth, total_tokens, min_confidence
+
+
 def node_depth(parents: Sequence[int], node: int) -> int:
     depth = 1
     while parents[node] >= 0:
@@ -293,31 +308,35 @@ class EagleDrafter(ChainDrafter):
     transformers' confidence stop (assistant_confidence_threshold) on EAGLE-1's chain. The head's own
     probabilities decide it, so it changes which tokens are proposed, never what is emitted.
 
+    sampled (speclab's addition, None: the same settings): a dict of top_k, depth, total_tokens and
+    min_confidence for the rounds that sample. The fastest tree depends on the decoding: greedy, a
+    head's top token is accepted whenever it is the target's, and deep chains pay; sampled, every
+    draft is a gamble on the target's draw, and shorter ones do. tree.json keeps both, each timed.
+
     Bookkeeping: pair j is (feature f_j, token x_{j+1}). After the prefill the target has handed over
     f_0..f_{n-2} for a prompt of n tokens, and x_1..x_{n-1} are known, so pairs 0..n-2 are all true.
     Each round the head rolls its cache back to the true pairs, feeds the new ones (the verify pass's
     features of the pending token and the accepted drafts), and drafts on from there."""
 
     def __init__(self, head: EagleHead, target: nn.Module, tree: str = "dynamic", top_k: int = 2, depth: int = 6,
-                 total_tokens: int = 12, min_confidence: float | None = None):
+                 total_tokens: int = 12, min_confidence: float | None = None, sampled: dict | None = None):
         head.check_fits(target)
         if tree not in ("dynamic", "chain"):
             raise ValueError(f"tree must be 'dynamic' (EAGLE-2) or 'chain' (EAGLE-1), got {tree!r}")
-        for label, value in (("top_k", top_k), ("depth", depth), ("total_tokens", total_tokens)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"EAGLE-2's {label} must be an integer >= 1, got {value!r}")
-        if min_confidence is not None:
-            number = isinstance(min_confidence, (int, float)) and not isinstance(min_confidence, bool)
-            if not number or not 0 < min_confidence < 1:
-                raise ValueError(f"EAGLE-2's min_confidence must be a probability strictly between 0 and 1, or None "
-                                 f"to always grow `depth` levels; got {min_confidence!r}")
-            if tree == "chain":
-                raise ValueError("min_confidence is a setting of EAGLE-2's dynamic tree; for a chain pass "
-                                 "confidence_threshold= to speculative_generate instead")
-            min_confidence = float(min_confidence)
-        self.min_confidence = min_confidence
+        if tree == "chain" and (min_confidence is not None or sampled is not None):
+            raise ValueError("min_confidence and sampled are settings of EAGLE-2's dynamic tree; for a chain pass "
+                             "confidence_threshold= to speculative_generate instead")
+        self.top_k, self.depth, self.total_tokens, self.min_confidence = \
+            check_tree_settings(top_k, depth, total_tokens, min_confidence)
+        if sampled is not None:
+            unknown = set(sampled) - set(TREE_SETTINGS)
+            if unknown or not {"top_k", "depth", "total_tokens"} <= set(sampled):
+                raise ValueError(f"sampled= takes EAGLE-2's settings for sampled rounds, top_k, depth, total_tokens "
+                                 f"and optionally min_confidence; got {sorted(sampled)}")
+            sampled = dict(zip(TREE_SETTINGS, check_tree_settings(
+                sampled["top_k"], sampled["depth"], sampled["total_tokens"], sampled.get("min_confidence"))))
+        self.sampled = sampled
         self.head, self.tree = head, tree
-        self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
         self.feature_layers = head.feature_layers
         if head.version == 1:
             self.name = "eagle-2" if tree == "dynamic" else "eagle"
@@ -375,7 +394,7 @@ class EagleDrafter(ChainDrafter):
             return Draft(ids.new_empty(0))
         h = self._catch_up(ids)
         if self.tree == "dynamic":
-            return self._dynamic_tree(h, min(k, self.depth), ids.device, sampling, generator)
+            return self._dynamic_tree(h, k, ids.device, sampling, generator)
         drafted, probs = [], []
         for i in range(k):
             logits = self._logits(h)
@@ -388,17 +407,33 @@ class EagleDrafter(ChainDrafter):
             h = self._head_step(token.view(1), h.view(1, -1))[-1]
         return Draft(torch.stack(drafted), torch.stack(probs))
 
-    def _dynamic_tree(self, h: torch.Tensor, depth: int, device: torch.device, sampling: SamplingParams,
+    @property
+    def max_depth(self) -> int:
+        """The deepest tree this drafter grows, greedy or sampled: the k that never cuts it."""
+        return max(self.depth, self.sampled["depth"] if self.sampled else 0)
+
+    def round_settings(self, sampling: SamplingParams) -> dict:
+        """The tree settings of a round: `sampled`'s when the round samples and they are set, else the
+        drafter's own (top_k, depth, total_tokens, min_confidence)."""
+        if self.sampled is not None and not sampling.greedy:
+            return self.sampled
+        return dict(top_k=self.top_k, depth=self.depth, total_tokens=self.total_tokens,
+                    min_confidence=self.min_confidence)
+
+    def _dynamic_tree(self, h: torch.Tensor, k: int, device: torch.device, sampling: SamplingParams,
                       generator: torch.Generator | None = None) -> Draft:
-        """EAGLE-2: expand, score by cumulative log-probability, keep the best; one head pass per level.
-        With one child per node and sampling, the tree is a chain whose tokens are drawn from the head's
-        served distribution (`drawn`), as EAGLE-1's chain does: a top-1 point mass is accepted with the
-        target's probability of that one token, a draw from q with 1 - TV(p, q), far more at temperature 1."""
+        """EAGLE-2: expand, score by cumulative log-probability, keep the best; one head pass per level,
+        at most k levels. With one child per node and sampling, the tree is a chain whose tokens are
+        drawn from the head's served distribution (`drawn`), as EAGLE-1's chain does: a top-1 point
+        mass is accepted with the target's probability of that one token, a draw from q with
+        1 - TV(p, q), far more at temperature 1."""
+        settings = self.round_settings(sampling)
+        top_k, depth = settings["top_k"], min(k, settings["depth"])
         tokens: list[int] = []
         parents: list[int] = []
         scores: list[float] = []
         drawn_from: list[torch.Tensor] = []         # each node's q, when drawn
-        drawn = self.top_k == 1 and not sampling.greedy
+        drawn = top_k == 1 and not sampling.greedy
         row_of: dict[int, int] = {}                 # node -> its row in the head's cache
         frontier, frontier_h = [-1], h.view(1, -1)  # the root: the pending token
         for level in range(depth):
@@ -411,7 +446,7 @@ class EagleDrafter(ChainDrafter):
                 drawn_from.append(q)
                 children = [(frontier_scores[0] + float(log_probs[0, token]), 0, token)]
             else:
-                children = expand_level(frontier_scores, log_probs, self.top_k)
+                children = expand_level(frontier_scores, log_probs, top_k)
             # a NaN or +inf logit makes its row's log-softmax NaN: checking the children's scores is
             # cheaper than checking every logit at every level
             if any(math.isnan(score) for score, _, _ in children):
@@ -422,22 +457,23 @@ class EagleDrafter(ChainDrafter):
                 parents.append(frontier[i])
                 scores.append(score)
                 chosen.append((len(tokens) - 1, i))
-            if level + 1 == depth or self._unsure(log_probs):
+            if level + 1 == depth or self._unsure(log_probs, settings["min_confidence"]):
                 break
-            chosen = chosen[:self.top_k]
+            chosen = chosen[:top_k]
             frontier = [node for node, _ in chosen]
             frontier_h = self._tree_pass(frontier, tokens, parents, row_of, frontier_h[[i for _, i in chosen]],
                                          device)
-        keep, kept_parents = rerank(scores, parents, self.total_tokens)
+        keep, kept_parents = rerank(scores, parents, settings["total_tokens"])
         # every node expanded, for drawing and for the chapter: the draft is the `kept` part of it
         self.last_expansion = {"tokens": tokens, "parents": parents, "scores": scores, "kept": keep}
         probs = torch.stack([drawn_from[n] for n in keep]) if drawn and keep else None
         return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), probs, kept_parents)
 
-    def _unsure(self, log_probs: torch.Tensor) -> bool:
+    @staticmethod
+    def _unsure(log_probs: torch.Tensor, min_confidence: float | None) -> bool:
         """Whether the tree stops growing here: the level's most probable node, given its parent, is
         below min_confidence (log_probs: the level's (F, V) log-probabilities)."""
-        return self.min_confidence is not None and float(log_probs.max()) < math.log(self.min_confidence)
+        return min_confidence is not None and float(log_probs.max()) < math.log(min_confidence)
 
     def _tree_pass(self, frontier: list[int], tokens: list[int], parents: list[int], row_of: dict[int, int],
                    parent_h: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -477,7 +513,9 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, ve
     `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
     the default) or "chain", top_k, depth, total_tokens, min_confidence (defaults: the head
     directory's tree.json, where the settings measured fastest with that head are kept, else
-    EagleDrafter's; a chain takes none of them); SGLang's names for the first three
+    EagleDrafter's; a chain takes none of them), sampled (the settings of sampled rounds: tree.json's
+    "sampled" entry, timed at temperature 1, unless any tree setting is passed here, which then
+    applies to every round); SGLang's names for the first three
     (speculative_eagle_topk, speculative_num_steps, speculative_num_draft_tokens: nodes plus the
     root, so total_tokens + 1) and vLLM's num_speculative_tokens (the depth) are accepted too."""
     from speclab.models import BUNDLED_DIR
@@ -491,6 +529,10 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead | None = None, ve
     if not isinstance(head, EagleHead):
         if options.get("tree", "dynamic") == "dynamic":  # EAGLE-2's settings measured fastest for this head
             measured = measured_settings(head)
+            # settings passed here apply to every round; without them, sampled rounds take the settings
+            # timed at temperature 1 where tree.json has them
+            if "sampled" in measured and not any(k in options for k in (*TREE_SETTINGS, "sampled")):
+                options["sampled"] = {k: measured["sampled"][k] for k in TREE_SETTINGS if k in measured["sampled"]}
             options = {**{k: measured[k] for k in TREE_SETTINGS if k in measured}, **options}
         head = EagleHead.load(head, device=target.device)
     if version is not None and head.version != version:

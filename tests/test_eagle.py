@@ -159,7 +159,7 @@ def stopped_tree_joint(target) -> tuple[np.ndarray, int, list[bool]]:
                            min_confidence=0.5)
     decisions = []
     unsure = drafter._unsure
-    drafter._unsure = lambda log_probs: decisions.append(unsure(log_probs)) or decisions[-1]
+    drafter._unsure = lambda *args: decisions.append(unsure(*args)) or decisions[-1]
     counts, accepted = np.zeros((lossless.VOCAB, lossless.VOCAB)), 0
     for seed in range(1000):  # enough: the broken rule below scores p ~ 1e-43 on these samples
         result = speculative_generate(target, drafter, lossless.PROMPT, k=3, max_new_tokens=4, seed=seed,
@@ -344,6 +344,10 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     assert tree["prompts"] == "held-out code prompts 5-5"
     assert len(tree["table"]) == len(speclab.train.EAGLE_TREE_CANDIDATES)
     assert tuple(tree[name] for name in TREE_SETTINGS) in speclab.train.EAGLE_TREE_CANDIDATES
+    # and, timed at temperature 1, the settings of sampled rounds
+    assert tree["temperature"] == 0 and tree["sampled"]["temperature"] == 1
+    assert len(tree["sampled"]["table"]) == len(speclab.train.EAGLE_SAMPLED_CANDIDATES)
+    assert tuple(tree["sampled"][name] for name in TREE_SETTINGS) in speclab.train.EAGLE_SAMPLED_CANDIDATES
     # more of the target's continuations: the shared features are rebuilt for them, not reused...
     train_main(["eagle3", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "2",
                 "--generated", "6"])
@@ -617,6 +621,38 @@ def test_a_head_directory_can_carry_its_measured_tree_settings(tmp_path):
     assert load_drafter("eagle", target, head=tmp_path / "eagle", depth=2).depth == 2  # options still win
     assert load_drafter("eagle", target, head=tmp_path / "eagle", min_confidence=None).min_confidence is None
     assert load_drafter("eagle", target, head=tmp_path / "eagle", tree="chain").min_confidence is None  # tree only
+    assert drafter.sampled is None  # no sampled entry: sampled rounds use the same settings
+
+
+def test_sampled_rounds_use_the_settings_timed_for_sampling(tmp_path):
+    import json
+
+    from speclab import load_drafter
+    target = tiny_model("llama", layers=2, vocab=lossless.VOCAB, seed=10, init=0.2)
+    random_head(target, scale=2.0).save(tmp_path / "eagle")
+    (tmp_path / "eagle" / "tree.json").write_text(json.dumps(
+        {"top_k": 2, "depth": 4, "total_tokens": 7, "min_confidence": None,
+         "sampled": {"top_k": 1, "depth": 6, "total_tokens": 6, "min_confidence": None, "table": []}}))
+    drafter = load_drafter("eagle", target, head=tmp_path / "eagle")
+    assert drafter.sampled == {"top_k": 1, "depth": 6, "total_tokens": 6, "min_confidence": None}
+    assert drafter.max_depth == 6
+    h = target_features(target, lossless.PROMPT.view(1, -1), torch.device("cpu")).float()
+    drafts = {}
+    for temperature in (0.0, 1.0):
+        drafter.start(lossless.PROMPT)
+        drafter.take_features(h[0, :-1])
+        drafts[temperature] = drafter.propose(lossless.PROMPT, drafter.max_depth, SamplingParams(temperature),
+                                              torch.Generator().manual_seed(0))
+    assert len(drafts[0.0]) == 7 and not drafts[0.0].is_chain and drafts[0.0].probs is None  # the greedy tree
+    assert len(drafts[1.0]) == 6 and drafts[1.0].is_chain and drafts[1.0].probs is not None  # the sampled one
+    # settings passed by the caller apply to every round
+    assert load_drafter("eagle", target, head=tmp_path / "eagle", top_k=2).sampled is None
+    for bad in ({"top_k": 1, "depth": 6}, {"top_k": 1, "depth": 6, "total_tokens": 6, "width": 2},
+                {"top_k": 0, "depth": 6, "total_tokens": 6}):
+        with pytest.raises(ValueError, match="sampled=|top_k"):
+            EagleDrafter(drafter.head, target, sampled=bad)
+    with pytest.raises(ValueError, match="dynamic tree"):
+        EagleDrafter(drafter.head, target, tree="chain", sampled={"top_k": 1, "depth": 6, "total_tokens": 6})
 
 
 @pytest.mark.parametrize("tree", ["dynamic", "chain"])
