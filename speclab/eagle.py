@@ -423,10 +423,8 @@ class EagleDrafter(ChainDrafter):
     def _dynamic_tree(self, h: torch.Tensor, k: int, device: torch.device, sampling: SamplingParams,
                       generator: torch.Generator | None = None) -> Draft:
         """EAGLE-2: expand, score by cumulative log-probability, keep the best; one head pass per level,
-        at most k levels. With one child per node and sampling, the tree is a chain whose tokens are
-        drawn from the head's served distribution (`drawn`), as EAGLE-1's chain does: a top-1 point
-        mass is accepted with the target's probability of that one token, a draw from q with
-        1 - TV(p, q), far more at temperature 1."""
+        at most k levels, with the round's settings. A sampled one-child tree draws its tokens (`drawn`:
+        see the class docstring)."""
         settings = self.round_settings(sampling)
         top_k, depth = settings["top_k"], min(k, settings["depth"])
         tokens: list[int] = []

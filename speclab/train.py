@@ -1126,7 +1126,8 @@ EAGLE_TREE_CANDIDATES = ((1, 8, 8, None), (1, 10, 10, None), (1, 12, 12, None), 
                          (1, 20, 20, 0.1), (1, 24, 24, 0.05), (1, 24, 24, 0.1), (1, 24, 24, 0.2),
                          (2, 12, 16, 0.1))
 # Sampled rounds (temperature 1): shorter chains, a stop, one tree. Point-mass trees two to eight wide ran
-# at about 0.7x target-only sampled on the bundled target, whose distributions at temperature 1 are flat.
+# at about 0.7x target-only sampled on the bundled target: each node is accepted only as often as the
+# target draws that very token.
 EAGLE_SAMPLED_CANDIDATES = ((1, 4, 4, None), (1, 6, 6, None), (1, 8, 8, None), (1, 12, 12, None),
                             (1, 12, 12, 0.1), (1, 20, 20, 0.1), (2, 6, 12, None))
 
