@@ -38,7 +38,7 @@ from transformers import AutoConfig, AutoModel, DynamicCache
 from speclab.adaptive import stops_here
 from speclab.drafters import ChainDrafter, Draft, Drafter
 from speclab.heads import _close, fingerprint
-from speclab.layer_step import LayerStep
+from speclab.layer_step import LayerStep, RowCache
 from speclab.sampling import SamplingParams, check_finite, sample
 
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
@@ -140,6 +140,11 @@ class EagleHead(nn.Module):
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.layer_config)
+
+    def drafting_cache(self) -> RowCache | DynamicCache:
+        """The cache a drafter keeps for the head: written by position (RowCache) where LayerStep runs
+        the layer, transformers' DynamicCache where the model's forward must."""
+        return RowCache() if self.layer_step is not None else self.new_cache()
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """The first step's feature from what the target hands over (len(feature_layers) * H wide)."""
@@ -356,7 +361,7 @@ class EagleDrafter(ChainDrafter):
         super().set_confidence_threshold(threshold)
 
     def start(self, prompt: torch.Tensor) -> None:
-        self.cache = self.head.new_cache()
+        self.cache = self.head.drafting_cache()
         self.true_pairs = 0                          # pairs in the head's cache computed from true features
         self.pending: list[torch.Tensor] = []        # true features handed over, not yet in the cache
         self.forward_calls = 0

@@ -17,6 +17,12 @@ embedding that does not depend on the sequence length); `LayerStep.supports` say
 qualifies, and for any other layer the head keeps calling the model's forward.
 tests/test_layer_step.py checks it against that forward for every supported kind, on one row,
 on several rows that see each other causally, and on tree rows with a mask.
+
+`RowCache` is the drafter's KV cache for it, written by position (gpt-fast's static cache): keys and
+values live in buffers allocated ahead, a step writes its rows in place and attends to a view of
+the rows so far, and rolling back is a change of length. transformers' DynamicCache concatenates
+the whole cache on every step instead, a copy that grows with the context and that a drafter pays
+on every one of its small passes.
 """
 from __future__ import annotations
 
@@ -35,6 +41,46 @@ FIXED_ROPE = ("default", "linear", "llama3", "yarn")
 
 def rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
     return F.rms_norm(x, x.shape[-1:], norm.weight, norm.variance_epsilon)
+
+
+class RowCache:
+    """Keys and values of `layers` decoder layers, for rows appended in order and rolled back by
+    length; the three methods LayerStep and the EAGLE drafter call (`update`, `get_seq_length`,
+    `crop`) mean what DynamicCache's do. Buffers start at `capacity` rows and double when full."""
+
+    def __init__(self, layers: int = 1, capacity: int = 256):
+        self.keys: list[torch.Tensor | None] = [None] * layers
+        self.values: list[torch.Tensor | None] = [None] * layers
+        self.lengths = [0] * layers
+        self.capacity = capacity
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.lengths[layer_idx]
+
+    def crop(self, drop: int) -> None:
+        """Forget the last -drop rows (a negative count, as DynamicCache.crop takes in transformers 5)."""
+        if drop > 0:
+            raise ValueError(f"crop takes a negative count of rows to drop, got {drop}")
+        self.lengths = [max(0, length + drop) for length in self.lengths]
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new rows (1, kv_heads, n, head_dim) after the layer's rows and return views of
+        all of them."""
+        start = self.lengths[layer_idx]
+        end = start + keys.shape[-2]
+        held = self.keys[layer_idx]
+        if held is None or held.shape[-2] < end or held.dtype != keys.dtype or held.device != keys.device:
+            size = max(self.capacity, 2 * end)
+            grown_k, grown_v = keys.new_empty(*keys.shape[:-2], size, keys.shape[-1]), values.new_empty(
+                *values.shape[:-2], size, values.shape[-1])
+            if held is not None and start:
+                grown_k[..., :start, :] = held[..., :start, :]
+                grown_v[..., :start, :] = self.values[layer_idx][..., :start, :]
+            self.keys[layer_idx], self.values[layer_idx] = grown_k, grown_v
+        self.keys[layer_idx][..., start:end, :] = keys
+        self.values[layer_idx][..., start:end, :] = values
+        self.lengths[layer_idx] = end
+        return self.keys[layer_idx][..., :end, :], self.values[layer_idx][..., :end, :]
 
 
 class LayerStep:
@@ -96,7 +142,7 @@ class LayerStep:
     def __call__(self, x: torch.Tensor, cache, positions: torch.Tensor,
                  visible: torch.Tensor | None = None) -> torch.Tensor:
         layer, attn, mlp = self.layer, self.layer.self_attn, self.layer.mlp
-        n, cached = x.shape[0], cache.get_seq_length()
+        n, cached = x.shape[0], cache.get_seq_length(self.layer_idx)
         h = rms_norm(x, layer.input_layernorm)
         qkv = F.linear(h, *self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj))).view(n, -1, self.head_dim)
         q, k, v = qkv.split((self.heads, self.kv_heads, self.kv_heads), dim=1)

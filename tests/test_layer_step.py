@@ -116,3 +116,46 @@ def test_a_weight_changed_in_place_is_used_at_the_next_step():
         ours = head.layer_step(x, fast, torch.tensor([7]))
         ref = slow_forward(head, x, slow)
     assert torch.allclose(ours, ref, atol=1e-5) and same_cache(fast, slow)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_a_row_cache_gives_what_a_dynamic_cache_gives_through_growth_and_roll_backs(arch):
+    """RowCache, the drafter's cache written by position: rows appended past its first buffer (so it
+    grows), rolled back twice, then a tree level with a mask: every output and every kept row equals
+    the same steps on transformers' DynamicCache."""
+    from speclab.layer_step import RowCache
+    head, _, _ = head_and_caches(arch)
+    rows, dynamic = RowCache(capacity=4), head.new_cache()
+    step = head.layer_step
+    with torch.no_grad():
+        for n, crop in ((3, 0), (5, -2), (1, 0), (4, -6)):  # 3, 8 cut to 6, 7, then 11 cut to 5 rows
+            x = torch.randn(n, head.fc.out_features)
+            start = rows.get_seq_length()
+            ours = step(x, rows, torch.arange(start, start + n))
+            ref = step(x, dynamic, torch.arange(start, start + n))
+            assert torch.allclose(ours, ref, atol=1e-5) and rows.get_seq_length() == dynamic.get_seq_length()
+            if crop:
+                rows.crop(crop)
+                dynamic.crop(crop)
+        assert rows.get_seq_length() == dynamic.get_seq_length() == 5 and rows.keys[0].shape[-2] >= 11
+        visible = torch.ones(2, 7, dtype=torch.bool)
+        visible[0, 6] = visible[1, 5] = False  # two siblings: each sees the prefix and itself
+        x, positions = torch.randn(2, head.fc.out_features), torch.tensor([5, 5])
+        ours, ref = step(x, rows, positions, visible), step(x, dynamic, positions, visible)
+    assert torch.allclose(ours, ref, atol=1e-5)
+    assert torch.equal(rows.keys[0][..., :7, :], dynamic.layers[0].keys)
+    assert torch.equal(rows.values[0][..., :7, :], dynamic.layers[0].values)
+    with pytest.raises(ValueError, match="negative count"):
+        rows.crop(3)
+
+
+def test_the_drafter_keeps_a_row_cache_where_the_step_runs_and_a_dynamic_cache_otherwise():
+    from transformers import DynamicCache
+
+    from speclab.layer_step import RowCache
+    head, _, _ = head_and_caches("llama")
+    assert isinstance(head.drafting_cache(), RowCache)
+    target = tiny_model("qwen2", layers=2, seed=0)
+    target.config.use_sliding_window, target.config.sliding_window = True, 4
+    target.config.layer_types = ["sliding_attention"] * 2
+    assert isinstance(EagleHead.for_target(target, 1).drafting_cache(), DynamicCache)
