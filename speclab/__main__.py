@@ -145,7 +145,7 @@ def cmd_generate(args) -> None:
         drafter = load_drafter(method, target, **options)
         k = args.k
         if k is None:  # EAGLE-2's tree has its own depth (tree.json's, measured): a K would only cut it
-            k = drafter.max_depth if getattr(drafter, "tree", None) == "dynamic" else 4
+            k = drafter.own_depth or 4
         result = speculative_generate(target, drafter, ids, k=k, **common, k_schedule=args.k_schedule,
                                       confidence_threshold=args.confidence_threshold)
     print(text + tok.decode(result.tokens), end="\n\n")

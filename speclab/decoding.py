@@ -111,7 +111,7 @@ ACCEPTANCE_RULES = ("rejection", "typical")
 
 
 def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Drafter,
-                         input_ids: torch.Tensor | Sequence[int], *, k: int, max_new_tokens: int,
+                         input_ids: torch.Tensor | Sequence[int], *, k: int | None = None, max_new_tokens: int,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, eos_token_id: int | Iterable[int] | None = None,
                          acceptance: str = "rejection", typical_epsilon: float = 0.09,
@@ -119,12 +119,19 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                          confidence_threshold: float | None = None) -> GenerationResult:
     """Speculative decoding: `draft` (a model sharing the target's tokenizer, or any Drafter) proposes
     up to k tokens (a chain) or a tree at most k deep, the target checks them all in one forward pass,
-    and the rejection rule decides. Greedy output equals `generate`'s; sampled output has the same
+    and the rejection rule decides. k None: the depth of the drafter's own tree (EAGLE-2's, measured
+    for its head: Drafter.own_depth); drafters without one need k. Greedy output equals `generate`'s; sampled output has the same
     distribution. acceptance="typical" swaps in Medusa-2's typical acceptance (typical_epsilon,
     typical_delta): it accepts more when sampling, and it is NOT lossless; its stats say so.
     Adaptive K (speclab.adaptive), k the upper bound: k_schedule="heuristic" is transformers' schedule
     (+2 after a fully accepted round, -1 otherwise); confidence_threshold stops a chain drafter's
     round at the first token its draft was less sure of (top probability below it). Both lossless."""
+    drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
+    if k is None:
+        k = drafter.own_depth
+        if k is None:
+            raise ValueError(f"pass k, the draft tokens per round (for example k=4): the {drafter.name} drafter "
+                             "has no depth of its own")
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k (draft tokens per round, or tree depth) must be an integer >= 1, got {k!r}")
     if acceptance not in ACCEPTANCE_RULES:
@@ -132,7 +139,6 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     schedule = make_schedule(k_schedule, k)
     sampling = SamplingParams(temperature, top_k, top_p)
     runner = ModelRunner(target, who="target model")
-    drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
     drafter.set_confidence_threshold(check_confidence_threshold(confidence_threshold))
     if isinstance(drafter, ModelDrafter) and model_device(drafter.model) != runner.device:
         raise ValueError(f"target is on {runner.device} but the draft is on {model_device(drafter.model)}: "

@@ -119,6 +119,12 @@ class Drafter(ABC):
     feature_layers: tuple[int, ...] = ()  # the target hidden states this drafter reads (-1: the last)
     confidence_threshold: float | None = None  # chain drafters with probabilities: see set_confidence_threshold
 
+    @property
+    def own_depth(self) -> int | None:
+        """The k speculative_generate drafts with when none is passed: the depth of a tree the drafter
+        shapes itself (EAGLE-2's), which a smaller k would only cut; None where k must be given."""
+        return None
+
     def set_confidence_threshold(self, threshold: float | None) -> None:
         """Stop each round's drafting after a token whose draft top probability is below `threshold`
         (speclab.adaptive; None: draft the full k). Only chain drafters that compute a distribution per

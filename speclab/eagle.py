@@ -417,6 +417,10 @@ class EagleDrafter(ChainDrafter):
         """The deepest tree this drafter grows, greedy or sampled: the k that never cuts it."""
         return max(self.depth, self.sampled["depth"] if self.sampled else 0)
 
+    @property
+    def own_depth(self) -> int | None:
+        return self.max_depth if self.tree == "dynamic" else None
+
     def round_settings(self, sampling: SamplingParams) -> dict:
         """The tree settings of a round: `sampled`'s when the round samples and they are set, else the
         drafter's own (top_k, depth, total_tokens, min_confidence)."""

@@ -35,6 +35,20 @@ def test_greedy_eagle_equals_target_only(arch, tree):
         generate(target, one, max_new_tokens=8).tokens.tolist()
 
 
+def test_without_k_eagle2_drafts_its_own_depth_and_other_drafters_ask_for_k():
+    """speculative_generate(k=None) grows EAGLE-2's tree to its own depth (a k of 4 would cut an
+    8-deep tree); a chain and a draft model have no depth of their own, and the error says to pass k."""
+    target = tiny_model("llama", layers=2, seed=0)
+    reference = generate(target, PROMPT, max_new_tokens=30).tokens.tolist()
+    drafter = EagleDrafter(random_head(target), target, top_k=1, depth=8, total_tokens=8)
+    own = speculative_generate(target, drafter, PROMPT, max_new_tokens=30)
+    assert own.tokens.tolist() == reference and own.stats.k == 8 == drafter.own_depth
+    assert speculative_generate(target, drafter, PROMPT, k=4, max_new_tokens=30).stats.k == 4
+    for other in (EagleDrafter(random_head(target), target, tree="chain"), tiny_model("llama", layers=1, seed=1)):
+        with pytest.raises(ValueError, match="pass k"):
+            speculative_generate(target, other, PROMPT, max_new_tokens=4)
+
+
 def test_the_drafter_pairs_features_and_tokens_as_training_does():
     """The first draft of a round is the head's prediction from the last (feature, token) pair, exactly
     what eagle_loss trains at that position: features and tokens are not off by one."""
