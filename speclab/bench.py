@@ -4,9 +4,12 @@ their tree and with a top-1 chain), and transformers' own generate: target-only,
 generation (assistant_model) and prompt lookup.
 
 Every method decodes the same prompts for the same number of new tokens (EOS is ignored, so all
-produce max_new_tokens); the table reports tokens/s and the ratio to speclab target-only. Repeats
-are interleaved (method A, B, C, then A, B, C again), so a machine that slows down for a while
-slows every method alike instead of biasing one ratio; each method's time is the median repeat.
+produce max_new_tokens); the table reports tokens/s and the ratio to speclab target-only. The runs
+are interleaved prompt by prompt: each repeat takes the prompts in turn and runs every method on
+one before the next, in an order rotated from one prompt to the next (A, B, C on the first, B, C, A
+on the second, ...). So a machine that slows down for a few seconds slows every method alike
+instead of biasing one ratio, and no method always runs first; each method's time is its median
+repeat (its total over the prompts).
 
 `model_check` then compares the measured speedup with `theory.speedup`, from the acceptance and the
 costs measured in the same runs (see its docstring).
@@ -240,8 +243,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None,
               lookup_choices=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None,
               adaptive_k: int | None = None, confidence_thresholds=CONFIDENCE_THRESHOLDS) -> list[BenchRow]:
-    """Each method over every prompt, `repeats` times, interleaved; one row per method with the
-    totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
+    """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module
+    docstring); one row per method with the totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
     heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep);
     `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'), which
     draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
@@ -273,18 +276,21 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         for method in methods:
             run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,
                        drafters, options_of.get(method))
-    # per method, per repeat: (seconds, token lists, stats list)
-    runs: dict[str, list[tuple[float, list[list[int]], list]]] = {m: [] for m in methods}
+    # per method, per repeat: [seconds, token lists, stats list], filled prompt by prompt
+    runs: dict[str, list[list]] = {m: [] for m in methods}
+    turn = 0
     for _ in range(repeats):
         for method in methods:
-            seconds, outputs, stats = 0.0, [], []
-            for i, prompt in enumerate(prompts):
+            runs[method].append([0.0, [], []])
+        for i, prompt in enumerate(prompts):
+            for method in methods[turn % len(methods):] + methods[:turn % len(methods)]:
                 tokens, s, st = run_method(method, target, draft, prompt, k_of[method], max_new_tokens, temperature,
                                            seed + i, drafters, options_of.get(method))
-                seconds += s
-                outputs.append(tokens.tolist())
-                stats.append(st)
-            runs[method].append((seconds, outputs, stats))
+                run = runs[method][-1]
+                run[0] += s
+                run[1].append(tokens.tolist())
+                run[2].append(st)
+            turn += 1
     rows = []
     reference = runs["speclab target-only"][0][1] if "speclab target-only" in runs else None
     for method in methods:

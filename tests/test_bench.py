@@ -22,6 +22,27 @@ def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
     assert base.draft_s == 0 and base.target_s > 0 and rows[0].alpha is None
 
 
+def test_a_slow_stretch_of_the_machine_slows_every_method_alike(pair, prompt, monkeypatch):
+    """Methods that do the same work get the same time when the machine runs 10x slower for the first
+    half of the run: the bench interleaves them prompt by prompt, in a rotated order. (Run method by
+    method, the first would take all the slow calls and look 10x slower.)"""
+    import speclab.bench as bench
+    calls = []
+    total = 2 * 4 * 3  # methods x prompts x repeats, after the warm-up
+
+    def fake_run(method, target, draft, prompt, *args, **kwargs):
+        calls.append(method)
+        return prompt, 10.0 if len(calls) <= total // 2 else 1.0, None
+
+    monkeypatch.setattr(bench, "run_method", fake_run)
+    methods = ("speclab target-only", "hf target-only")
+    rows = run_bench(*pair, [prompt] * 4, methods=methods, repeats=3, max_new_tokens=1, warmup=False)
+    a, b = methods
+    assert len(calls) == total and calls[:6] == [a, b, b, a, a, b]  # one prompt after another, order rotated
+    assert sorted(rows[0].repeat_seconds) == sorted(rows[1].repeat_seconds)
+    assert rows[0].seconds == rows[1].seconds
+
+
 def test_bench_refuses_an_unknown_method(pair, prompt):
     with pytest.raises(ValueError, match="unknown method"):
         run_bench(*pair, [prompt], methods=("speclab target-only", "vllm"))
