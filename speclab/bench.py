@@ -243,16 +243,15 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None,
               lookup_choices=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None,
               adaptive_k: int | None = None, confidence_thresholds=CONFIDENCE_THRESHOLDS) -> list[BenchRow]:
-    """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module
-    docstring); one row per method with the totals over the prompts from the median repeat. `heads`: a Medusa heads directory (default: the
-    heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep);
-    `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'), which
-    draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
-    EAGLE-1 head directory and `eagle3` an EAGLE-3 one (default: those shipped for the bundled
-    target); `lookup_choices`:
-    prompt lookup's match rules, a row each (default: one row, the default rule); `mtp`: an MTP module
-    directory; `layer_skip`: (exit layer, adapter) settings, a row each; `k_sweep`: fixed K values,
-    a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
+    """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
+    one row per method with the totals over the prompts from the median repeat. `heads`: a Medusa heads
+    directory (default: the heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row
+    each (a sweep); `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'),
+    which draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
+    EAGLE-1 head directory and `eagle3` an EAGLE-3 one (default: those shipped for the bundled target);
+    `lookup_choices`: prompt lookup's match rules, a row each (default: one row, the default rule); `mtp`:
+    an MTP module directory; `layer_skip`: (exit layer, adapter) settings, a row each; `k_sweep`: fixed K
+    values, a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
     largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
