@@ -17,6 +17,7 @@ costs measured in the same runs (see its docstring).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from transformers.utils import logging as hf_logging
@@ -237,6 +238,28 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
     return result.tokens, t["seconds"], result.stats
 
 
+def time_interleaved(runs: dict, num_prompts: int, repeats: int) -> dict[object, list[tuple[float, list]]]:
+    """Each of `runs` (name -> run(i), which decodes prompt i and returns (seconds, result)) on every
+    prompt, `repeats` times, interleaved prompt by prompt: every run decodes prompt i before any
+    decodes prompt i + 1, in an order rotated from one prompt to the next, so a slow stretch of the
+    machine slows them all alike and none always goes first. Returns, per name, one (seconds summed
+    over the prompts, [result of each prompt]) per repeat."""
+    names = list(runs)
+    timed: dict = {name: [] for name in names}
+    turn = 0
+    for _ in range(repeats):
+        totals = {name: [0.0, []] for name in names}
+        for i in range(num_prompts):
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                seconds, result = runs[name](i)
+                totals[name][0] += seconds
+                totals[name][1].append(result)
+            turn += 1
+        for name in names:
+            timed[name].append(tuple(totals[name]))
+    return timed
+
+
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
               warmup: bool = True, repeats: int = 1, heads=None,
@@ -275,21 +298,15 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         for method in methods:
             run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,
                        drafters, options_of.get(method))
-    # per method, per repeat: [seconds, token lists, stats list], filled prompt by prompt
-    runs: dict[str, list[list]] = {m: [] for m in methods}
-    turn = 0
-    for _ in range(repeats):
-        for method in methods:
-            runs[method].append([0.0, [], []])
-        for i, prompt in enumerate(prompts):
-            for method in methods[turn % len(methods):] + methods[:turn % len(methods)]:
-                tokens, s, st = run_method(method, target, draft, prompt, k_of[method], max_new_tokens, temperature,
-                                           seed + i, drafters, options_of.get(method))
-                run = runs[method][-1]
-                run[0] += s
-                run[1].append(tokens.tolist())
-                run[2].append(st)
-            turn += 1
+    def decode(method: str, i: int):
+        tokens, seconds, stats = run_method(method, target, draft, prompts[i], k_of[method], max_new_tokens,
+                                            temperature, seed + i, drafters, options_of.get(method))
+        return seconds, (tokens.tolist(), stats)
+
+    timed = time_interleaved({m: partial(decode, m) for m in methods}, len(prompts), repeats)
+    # per method, per repeat: (seconds, token lists, stats list)
+    runs = {m: [(seconds, [t for t, _ in results], [st for _, st in results]) for seconds, results in timed[m]]
+            for m in methods}
     rows = []
     reference = runs["speclab target-only"][0][1] if "speclab target-only" in runs else None
     for method in methods:

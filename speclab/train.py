@@ -23,6 +23,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -1135,19 +1136,21 @@ EAGLE_SAMPLED_CANDIDATES = ((1, 4, 4, None), (1, 6, 6, None), (1, 8, 8, None), (
 def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, num_prompts: int = 8,
                       skip: int = 4, max_new_tokens: int = 128, repeats: int = 3, device: str | None = None,
                       temperature: float = 0.0) -> dict:
-    """Pick EAGLE-2's settings for a head on this device by timing them: decoding of held-out code
-    prompts with each (top_k, depth, total_tokens, min_confidence), interleaved with target-only
-    decoding, `repeats` times; the setting with the best median speed wins. Greedy (temperature 0,
-    EAGLE_TREE_CANDIDATES by default), every run must equal target-only's output; sampled
-    (EAGLE_SAMPLED_CANDIDATES by default), prompt i is decoded with seed i by every method. The
-    prompts are `num_prompts` held-out code prompts after the first `skip`, which `speclab bench`
-    times by default: settings chosen on the prompts they are then measured on would flatter them.
-    Writes head_dir/tree.json, which load_drafter("eagle" / "eagle3") reads for its defaults: the
-    greedy choice at the top, the sampled one under "sampled" (each run keeps the other's entry);
-    `train eagle` and `train eagle3` run both when training ends."""
+    """Pick EAGLE-2's settings for a head on this device by timing them: decoding of held-out code prompts
+    with each (top_k, depth, total_tokens, min_confidence) and with target-only decoding, `repeats`
+    times, interleaved prompt by prompt as `speclab bench` does (bench.time_interleaved); the setting
+    with the best median speed wins. Greedy (temperature 0, EAGLE_TREE_CANDIDATES by default), every run
+    must equal target-only's output; sampled (EAGLE_SAMPLED_CANDIDATES by default), prompt i is decoded
+    with seed i by every method. The prompts are `num_prompts` held-out code prompts after the first
+    `skip`, which `speclab bench` times by default: settings chosen on the prompts they are then
+    measured on would flatter them. Writes head_dir/tree.json, which load_drafter("eagle" / "eagle3")
+    reads for its defaults: the greedy choice at the top, the sampled one under "sampled" (each run
+    keeps the other's entry); `train eagle` and `train eagle3` run both when training ends."""
     import statistics
 
+    from speclab.bench import time_interleaved
     from speclab.decoding import generate, speculative_generate
+    from speclab.devices import timer
     from speclab.eagle import TREE_SETTINGS, EagleDrafter, EagleHead, measured_settings
     from speclab.models import load_model, load_tokenizer
     from speclab.workloads import load_prompts
@@ -1163,25 +1166,24 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
         candidates = EAGLE_TREE_CANDIDATES if greedy else EAGLE_SAMPLED_CANDIDATES
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature)
     reference = [generate(target, p, **sampling).tokens.tolist() for p in prompts] if greedy else None
-    seconds: dict = {"target-only": []}
-    per_pass: dict = {}
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for i, p in enumerate(prompts):
-            generate(target, p, seed=i, **sampling)
-        seconds["target-only"].append(time.perf_counter() - started)
-        for candidate in candidates:
-            top_k, depth, total, min_confidence = candidate
-            drafter = EagleDrafter(head, target, top_k=top_k, depth=depth, total_tokens=total,
-                                   min_confidence=min_confidence)
-            started, tokens, rounds = time.perf_counter(), 0, 0
-            for i, p in enumerate(prompts):
-                result = speculative_generate(target, drafter, p, k=depth, seed=i, **sampling)
-                if greedy and result.tokens.tolist() != reference[i]:
-                    raise AssertionError(f"EAGLE-2 {candidate} changed the greedy output")
-                tokens, rounds = tokens + result.stats.new_tokens, rounds + result.stats.rounds
-            seconds.setdefault(candidate, []).append(time.perf_counter() - started)
-            per_pass[candidate] = tokens / rounds
+
+    drafters = {c: EagleDrafter(head, target, top_k=c[0], depth=c[1], total_tokens=c[2], min_confidence=c[3])
+                for c in candidates}
+
+    def decode(candidate, i: int):
+        with timer(dev) as t:
+            if candidate == "target-only":
+                result = generate(target, prompts[i], seed=i, **sampling)
+            else:
+                result = speculative_generate(target, drafters[candidate], prompts[i], seed=i, **sampling)
+        if candidate != "target-only" and greedy and result.tokens.tolist() != reference[i]:
+            raise AssertionError(f"EAGLE-2 {candidate} changed the greedy output")
+        return t["seconds"], result.stats
+
+    timed = time_interleaved({c: partial(decode, c) for c in ("target-only", *candidates)}, len(prompts), repeats)
+    seconds = {name: [total for total, _ in runs] for name, runs in timed.items()}
+    per_pass = {c: sum(st.new_tokens for st in timed[c][-1][1]) / sum(st.rounds for st in timed[c][-1][1])
+                for c in candidates}
     base = statistics.median(seconds["target-only"])
     table = [{**dict(zip(TREE_SETTINGS, c)), "tokens_per_pass": round(per_pass[c], 3),
               "speedup": round(base / statistics.median(seconds[c]), 3)} for c in candidates]
