@@ -291,13 +291,15 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     options_of = {"speclab adaptive-heuristic": dict(k_schedule="heuristic"),
                   **{row: dict(confidence_threshold=t) for row, t in confidence_rows(confidence_thresholds).items()}}
     k_of.update({m: upper for m in options_of if m in methods})
-    for m in ("speclab eagle", "speclab eagle3"):  # EAGLE-2's tree has its own depth: K would only cut it
-        if m in methods:
-            k_of[m] = drafters[m].max_depth
+    # a drafter with a tree of its own depth (EAGLE-2's) drafts at that depth: K would only cut it
+    # (the draft-model rows hold the model itself, which has none)
+    own = {m: getattr(d, "own_depth", None) for m, d in drafters.items() if m in methods}
+    k_of.update({m: depth for m, depth in own.items() if depth is not None})
     if warmup:
         for method in methods:
             run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,
                        drafters, options_of.get(method))
+
     def decode(method: str, i: int):
         tokens, seconds, stats = run_method(method, target, draft, prompts[i], k_of[method], max_new_tokens,
                                             temperature, seed + i, drafters, options_of.get(method))
