@@ -16,6 +16,7 @@ costs measured in the same runs (see its docstring).
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -171,6 +172,7 @@ class BenchRow:
     stats: GenerationStats | None = None  # speclab methods: the median repeat's runs, combined
     matches_target_only: bool | None = None
     repeat_seconds: list[float] = field(default_factory=list)
+    prompt_seconds: list[float] = field(default_factory=list)  # per prompt, median over repeats
 
     @property
     def tokens_per_s(self) -> float:
@@ -303,30 +305,48 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     def decode(method: str, i: int):
         tokens, seconds, stats = run_method(method, target, draft, prompts[i], k_of[method], max_new_tokens,
                                             temperature, seed + i, drafters, options_of.get(method))
-        return seconds, (tokens.tolist(), stats)
+        return seconds, (tokens.tolist(), stats, seconds)
 
     timed = time_interleaved({m: partial(decode, m) for m in methods}, len(prompts), repeats)
-    # per method, per repeat: (seconds, token lists, stats list)
-    runs = {m: [(seconds, [t for t, _ in results], [st for _, st in results]) for seconds, results in timed[m]]
-            for m in methods}
+    # per method, per repeat: (seconds, token lists, stats list, seconds per prompt)
+    runs = {m: [(seconds, *map(list, zip(*results))) for seconds, results in timed[m]] for m in methods}
     rows = []
     reference = runs["speclab target-only"][0][1] if "speclab target-only" in runs else None
     for method in methods:
         times = [r[0] for r in runs[method]]
         median = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
-        seconds, outputs, stats = runs[method][median]
+        seconds, outputs, stats, _ = runs[method][median]
+        per_prompt = [statistics.median(r[3][i] for r in runs[method]) for i in range(len(prompts))]
         row = BenchRow(method, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times,
-                       stats=GenerationStats.combine(stats) if stats[0] is not None else None)
+                       stats=GenerationStats.combine(stats) if stats[0] is not None else None,
+                       prompt_seconds=per_prompt)
         if reference is not None and method != "speclab target-only" and temperature == 0:
             row.matches_target_only = outputs == reference
         rows.append(row)
     return rows
 
 
+def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: int = 2000,
+                     seed: int = 0) -> tuple[float, float] | None:
+    """How far `row`'s speedup over `base` (total time over the prompts, each prompt at its median over
+    the repeats) moves with the prompts drawn: a percentile bootstrap over prompts, each draw a resample of the prompts
+    with the same prompts for both rows. Prompts differ far more than repeats do (one bench's code
+    prompts ran from 1.7x to 5.8x for EAGLE-2), so with a few prompts the interval is wide. None with
+    fewer than two prompts."""
+    n = len(row.prompt_seconds)
+    if n < 2 or len(base.prompt_seconds) != n:
+        return None
+    spec, ref = torch.tensor(row.prompt_seconds), torch.tensor(base.prompt_seconds)
+    picks = torch.randint(n, (draws, n), generator=torch.Generator().manual_seed(seed))
+    ratios = (ref[picks].sum(1) / spec[picks].sum(1)).sort().values
+    tail = (1 - level) / 2
+    return ratios[int(tail * draws)].item(), ratios[min(draws - 1, int((1 - tail) * draws))].item()
+
+
 def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
     base = next((r for r in rows if r.method == baseline), rows[0])
-    lines = [f"{'method':24} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'accept':>7} {'alpha':>6} "
-             f"{'tok/round':>9} {'drafts/round':>12} {'pass width':>10} {'same output':>11}"]
+    lines = [f"{'method':24} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'95% over prompts':>16} "
+             f"{'accept':>7} {'alpha':>6} {'tok/round':>9} {'drafts/round':>12} {'pass width':>10} {'same output':>11}"]
     for r in rows:
         accept = f"{r.acceptance_rate:.3f}" if r.acceptance_rate is not None else "-"
         alpha = f"{r.alpha:.3f}" if r.alpha is not None else "-"
@@ -334,8 +354,10 @@ def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") ->
         per_round = f"{r.stats.drafted / r.stats.rounds:.1f}" if r.has_drafts else "-"
         width = f"{r.stats.verified_positions / r.stats.rounds:.1f}" if r.has_drafts else "-"
         same = "-" if r.matches_target_only is None else ("yes" if r.matches_target_only else "no")
+        interval = speedup_interval(r, base) if r is not base else None
+        spread = f"{interval[0]:.2f}-{interval[1]:.2f}x" if interval else "-"
         lines.append(f"{r.method:24} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
-                     f"{accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {width:>10} {same:>11}")
+                     f"{spread:>16} {accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {width:>10} {same:>11}")
     return "\n".join(lines)
 
 

@@ -811,9 +811,10 @@ class EaglePreset:
     ttt_steps: int = 4        # EAGLE-3: steps the head is unrolled on its own outputs in training
     decay: float = 0.8        # EAGLE-3: weight of unrolled step j is decay ** j
     eval_depth: int = 6       # steps of the held-out unrolled accuracy (acceptance by draft position)
-    # EAGLE-2's settings, chosen by timing after training (choose_eagle_tree): how many held-out code prompts
-    # (after the ones speclab bench times), new tokens each, and timed repeats. Four prompts picked a setting
-    # that gained 25% tokens a pass on them and 6% on the bench's prompts: eight make the choice steadier.
+    # EAGLE-2's settings, chosen by timing after training (choose_eagle_tree): how many prompts of the tuning
+    # set (held-out code prompts speclab bench never times; at most 8), new tokens each, and timed repeats.
+    # Four prompts picked a setting that gained 25% tokens a pass on them and 6% on the bench's prompts:
+    # eight make the choice steadier.
     tree_prompts: int = 8
     tree_tokens: int = 128
     tree_repeats: int = 3
@@ -1134,16 +1135,16 @@ EAGLE_SAMPLED_CANDIDATES = ((1, 4, 4, None), (1, 6, 6, None), (1, 8, 8, None), (
 
 
 def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, num_prompts: int = 8,
-                      skip: int = 4, max_new_tokens: int = 128, repeats: int = 3, device: str | None = None,
+                      max_new_tokens: int = 128, repeats: int = 3, device: str | None = None,
                       temperature: float = 0.0) -> dict:
     """Pick EAGLE-2's settings for a head on this device by timing them: decoding of held-out code prompts
     with each (top_k, depth, total_tokens, min_confidence) and with target-only decoding, `repeats`
     times, interleaved prompt by prompt as `speclab bench` does (bench.time_interleaved); the setting
     with the best median speed wins. Greedy (temperature 0, EAGLE_TREE_CANDIDATES by default), every run
     must equal target-only's output; sampled (EAGLE_SAMPLED_CANDIDATES by default), prompt i is decoded
-    with seed i by every method. The prompts are `num_prompts` held-out code prompts after the first
-    `skip`, which `speclab bench` times by default: settings chosen on the prompts they are then
-    measured on would flatter them. Writes head_dir/tree.json, which load_drafter("eagle" / "eagle3")
+    with seed i by every method. The prompts are the first `num_prompts` of the tuning set
+    (speclab.workloads.tuning_prompts), which `speclab bench` never times: settings chosen on the
+    prompts they are then measured on would flatter them. Writes head_dir/tree.json, which load_drafter("eagle" / "eagle3")
     reads for its defaults: the greedy choice at the top, the sampled one under "sampled" (each run
     keeps the other's entry); `train eagle` and `train eagle3` run both when training ends."""
     import statistics
@@ -1153,13 +1154,13 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
     from speclab.devices import timer
     from speclab.eagle import TREE_SETTINGS, EagleDrafter, EagleHead, measured_settings
     from speclab.models import load_model, load_tokenizer
-    from speclab.workloads import load_prompts
+    from speclab.workloads import TUNING, tuning_prompts
     dev = pick_device(device)
     target = load_model(target_dir, dev, torch.float32)
     tok = load_tokenizer(target_dir)
     room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
     prompts = [tok(p, return_tensors="pt").input_ids[0][-room:].to(dev)
-               for p in load_prompts("code", skip + num_prompts)[skip:]]
+               for p in tuning_prompts(num_prompts)]
     head = EagleHead.load(head_dir, device=dev)
     greedy = temperature == 0
     if candidates is None:
@@ -1189,7 +1190,7 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
               "speedup": round(base / statistics.median(seconds[c]), 3)} for c in candidates]
     best = max(table, key=lambda row: row["speedup"])
     choice = {**{name: best[name] for name in TREE_SETTINGS}, "table": table,
-              "prompts": f"held-out code prompts {skip + 1}-{skip + num_prompts}", "max_new_tokens": max_new_tokens,
+              "prompts": f"held-out code prompts {TUNING.start + 1}-{TUNING.start + num_prompts}", "max_new_tokens": max_new_tokens,
               "repeats": repeats, "temperature": temperature, "device": str(dev),
               "hardware": hardware(dev), "threads": torch.get_num_threads()}
     written = measured_settings(head_dir)

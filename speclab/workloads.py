@@ -9,7 +9,8 @@ should be repeatable on the same prompts everywhere.
           its first parameter renamed); the continuation restates the body with the change
   quote   answering from a given passage: the prompt holds a function's docstring as a comment block,
           then the function's signature and the docstring's first words; the continuation quotes it
-  code    free continuation of held-out source (the control; speclab.corpus.heldout_prompts)
+  code    free continuation of held-out source (the control; speclab.corpus.heldout_prompts), around
+          the eight prompts kept for tuning settings (tuning_prompts)
   prose   free continuation of a held-out docstring (speclab.corpus.heldout_prompts)
 
 `python -m speclab workloads --build` rewrites the shipped file from this interpreter's library.
@@ -30,19 +31,38 @@ WORKLOADS = ("code", "prose", "edit", "quote")
 MAX_CHARS = 1600  # with 128 new tokens this stays well inside the bundled target's 1024 positions
 
 
+# Held-out code prompts 5-12 (in heldout_prompts' order) are the tuning set: EAGLE-2's settings are chosen
+# by timing them (speclab.train.choose_eagle_tree). The timed code prompts go around them: 1-4, then 13 on.
+TUNING = slice(4, 12)
+
+
 def load_prompts(workload: str = "code", n: int = 4) -> list[str]:
     """n prompt texts of a workload: the shipped copying sets ('edit', 'quote') or held-out windows of
-    this interpreter's library ('code', 'prose')."""
+    this interpreter's library ('code', 'prose'); code prompts skip the tuning set (tuning_prompts)."""
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}; choose from {WORKLOADS}")
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n (number of prompts) must be an integer >= 1, got {n!r}")
-    if workload in ("code", "prose"):
+    if workload == "code":
+        if n <= TUNING.start:
+            return heldout_prompts("code", n)
+        pool = heldout_prompts("code", n + TUNING.stop - TUNING.start)
+        return pool[:TUNING.start] + pool[TUNING.stop:]
+    if workload == "prose":
         return heldout_prompts(workload, n)
     records = [r for r in json.loads(SHIPPED.read_text())["prompts"] if r["workload"] == workload]
     if n > len(records):
         raise ValueError(f"the {workload!r} workload ships {len(records)} prompts; ask for at most that many")
     return [r["text"] for r in records[:n]]
+
+
+def tuning_prompts(n: int = TUNING.stop - TUNING.start) -> list[str]:
+    """The first n held-out code prompts of the tuning set, which load_prompts never returns: settings
+    chosen on the prompts they are then timed on would flatter them."""
+    size = TUNING.stop - TUNING.start
+    if not isinstance(n, int) or not 1 <= n <= size:
+        raise ValueError(f"the tuning set holds {size} code prompts; ask for 1 to {size}, not {n!r}")
+    return heldout_prompts("code", TUNING.start + n)[TUNING.start:]
 
 
 def functions(source: str) -> list[ast.FunctionDef]:

@@ -2,7 +2,7 @@
 import pytest
 
 from speclab import theory
-from speclab.bench import model_check, run_bench
+from speclab.bench import BenchRow, format_table, model_check, run_bench, speedup_interval
 from speclab.stats import GenerationStats
 
 
@@ -14,6 +14,7 @@ def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
     for r in rows:
         assert r.new_tokens == 24 and len(r.repeat_seconds) == 3
         assert min(r.repeat_seconds) <= r.seconds <= max(r.repeat_seconds)
+        assert len(r.prompt_seconds) == 2 and all(s > 0 for s in r.prompt_seconds)
     base, spec = rows[0].stats, rows[1].stats
     assert rows[1].matches_target_only and rows[3].matches_target_only and rows[3].stats is None
     assert spec.drafted > 0 and 0 <= rows[1].acceptance_rate <= 1 and spec.rounds >= 24 / 4
@@ -41,6 +42,22 @@ def test_a_slow_stretch_of_the_machine_slows_every_method_alike(pair, prompt, mo
     assert len(calls) == total and calls[:6] == [a, b, b, a, a, b]  # one prompt after another, order rotated
     assert sorted(rows[0].repeat_seconds) == sorted(rows[1].repeat_seconds)
     assert rows[0].seconds == rows[1].seconds
+
+
+def test_the_speedup_interval_is_a_bootstrap_over_prompts():
+    base = BenchRow("speclab target-only", 40, 8.0, prompt_seconds=[2.0, 2.0, 2.0, 2.0])
+    same = BenchRow("a", 40, 4.0, prompt_seconds=[1.0, 1.0, 1.0, 1.0])  # 2x on every prompt
+    assert speedup_interval(same, base) == pytest.approx((2.0, 2.0))
+    mixed = BenchRow("b", 40, 4.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5])  # 4x on two prompts, 1.33x on two
+    low, high = speedup_interval(mixed, base)
+    assert 1.33 <= low < 2.0 < high <= 4.0  # the total's 2x, and how far other prompts could move it
+    narrower = speedup_interval(BenchRow("c", 160, 16.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5] * 4),
+                                BenchRow("speclab target-only", 160, 32.0, prompt_seconds=[2.0] * 16))
+    assert low < narrower[0] and narrower[1] < high  # four times the prompts, a narrower interval
+    assert speedup_interval(BenchRow("d", 10, 1.0, prompt_seconds=[1.0]),
+                            BenchRow("speclab target-only", 10, 2.0, prompt_seconds=[2.0])) is None
+    table = format_table([base, mixed]).splitlines()
+    assert "95% over prompts" in table[0] and f"{low:.2f}-{high:.2f}x" in table[2] and " - " in table[1]
 
 
 def test_bench_refuses_an_unknown_method(pair, prompt):

@@ -45,3 +45,15 @@ def test_the_loader_says_what_to_change():
     with pytest.raises(ValueError, match=">= 1"):
         workloads.load_prompts("code", 0)
     assert len(workloads.load_prompts("code", 2)) == 2
+
+
+def test_timed_code_prompts_never_include_the_tuning_set():
+    from speclab.corpus import heldout_prompts
+    timed, tuning = workloads.load_prompts("code", 10), workloads.tuning_prompts()
+    assert len(timed) == 10 and len(tuning) == 8 and not set(timed) & set(tuning)
+    held = heldout_prompts("code", 18)
+    assert timed == held[:4] + held[12:] and tuning == held[4:12]
+    assert workloads.load_prompts("code", 4) == held[:4]  # the first four stay the bench's default
+    assert workloads.tuning_prompts(3) == held[4:7]
+    with pytest.raises(ValueError, match="1 to 8"):
+        workloads.tuning_prompts(9)
