@@ -196,13 +196,15 @@ class BenchRow:
 
 
 def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int, **extra):
-    kwargs = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=temperature > 0,
+    # eos_token_id=None: go on past EOS as speclab's loops do (min_new_tokens would forbid EOS instead, and
+    # where the target's argmax is EOS transformers' text would part from speclab's)
+    kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=None, do_sample=temperature > 0,
                   pad_token_id=target.config.pad_token_id if target.config.pad_token_id is not None else 0)
     if temperature > 0:
         torch.manual_seed(seed)
         kwargs.update(temperature=temperature, top_k=None, top_p=None)
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # generate() notices about its own options (min_new_tokens, the config)
+    hf_logging.set_verbosity_error()  # generate() notices about its own options (eos_token_id, the config)
     try:
         with torch.inference_mode():
             out = target.generate(prompt.view(1, -1), attention_mask=torch.ones_like(prompt.view(1, -1)), **kwargs,

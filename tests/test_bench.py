@@ -44,6 +44,23 @@ def test_a_slow_stretch_of_the_machine_slows_every_method_alike(pair, prompt, mo
     assert rows[0].seconds == rows[1].seconds
 
 
+def test_transformers_rows_go_on_past_eos_as_speclab_does(pair, prompt):
+    """Where the target's greedy choice is its EOS token, transformers' loops must emit it and go on,
+    as speclab's do: forbidding EOS (min_new_tokens) would give another text."""
+    from speclab.decoding import generate
+    target, draft = pair
+    first = generate(target, prompt, max_new_tokens=1).tokens[0].item()
+    eos = target.generation_config.eos_token_id
+    target.generation_config.eos_token_id = first  # the very first greedy token is now EOS
+    try:
+        rows = run_bench(target, draft, [prompt], max_new_tokens=6, warmup=False,
+                         methods=("speclab target-only", "hf target-only", "hf assisted"))
+    finally:
+        target.generation_config.eos_token_id = eos
+    assert all(r.new_tokens == 6 for r in rows)
+    assert rows[1].matches_target_only and rows[2].matches_target_only
+
+
 def test_the_speedup_interval_is_a_bootstrap_over_prompts():
     base = BenchRow("speclab target-only", 40, 8.0, prompt_seconds=[2.0, 2.0, 2.0, 2.0])
     same = BenchRow("a", 40, 4.0, prompt_seconds=[1.0, 1.0, 1.0, 1.0])  # 2x on every prompt
