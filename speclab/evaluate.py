@@ -132,10 +132,11 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     from pathlib import Path
 
     from speclab.bench import model_check
-    from speclab.corpus import HELDOUT_EVERY, heldout_prompts, stdlib_root
+    from speclab.corpus import HELDOUT_EVERY, stdlib_root
     from speclab.decoding import generate
     from speclab.models import load_pair
     from speclab.profiling import decode_ms_per_token
+    from speclab.workloads import load_prompts
 
     pair_dir = Path(pair_dir)
     training = json.loads((pair_dir / "training.json").read_text())
@@ -146,7 +147,7 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     windows = heldout_windows(tok).to(device)
     overlap = {name: teacher_forced_overlap(target, models[name], windows, 1.0) for name in ("draft", "draft-plain")}
     ms = {name: decode_ms_per_token(models[name]) for name in ("target", "draft")}
-    prompts = [tok(p, return_tensors="pt").input_ids[0].to(device) for p in heldout_prompts("code", num_prompts)]
+    prompts = [tok(p, return_tensors="pt").input_ids[0].to(device) for p in load_prompts("code", num_prompts)]
     rows = acceptance_table(target, draft, prompts, max_new_tokens=max_new_tokens)
     plain_rows = acceptance_table(target, plain, prompts, ks=[4], temperatures=[0.0], max_new_tokens=max_new_tokens)
     base = GenerationStats.combine([generate(target, p, max_new_tokens=max_new_tokens).stats for p in prompts])
@@ -221,14 +222,14 @@ def measure_drafting(pair_dir, runs: dict, num_prompts: int, max_new_tokens: int
     CPU) decoding held-out code prompts greedily with each drafter of `runs` ({name: (make, k)}, make
     builds the drafter from the target). Returns the target, {name: combined stats}, and "equal to"
     or "DIFFERENT FROM", as every output did or did not equal target-only decoding's."""
-    from speclab.corpus import heldout_prompts
     from speclab.decoding import generate
     from speclab.models import load_model, load_tokenizer
+    from speclab.workloads import load_prompts
 
     target = load_model(Path(pair_dir) / "target", "cpu", torch.float32)
     tok = load_tokenizer(Path(pair_dir) / "target", plain_fast=True)
     room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
-    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in heldout_prompts("code", num_prompts)]
+    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in load_prompts("code", num_prompts)]
     reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
     stats, exact = {}, True
     for name, (make, k) in runs.items():
