@@ -357,7 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--lookahead", type=lookahead_setting, nargs="+", default=[(4, 4, 4)], metavar="W,N,G",
                    help="the lookahead row's window, n-gram size and pool size per key (default 4,4,4); several "
                    "settings give a row each, side by side (a sweep)")
-    b.add_argument("--num-prompts", type=int, default=4, help="prompts per workload (default 4, a quick look: "
+    b.add_argument("--num-prompts", type=int, default=4, help="prompts per workload (default 4, a quick look; from 8 on, "
                    "the table's '95%% over prompts' column says how far each ratio could move; the book's record "
                    "uses 16). Code prompts skip the eight EAGLE-2's settings are tuned on")
     b.add_argument("--lookup-k", type=int, default=None, help="tokens per round for the prompt-lookup rows, "

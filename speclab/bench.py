@@ -328,15 +328,21 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     return rows
 
 
-def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: int = 2000,
-                     seed: int = 0) -> tuple[float, float] | None:
+# A bootstrap sees only the spread among the prompts it is given: four alike prompts give a narrow
+# interval that the next four can land far outside (held-out code prompts 1-4 put EAGLE-2 at 2.15-2.48x,
+# prompts 1-4 and 13-24 at 2.35-3.10x). Below this many prompts the bench shows none.
+MIN_INTERVAL_PROMPTS = 8
+
+
+def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: int = 2000, seed: int = 0,
+                     min_prompts: int = MIN_INTERVAL_PROMPTS) -> tuple[float, float] | None:
     """How far `row`'s speedup over `base` (total time over the prompts, each prompt at its median over
-    the repeats) moves with the prompts drawn: a percentile bootstrap over prompts, each draw a resample of the prompts
-    with the same prompts for both rows. Prompts differ far more than repeats do (one bench's code
-    prompts ran from 1.7x to 5.8x for EAGLE-2), so with a few prompts the interval is wide. None with
-    fewer than two prompts."""
+    the repeats) moves with the prompts drawn: a percentile bootstrap over prompts, each draw one
+    resample of the prompts for both rows. Prompts differ far more than repeats do (EAGLE-2 ran from
+    1.7x to 5.7x prompt by prompt), so this, not the spread of the repeats, says how well a ratio is
+    pinned. None with fewer than `min_prompts` prompts (see MIN_INTERVAL_PROMPTS)."""
     n = len(row.prompt_seconds)
-    if n < 2 or len(base.prompt_seconds) != n:
+    if n < max(2, min_prompts) or len(base.prompt_seconds) != n:
         return None
     spec, ref = torch.tensor(row.prompt_seconds), torch.tensor(base.prompt_seconds)
     picks = torch.randint(n, (draws, n), generator=torch.Generator().manual_seed(seed))
@@ -360,6 +366,10 @@ def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") ->
         spread = f"{interval[0]:.2f}-{interval[1]:.2f}x" if interval else "-"
         lines.append(f"{r.method:24} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
                      f"{spread:>16} {accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {width:>10} {same:>11}")
+    prompts = len(base.prompt_seconds)
+    if 2 <= prompts < MIN_INTERVAL_PROMPTS:
+        lines.append(f"(no interval over {prompts} prompts: a bootstrap needs {MIN_INTERVAL_PROMPTS} or more to "
+                     f"say how far a ratio moves with the prompts; --num-prompts 16 for a record)")
     return "\n".join(lines)
 
 

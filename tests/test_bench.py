@@ -62,19 +62,27 @@ def test_transformers_rows_go_on_past_eos_as_speclab_does(pair, prompt):
 
 
 def test_the_speedup_interval_is_a_bootstrap_over_prompts():
-    base = BenchRow("speclab target-only", 40, 8.0, prompt_seconds=[2.0, 2.0, 2.0, 2.0])
-    same = BenchRow("a", 40, 4.0, prompt_seconds=[1.0, 1.0, 1.0, 1.0])  # 2x on every prompt
+    base = BenchRow("speclab target-only", 80, 16.0, prompt_seconds=[2.0] * 8)
+    same = BenchRow("a", 80, 8.0, prompt_seconds=[1.0] * 8)  # 2x on every prompt
     assert speedup_interval(same, base) == pytest.approx((2.0, 2.0))
-    mixed = BenchRow("b", 40, 4.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5])  # 4x on two prompts, 1.33x on two
+    mixed = BenchRow("b", 80, 8.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5] * 2)  # 4x on half, 1.33x on half
     low, high = speedup_interval(mixed, base)
     assert 1.33 <= low < 2.0 < high <= 4.0  # the total's 2x, and how far other prompts could move it
-    narrower = speedup_interval(BenchRow("c", 160, 16.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5] * 4),
-                                BenchRow("speclab target-only", 160, 32.0, prompt_seconds=[2.0] * 16))
+    narrower = speedup_interval(BenchRow("c", 320, 32.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5] * 8),
+                                BenchRow("speclab target-only", 320, 64.0, prompt_seconds=[2.0] * 32))
     assert low < narrower[0] and narrower[1] < high  # four times the prompts, a narrower interval
-    assert speedup_interval(BenchRow("d", 10, 1.0, prompt_seconds=[1.0]),
-                            BenchRow("speclab target-only", 10, 2.0, prompt_seconds=[2.0])) is None
     table = format_table([base, mixed]).splitlines()
     assert "95% over prompts" in table[0] and f"{low:.2f}-{high:.2f}x" in table[2] and " - " in table[1]
+    assert len(table) == 3  # no footer: enough prompts
+
+
+def test_too_few_prompts_give_no_interval_and_the_table_says_why():
+    base = BenchRow("speclab target-only", 40, 8.0, prompt_seconds=[2.0] * 4)
+    few = BenchRow("b", 40, 4.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5])
+    assert speedup_interval(few, base) is None
+    assert speedup_interval(few, base, min_prompts=4) is not None
+    table = format_table([base, few]).splitlines()
+    assert "no interval over 4 prompts" in table[-1] and "--num-prompts" in table[-1]
 
 
 def test_bench_refuses_an_unknown_method(pair, prompt):
