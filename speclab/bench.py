@@ -16,7 +16,6 @@ costs measured in the same runs (see its docstring).
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -172,7 +171,7 @@ class BenchRow:
     stats: GenerationStats | None = None  # speclab methods: the median repeat's runs, combined
     matches_target_only: bool | None = None
     repeat_seconds: list[float] = field(default_factory=list)
-    prompt_seconds: list[float] = field(default_factory=list)  # per prompt, median over repeats
+    prompt_seconds: list[float] = field(default_factory=list)  # per prompt, in the median repeat (sum: seconds)
 
     @property
     def tokens_per_s(self) -> float:
@@ -317,8 +316,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     for method in methods:
         times = [r[0] for r in runs[method]]
         median = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
-        seconds, outputs, stats, _ = runs[method][median]
-        per_prompt = [statistics.median(r[3][i] for r in runs[method]) for i in range(len(prompts))]
+        seconds, outputs, stats, per_prompt = runs[method][median]
         row = BenchRow(method, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times,
                        stats=GenerationStats.combine(stats) if stats[0] is not None else None,
                        prompt_seconds=per_prompt)
@@ -336,8 +334,8 @@ MIN_INTERVAL_PROMPTS = 8
 
 def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: int = 2000, seed: int = 0,
                      min_prompts: int = MIN_INTERVAL_PROMPTS) -> tuple[float, float] | None:
-    """How far `row`'s speedup over `base` (total time over the prompts, each prompt at its median over
-    the repeats) moves with the prompts drawn: a percentile bootstrap over prompts, each draw one
+    """How far `row`'s speedup over `base` (their times summed over the prompts, in each one's median
+    repeat: the table's ratio) moves with the prompts drawn: a percentile bootstrap over prompts, each draw one
     resample of the prompts for both rows. Prompts differ far more than repeats do (EAGLE-2 ran from
     1.7x to 5.7x prompt by prompt), so this, not the spread of the repeats, says how well a ratio is
     pinned. None with fewer than `min_prompts` prompts (see MIN_INTERVAL_PROMPTS)."""
