@@ -327,16 +327,16 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
 
 
 # A bootstrap sees only the spread among the prompts it is given: four alike prompts give a narrow
-# interval that the next four can land far outside (held-out code prompts 1-4 put EAGLE-2 at 2.15-2.48x,
-# prompts 1-4 and 13-24 at 2.35-3.10x). Below this many prompts the bench shows none.
+# interval that the next four can land far outside (in one session's runs, held-out code prompts 1-4 put
+# EAGLE-2 at 2.15-2.48x, prompts 1-4 and 13-24 at 2.35-3.10x). Below this many prompts the bench shows none.
 MIN_INTERVAL_PROMPTS = 8
 
 
 def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: int = 2000, seed: int = 0,
                      min_prompts: int = MIN_INTERVAL_PROMPTS) -> tuple[float, float] | None:
     """How far `row`'s speedup over `base` (their times summed over the prompts, in each one's median
-    repeat: the table's ratio) moves with the prompts drawn: a percentile bootstrap over prompts, each draw one
-    resample of the prompts for both rows. Prompts differ far more than repeats do (EAGLE-2 ran from
+    repeat: the table's ratio) moves with the prompts drawn: a percentile bootstrap over prompts, each
+    draw one resample of the prompts for both rows. Prompts differ far more than repeats do (EAGLE-2 ran from
     1.7x to 5.7x prompt by prompt), so this, not the spread of the repeats, says how well a ratio is
     pinned. None with fewer than `min_prompts` prompts (see MIN_INTERVAL_PROMPTS)."""
     n = len(row.prompt_seconds)

@@ -1144,9 +1144,10 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
     must equal target-only's output; sampled (EAGLE_SAMPLED_CANDIDATES by default), prompt i is decoded
     with seed i by every method. The prompts are the first `num_prompts` of the tuning set
     (speclab.workloads.tuning_prompts), which `speclab bench` never times: settings chosen on the
-    prompts they are then measured on would flatter them. Writes head_dir/tree.json, which load_drafter("eagle" / "eagle3")
-    reads for its defaults: the greedy choice at the top, the sampled one under "sampled" (each run
-    keeps the other's entry); `train eagle` and `train eagle3` run both when training ends."""
+    prompts they are then measured on would flatter them. Writes head_dir/tree.json, which
+    load_drafter("eagle" / "eagle3") reads for its defaults: the greedy choice at the top, the sampled
+    one under "sampled" (each run keeps the other's entry); `train eagle` and `train eagle3` run both
+    when training ends."""
     import statistics
 
     from speclab.bench import time_interleaved
