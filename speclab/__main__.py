@@ -190,10 +190,7 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
                "layer_skip": [list(s) for s in args.layer_skip], "k_sweep": args.k_sweep,
                "adaptive_k": args.adaptive_k or max(args.k_sweep or [max(args.k, 8)]),
                "confidence_threshold": args.confidence_threshold,
-               "rows": [dict(method=r.method, new_tokens=r.new_tokens, seconds=r.seconds, tokens_per_s=r.tokens_per_s,
-                             repeat_seconds=r.repeat_seconds, prompt_seconds=r.prompt_seconds,
-                             matches_target_only=r.matches_target_only,
-                             stats=r.stats.to_dict() if r.stats else None) for r in rows]}
+               "rows": [r.to_record() for r in rows]}
     by_name = {r.method: r for r in rows}
     base, spec = by_name.get("speclab target-only"), by_name.get("speclab speculative")
     if base and spec and spec.has_drafts:

@@ -16,7 +16,7 @@ costs measured in the same runs (see its docstring).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 
 import torch
@@ -193,6 +193,24 @@ class BenchRow:
     def tokens_per_round(self) -> float | None:
         return self.stats.mean_tokens_per_round if self.has_drafts else None
 
+    def to_record(self) -> dict:
+        """The row as `bench --json` writes it (the book's records); from_record reads it back."""
+        return dict(method=self.method, new_tokens=self.new_tokens, seconds=self.seconds,
+                    tokens_per_s=self.tokens_per_s, repeat_seconds=self.repeat_seconds,
+                    prompt_seconds=self.prompt_seconds, matches_target_only=self.matches_target_only,
+                    stats=self.stats.to_dict() if self.stats else None)
+
+    @classmethod
+    def from_record(cls, record: dict) -> BenchRow:
+        """A row of a `bench --json` record, so that a chapter computes ratios and speedup_interval from
+        what was recorded as the bench did. The stats' derived entries (rates, means) are recomputed."""
+        stats = record.get("stats")
+        if stats is not None:
+            stats = GenerationStats(**{f.name: stats[f.name] for f in fields(GenerationStats) if f.name in stats})
+        return cls(record["method"], record["new_tokens"], record["seconds"], stats,
+                   record.get("matches_target_only"), list(record.get("repeat_seconds", [])),
+                   list(record.get("prompt_seconds", [])))
+
 
 def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int, **extra):
     # eos_token_id=None: go on past EOS as speclab's loops do (min_new_tokens would forbid EOS instead, and
@@ -351,7 +369,8 @@ def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: 
 
 def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
     base = next((r for r in rows if r.method == baseline), rows[0])
-    lines = [f"{'method':24} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'95% over prompts':>16} "
+    name = max([24] + [len(r.method) for r in rows])  # sweeps' rows carry their setting in the name
+    lines = [f"{'method':{name}} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'95% over prompts':>16} "
              f"{'accept':>7} {'alpha':>6} {'tok/round':>9} {'drafts/round':>12} {'pass width':>10} {'same output':>11}"]
     for r in rows:
         accept = f"{r.acceptance_rate:.3f}" if r.acceptance_rate is not None else "-"
@@ -362,7 +381,7 @@ def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") ->
         same = "-" if r.matches_target_only is None else ("yes" if r.matches_target_only else "no")
         interval = speedup_interval(r, base) if r is not base else None
         spread = f"{interval[0]:.2f}-{interval[1]:.2f}x" if interval else "-"
-        lines.append(f"{r.method:24} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
+        lines.append(f"{r.method:{name}} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
                      f"{spread:>16} {accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {width:>10} {same:>11}")
     prompts = len(base.prompt_seconds)
     if 2 <= prompts < MIN_INTERVAL_PROMPTS:

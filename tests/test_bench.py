@@ -1,4 +1,6 @@
 """The benchmark: interleaved repeats, exact outputs, and the model check's arithmetic."""
+import json
+
 import pytest
 
 from speclab import theory
@@ -21,6 +23,15 @@ def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
     assert spec.new_tokens == 24 and sum(spec.accepted_lengths) == spec.rounds
     assert spec.draft_s > 0 and spec.target_s > 0 and spec.prefill_s + spec.draft_s + spec.target_s < spec.wall_s
     assert base.draft_s == 0 and base.target_s > 0 and rows[0].alpha is None
+
+
+def test_a_recorded_row_reads_back_as_the_row_the_bench_measured(pair, prompt):
+    methods = ("speclab target-only", "speclab speculative", "hf target-only")
+    rows = run_bench(*pair, [prompt, prompt[:5]], k=3, max_new_tokens=8, methods=methods, repeats=1)
+    back = [BenchRow.from_record(json.loads(json.dumps(r.to_record()))) for r in rows]  # as a book record holds it
+    assert format_table(back) == format_table(rows)
+    assert back[1].stats == rows[1].stats and back[1].alpha == rows[1].alpha and back[2].stats is None
+    assert back[1].prompt_seconds == rows[1].prompt_seconds and back[1].tokens_per_s == rows[1].tokens_per_s
 
 
 def test_a_slow_stretch_of_the_machine_slows_every_method_alike(pair, prompt, monkeypatch):
@@ -147,6 +158,8 @@ def test_prompt_lookup_rules_become_rows_side_by_side(pair, prompt):
     assert [r.method for r in rows] == ["speclab target-only", "speclab prompt-lookup latest",
                                         "speclab prompt-lookup frequent", "hf prompt-lookup"]
     assert rows[1].stats.k == rows[2].stats.k == 6 and all(r.matches_target_only for r in rows[1:])
+    table = format_table(rows).splitlines()  # one prompt: no footer
+    assert len({len(line) for line in table}) == 1, "a long row name pushed its columns out of line"
 
 
 def test_k_sweep_adaptive_k_layer_skip_and_mtp_rows_side_by_side(pair, prompt, tmp_path):
