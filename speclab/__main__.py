@@ -168,6 +168,7 @@ def cmd_bench(args) -> None:
 def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     from speclab import theory
     from speclab.bench import default_methods, format_table, model_check, run_bench
+    from speclab.notebook import cpu_name
     from speclab.profiling import cost_ratio, forward_ms_by_positions
     prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
     methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else \
@@ -184,8 +185,9 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
                      layer_skip=args.layer_skip, k_sweep=args.k_sweep, adaptive_k=args.adaptive_k,
                      confidence_thresholds=args.confidence_threshold)
     print(format_table(rows))
-    summary = {"device": str(device), "workload": workload, "k": args.k, "lookup_k": args.lookup_k or args.k,
-               "threads": torch.get_num_threads(),
+    # a ratio depends on the machine (how it charges a pass over several positions): say which one
+    summary = {"device": str(device), "cpu": cpu_name(), "torch": torch.__version__, "workload": workload,
+               "k": args.k, "lookup_k": args.lookup_k or args.k, "threads": torch.get_num_threads(),
                "lookahead": [list(s) for s in args.lookahead],
                "layer_skip": [list(s) for s in args.layer_skip], "k_sweep": args.k_sweep,
                "adaptive_k": args.adaptive_k or max(args.k_sweep or [max(args.k, 8)]),

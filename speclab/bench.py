@@ -367,6 +367,22 @@ def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: 
     return ratios[int(tail * draws)].item(), ratios[min(draws - 1, int((1 - tail) * draws))].item()
 
 
+def round_costs(row: BenchRow, base: BenchRow) -> dict[str, float]:
+    """Where `row`'s rounds went, each term in decode steps of `base` (target-only: its target time
+    per token): "draft", "verify" and "other" per round, beside "tpr" (tokens a round emitted, one per
+    target pass), "passes" (drafter passes a round) and "nodes" (drafts verified a round). The speedup
+    is about tpr / (draft + verify + other): tokens per pass belong to the drafter and the text, the
+    round's cost in decode steps to the machine, which is why one drafter's ratio moves between
+    machines while its tokens per pass do not."""
+    if not row.has_drafts or base.stats is None or base.stats.k or not base.stats.rounds:
+        raise ValueError(f"round_costs needs a row that drafted ({row.method!r}) and a target-only base row "
+                         f"({base.method!r})")
+    st, step = row.stats, base.stats.target_s / base.stats.rounds
+    per_round = lambda seconds: seconds / st.rounds / step  # noqa: E731
+    return dict(tpr=st.mean_tokens_per_round, draft=per_round(st.draft_s), verify=per_round(st.target_s),
+                other=per_round(st.other_s), passes=st.draft_calls / st.rounds, nodes=st.drafted / st.rounds)
+
+
 def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
     base = next((r for r in rows if r.method == baseline), rows[0])
     name = max([24] + [len(r.method) for r in rows])  # sweeps' rows carry their setting in the name

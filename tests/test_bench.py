@@ -4,7 +4,7 @@ import json
 import pytest
 
 from speclab import theory
-from speclab.bench import BenchRow, format_table, model_check, run_bench, speedup_interval
+from speclab.bench import BenchRow, format_table, model_check, round_costs, run_bench, speedup_interval
 from speclab.stats import GenerationStats
 
 
@@ -120,6 +120,22 @@ def test_model_check_puts_costs_in_target_token_units():
     assert "measured/modelled" in str(check)
     with pytest.raises(ValueError, match="drafted"):
         model_check(base, base)
+
+
+def test_round_costs_are_in_decode_steps_of_the_target_only_row():
+    # target-only: 100 decode steps in 0.8 s of target time -> 8 ms a step
+    base = BenchRow("speclab target-only", 100, 1.0,
+                    GenerationStats(new_tokens=100, wall_s=1.0, prefill_s=0.1, target_s=0.8, rounds=100))
+    # 20 rounds of 5 tokens: 0.24 s verifying (1.5 steps a round), 0.08 s drafting, 0.02 s else
+    spec = BenchRow("speclab eagle", 100, 0.44, GenerationStats(
+        method="speculative", k=8, new_tokens=100, rounds=20, draft_calls=120, drafted=140, accepted=80,
+        rejections=15, prefill_s=0.1, draft_s=0.08, target_s=0.24, wall_s=0.44))
+    cost = round_costs(spec, base)
+    assert cost == pytest.approx(dict(tpr=5.0, draft=0.5, verify=1.5, other=0.125, passes=6.0, nodes=7.0))
+    with pytest.raises(ValueError, match="drafted"):
+        round_costs(base, base)
+    with pytest.raises(ValueError, match="target-only"):
+        round_costs(spec, spec)
 
 
 def test_combined_stats_sum_runs_and_refuse_mixed_methods():

@@ -4,8 +4,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from speclab.__main__ import main
+from speclab.notebook import cpu_name
 
 
 def test_help_lists_every_command():
@@ -36,7 +38,8 @@ def test_generate_and_bench_on_a_local_pair(tmp_path, capsys):
     for method in ("speclab target-only", "speclab speculative", "hf assisted", "hf prompt-lookup"):
         assert method in table
     assert "target torch.float32, draft torch.float16" in table  # the CPU default
-    assert (tmp_path / "bench.json").exists()
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert record["cpu"] == cpu_name() and record["torch"] == torch.__version__  # which machine timed it
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"),
           "--prompt", "import os\nimport sys\nimport os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "lookahead", "--lookahead", "3,3,2"])
