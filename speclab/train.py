@@ -318,9 +318,14 @@ def resolve_preset(preset: str, overrides: dict) -> Preset:
 
 
 def hardware(dev: torch.device) -> str:
+    """What a training record or a timed choice ran on: the GPU, or the CPU's model name (timings, and
+    the settings chosen from them, differ between CPUs of one architecture: chapter 8.7) and threads."""
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
-    return f"{platform.machine()}, {torch.get_num_threads()} CPU threads" if dev.type == "cpu" else str(dev)
+    if dev.type != "cpu":
+        return str(dev)
+    from speclab.notebook import cpu_name
+    return f"{cpu_name()} ({platform.machine()}), {torch.get_num_threads()} CPU threads"
 
 
 def train_drafts(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, train: torch.Tensor,

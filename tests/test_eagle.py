@@ -340,6 +340,7 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     import json
 
     import speclab
+    from speclab.notebook import cpu_name
     from speclab.train import install_eagle
     from speclab.train import main as train_main
     pair = tmp_path / "pair"
@@ -356,6 +357,7 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     # EAGLE-2's settings chosen by timing, on held-out prompts that speclab bench does not time
     tree = json.loads((out / "eagle" / "tree.json").read_text())
     assert tree["prompts"] == "held-out code prompts 5-5"
+    assert tree["hardware"].startswith(cpu_name())  # timings name their CPU
     assert len(tree["table"]) == len(speclab.train.EAGLE_TREE_CANDIDATES)
     assert tuple(tree[name] for name in TREE_SETTINGS) in speclab.train.EAGLE_TREE_CANDIDATES
     # and, timed at temperature 1, the settings of sampled rounds
