@@ -168,7 +168,7 @@ def cmd_bench(args) -> None:
 def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
     from speclab import theory
     from speclab.bench import default_methods, format_table, model_check, run_bench
-    from speclab.notebook import cpu_name
+    from speclab.devices import cpu_name
     from speclab.profiling import cost_ratio, forward_ms_by_positions
     prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
     methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else \

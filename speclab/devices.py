@@ -1,10 +1,20 @@
-"""Where models run and in which precision: one place for every device decision."""
+"""Where models run, in which precision, and on which machine: one place for every device decision."""
 from __future__ import annotations
 
+import platform
 import time
 from contextlib import contextmanager
 
 import torch
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), or what platform knows of it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:

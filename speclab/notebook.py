@@ -10,6 +10,7 @@ import platform
 
 import torch
 
+from speclab.devices import cpu_name  # noqa: F401  (the machine line names the CPU; kept importable here)
 from speclab.stats import Round
 
 
@@ -23,15 +24,6 @@ def glue(name: str, value, display: bool = True) -> None:
         return None
     myst_glue(name, value, display=display)
     return None
-
-
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux), or what platform knows of it."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def precision(target: torch.nn.Module, draft: torch.nn.Module | None = None) -> str:

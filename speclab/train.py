@@ -324,7 +324,7 @@ def hardware(dev: torch.device) -> str:
         return torch.cuda.get_device_name(dev)
     if dev.type != "cpu":
         return str(dev)
-    from speclab.notebook import cpu_name
+    from speclab.devices import cpu_name
     return f"{cpu_name()} ({platform.machine()}), {torch.get_num_threads()} CPU threads"
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from speclab.__main__ import main
-from speclab.notebook import cpu_name
+from speclab.devices import cpu_name
 
 
 def test_help_lists_every_command():

@@ -340,7 +340,7 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     import json
 
     import speclab
-    from speclab.notebook import cpu_name
+    from speclab.devices import cpu_name
     from speclab.train import install_eagle
     from speclab.train import main as train_main
     pair = tmp_path / "pair"
