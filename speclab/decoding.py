@@ -14,8 +14,9 @@ import torch
 
 from speclab.adaptive import check_confidence_threshold, make_schedule
 from speclab.devices import timer
-from speclab.drafters import Draft, Drafter, ModelDrafter
-from speclab.runner import ModelRunner, context_length, model_device
+from speclab.drafting import Draft, Drafter
+from speclab.methods.draft_model import ModelDrafter
+from speclab.runner import ModelRunner, context_length
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
 from speclab.stats import GenerationResult, GenerationStats, Round
 from speclab.verification import typical_accept_tree, verify_tree
@@ -110,6 +111,27 @@ def generate(target: torch.nn.Module, input_ids: torch.Tensor | Sequence[int], *
 ACCEPTANCE_RULES = ("rejection", "typical")
 
 
+def as_drafter(draft: torch.nn.Module | Drafter, device: torch.device) -> Drafter:
+    """A Drafter (a bare model becomes a draft-model drafter) whose network runs on `device`."""
+    drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
+    if drafter.device is not None and drafter.device != device:
+        raise ValueError(f"target is on {device} but the {drafter.name} is on {drafter.device}: move both to the "
+                         "same device (model.to(device))")
+    return drafter
+
+
+def round_depth(k: int | None, drafter: Drafter) -> int:
+    """k, the draft tokens (or tree depth) a round may propose: as given, or the drafter's own depth."""
+    if k is None:
+        k = drafter.own_depth
+        if k is None:
+            raise ValueError(f"pass k, the draft tokens per round (for example k=4): the {drafter.name} drafter "
+                             "has no depth of its own")
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k (draft tokens per round, or tree depth) must be an integer >= 1, got {k!r}")
+    return k
+
+
 def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Drafter,
                          input_ids: torch.Tensor | Sequence[int], *, k: int | None = None, max_new_tokens: int,
                          temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
@@ -121,28 +143,23 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     tokens (a chain) or a tree at most k deep, the target checks them all in one forward pass, and the
     rejection rule decides. k None: the depth of the drafter's own tree (EAGLE-2's, measured for its head:
     Drafter.own_depth); drafters without one need k. Greedy output equals `generate`'s; sampled output has
-    the same distribution. acceptance="typical" swaps in Medusa-2's typical acceptance (typical_epsilon,
+    the same distribution. acceptance="typical" swaps in Medusa's typical acceptance (typical_epsilon,
     typical_delta): it accepts more when sampling, and it is NOT lossless; its stats say so. Adaptive K
     (speclab.adaptive), k the upper bound: k_schedule="heuristic" is transformers' schedule (+2 after a
     fully accepted round, -1 otherwise); confidence_threshold stops a chain drafter's round at the first
-    token its draft was less sure of (top probability below it). Both lossless."""
-    drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
-    if k is None:
-        k = drafter.own_depth
-        if k is None:
-            raise ValueError(f"pass k, the draft tokens per round (for example k=4): the {drafter.name} drafter "
-                             "has no depth of its own")
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k (draft tokens per round, or tree depth) must be an integer >= 1, got {k!r}")
+    token its draft was less sure of (top probability below it). Both lossless.
+
+    What the loop asks of a drafter is the Drafter interface (speclab.drafting): start, propose, update,
+    and take_features / take_side_logits for those that read the target's features or ride along in
+    its pass; its device, depth and pass count are declared there too."""
+    runner = ModelRunner(target, who="target model")
+    drafter = as_drafter(draft, runner.device)
+    k = round_depth(k, drafter)
     if acceptance not in ACCEPTANCE_RULES:
         raise ValueError(f"acceptance must be one of {ACCEPTANCE_RULES}, got {acceptance!r}")
     schedule = make_schedule(k_schedule, k)
     sampling = SamplingParams(temperature, top_k, top_p)
-    runner = ModelRunner(target, who="target model")
     drafter.set_confidence_threshold(check_confidence_threshold(confidence_threshold))
-    if isinstance(drafter, ModelDrafter) and model_device(drafter.model) != runner.device:
-        raise ValueError(f"target is on {runner.device} but the draft is on {model_device(drafter.model)}: "
-                         "move both to the same device (model.to(device))")
     vocab = vocab_size(target)
     prompt = as_prompt(input_ids, runner.device, vocab)
     check_length(target, len(prompt), max_new_tokens)
@@ -171,9 +188,9 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
             with timer(runner.device) as drafting:
                 proposal = drafter.propose(ids, k_round, sampling, generator) if k_round > 0 else None
             proposal = proposal.cut(k_round) if proposal is not None else Draft(ids.new_empty(0))
-            n_drafted, tree = len(proposal), proposal.tree
+            n_drafted, tree, side = len(proposal), proposal.tree, proposal.side
 
-            cached, side = runner.length, proposal.side
+            cached = runner.length
             with timer(runner.device) as verifying:  # N + 1 rows: a check for every node, and the bonus
                 logits, hidden = runner.verify_pass(
                     torch.cat([ids[-1:], proposal.tokens] + ([side.tokens] if side is not None else [])),
@@ -181,10 +198,6 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
             if side is not None:  # rows the drafter added for their logits alone (lookahead's window)
                 drafter.take_side_logits(logits[n_drafted + 1:])
                 logits = logits[:n_drafted + 1]
-            stats.draft_s += drafting["seconds"]
-            stats.target_s += verifying["seconds"]
-            stats.target_calls += 1
-            stats.verified_positions += n_drafted + 1 + (len(side) if side is not None else 0)
             check_finite(logits, "target model")
             width = max(logits.shape[-1], proposal.vocab_width)
             p = pad_vocab(sampling.probs(logits), width)
@@ -201,19 +214,15 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                 drafter.take_features(hidden[[0] + [1 + i for i in path]])
             drafter.update(ids, len(path))
 
-            n = len(path)
-            schedule.update(n_drafted, n)
-            stats.rounds += 1
-            stats.drafted += n_drafted
-            stats.accepted += n
-            stats.rejections += int(any(parent == (path[-1] if path else -1) for parent in tree))
-            stats.accepted_lengths[n] += 1
-            trace.append(Round(proposal.tokens.tolist(), n, next_token,
+            schedule.update(n_drafted, len(path))
+            stats.add_round(n_drafted, path, tree, len(side) if side is not None else 0,
+                            drafting["seconds"], verifying["seconds"])
+            trace.append(Round(proposal.tokens.tolist(), len(path), next_token,
                                None if proposal.is_chain else tree, None if proposal.is_chain else path))
             new, stopped = cut_at_stop(new, stops)
             out.extend(new)
             if stopped or len(out) >= max_new_tokens:
                 break
     stats.prefill_s, stats.wall_s, stats.new_tokens = prefill["seconds"], total["seconds"], len(out)
-    stats.draft_calls = getattr(drafter, "forward_calls", 0)
+    stats.draft_calls = drafter.forward_calls
     return GenerationResult(torch.tensor(out, dtype=torch.long), stats, trace)

@@ -42,6 +42,21 @@ class GenerationStats:
     device: str = "cpu"
     lossless: bool = True       # False when an acceptance rule that changes the distribution was used
 
+    def add_round(self, drafted: int, path: list[int], parents: list[int], side: int, draft_s: float,
+                  verify_s: float) -> None:
+        """Count one round: `drafted` nodes under `parents` verified with `side` tokens riding along, the
+        accepted `path`, and the seconds spent drafting and verifying."""
+        self.rounds += 1
+        self.target_calls += 1
+        self.drafted += drafted
+        self.accepted += len(path)
+        self.verified_positions += drafted + 1 + side
+        # a refusal: some node was offered below the path's end (for a chain, the next draft)
+        self.rejections += int(any(parent == (path[-1] if path else -1) for parent in parents))
+        self.accepted_lengths[len(path)] += 1
+        self.draft_s += draft_s
+        self.target_s += verify_s
+
     @property
     def acceptance_rate(self) -> float:
         """Accepted drafts / drafted tokens (the fraction of the target's checking that paid off)."""

@@ -7,11 +7,12 @@ import torch
 import tests.test_lossless as lossless
 from speclab import generate, speculative_generate
 from speclab.adaptive import HeuristicK, check_confidence_threshold, confidence, make_schedule
-from speclab.drafters import ModelDrafter, PromptLookupDrafter
-from speclab.eagle import EagleDrafter
-from speclab.evaluate import chi_square_pvalue
+from speclab.methods.draft_model import ModelDrafter
+from speclab.methods.ngram import PromptLookupDrafter
+from speclab.methods.eagle import EagleDrafter
+from speclab.measure.card import chi_square_pvalue
 from tests.conftest import tiny_model
-from tests.test_eagle import random_head
+from tests.methods.test_eagle import random_head
 
 PROMPT = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30, 5, 17, 42, 9])
 ADAPTIVE = [dict(k_schedule="heuristic"), dict(confidence_threshold=0.4), dict(confidence_threshold=0.9),
@@ -126,7 +127,7 @@ class PlaysSafeWhenItStops(ModelDrafter):
     point-mass rule is lossless for any proposed token, however it was chosen.)"""
 
     def propose(self, ids, k, sampling, generator=None):
-        from speclab.drafters import Draft
+        from speclab.drafting import Draft
         draft = super().propose(ids, k, sampling, generator)
         if len(draft) < k:  # stopped early
             tokens = draft.tokens.clone()

@@ -1,0 +1,491 @@
+"""Lab checks: what a learner calls in a lab, and what the check cases of a lab are written with.
+
+For learners: `lab = Lab("lab01")`, then `check("q1")` (or `check(my_function)`) after each question. It
+runs that question's checks against the names the notebook defined, prints a pass or the first failing
+case in words with a hint, never raises, and returns a `CheckResult`. `score()` prints the whole lab.
+In a learner notebook the checks are the public ones, read from `speclab/course/labs/labNN.py`; the grade also
+counts hidden checks of the same ideas, which are not shipped.
+
+For lab authors: a test cell (or a public-check file) declares questions with `lab.question` and registers
+cases with `@lab.case`. A case receives the learner's answer and calls `expect(condition, message)` or one
+of the helpers (`expect_equal`, `expect_close`, `expect_allclose`, `expect_distribution`), with a message
+that says what happened in the learner's terms (`show`, `unfinished`). Each case runs with its own seed,
+with what the learner's code prints captured, and under a time limit.
+
+The instructor's tools live elsewhere: `speclab.course.labbuild` writes the learner versions and public-check
+files from the sources, and `speclab.course.grading` grades a folder of submissions.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import linecache
+import math
+import os
+import signal
+import sys
+import threading
+import traceback
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # speclab/: library code, not the learner's
+CASE_TIME_LIMIT_S = 60.0  # one case of one question; an endless loop in a learner's function ends here
+
+
+# ================================================================ what a check case uses
+class CheckFailed(AssertionError):
+    """Raised by a case (through `expect`) with a message written for the learner."""
+
+
+class _CaseTimeout(BaseException):  # BaseException: a learner's `except Exception` must not swallow it
+    pass
+
+
+def expect(condition: Any, message: str) -> None:
+    """Fail the current case with `message` (what happened, in words) unless `condition` holds."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def show(x: Any, digits: int = 4) -> str:
+    """A short, readable form of a value for a message: floats rounded, long lists and tensors summarised."""
+    x = plain(x)
+    if isinstance(x, float):
+        if math.isnan(x) or math.isinf(x):
+            return repr(x)
+        return f"{x:.{digits}g}" if abs(x) < 1e5 else f"{x:.{digits}e}"
+    if isinstance(x, list):
+        if x and isinstance(x[0], list):
+            if len(x) * len(x[0]) > 16:
+                return f"a {len(x)} x {len(x[0])} table starting {show(x[0][:4], digits)[:-1]}, ...]"
+        elif len(x) > 16:
+            return f"a list of {len(x)} items starting {show(x[:4], digits)[:-1]}, ...]"
+        return "[" + ", ".join(show(v, digits) for v in x) + "]"
+    return repr(x)
+
+
+def plain(x: Any) -> Any:
+    """Tensors, numpy arrays and tuples as plain Python (lists, floats, ints), for comparing and showing."""
+    if hasattr(x, "detach") and hasattr(x, "tolist"):  # torch.Tensor
+        x = x.detach().cpu().tolist()
+    elif hasattr(x, "tolist") and type(x).__module__.startswith("numpy"):
+        x = x.tolist()
+    if isinstance(x, tuple):
+        return [plain(v) for v in x]
+    if isinstance(x, list):
+        return [plain(v) for v in x]
+    return x
+
+
+UNFINISHED = ("it looks unfinished: write your code where it says `# YOUR CODE HERE` (in place of the `...`) "
+              "and `return` the result")
+
+
+def unfinished(call: str) -> str:
+    """The message for a function that returned None: most likely the untouched stub."""
+    return f"{call} returned None. {UNFINISHED[0].upper() + UNFINISHED[1:]}."
+
+
+def _mismatch(call: str, got: Any, want: str, why: str = "") -> str:
+    """'call returned X; expected Y (why)', or, for an untouched stub, a message that says so."""
+    tail = f" ({why})" if why else ""
+    if got is None:
+        return f"{call} returned None, not {want}{tail}. {UNFINISHED[0].upper() + UNFINISHED[1:]}."
+    if got is Ellipsis:
+        return f"{call} is still `...`, not {want}{tail}: replace it with your answer."
+    return f"{call} returned {show(got)}; expected {want}{tail}"
+
+
+def expect_equal(got: Any, want: Any, call: str, why: str = "") -> None:
+    """Exact equality after `plain` (so a tensor, a tuple and a list of the same numbers are equal)."""
+    g, w = plain(got), plain(want)
+    if isinstance(w, bool) or isinstance(g, bool):
+        ok = type(g) is type(w) and g == w
+    else:
+        ok = g == w
+    expect(ok, _mismatch(call, got, show(want), why))
+
+
+def expect_close(got: Any, want: float, call: str, tol: float = 1e-6, rel: float = 1e-6, why: str = "") -> None:
+    """A number within tol (absolute) or rel (relative) of `want`; nan expects nan."""
+    g = plain(got)
+    if isinstance(g, list) and len(g) == 1:
+        g = g[0]
+    tail = f" ({why})" if why else ""
+    msg = _mismatch(call, got, show(want, 6), why)
+    if not isinstance(g, (int, float)) or isinstance(g, bool):
+        raise CheckFailed(msg if got is None or got is Ellipsis else
+                          f"{call} returned {show(got)} ({type(got).__name__}); expected a number, {show(want, 6)}{tail}")
+    if isinstance(want, float) and math.isnan(want):
+        expect(math.isnan(g), msg)
+        return
+    expect(not math.isnan(g) and abs(g - want) <= max(tol, rel * abs(want)), msg)
+
+
+def expect_allclose(got: Any, want: Any, call: str, atol: float = 1e-5, why: str = "") -> None:
+    """A tensor (or nested list) of the same shape as `want`, element by element within atol."""
+    import torch
+    expect(got is not None, _mismatch(call, got, "a tensor like " + show(want), why))
+    try:
+        g = torch.as_tensor(plain(got), dtype=torch.float64)
+    except (TypeError, ValueError):
+        raise CheckFailed(f"{call} returned {type(got).__name__} {show(got)}; expected a tensor like {show(want)}")
+    w = torch.as_tensor(plain(want), dtype=torch.float64)
+    expect(g.shape == w.shape, f"{call} returned shape {tuple(g.shape)}; expected shape {tuple(w.shape)}"
+           + (f" ({why})" if why else ""))
+    bad = ~torch.isclose(g, w, atol=atol, rtol=0, equal_nan=True)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        where = idx[0] if len(idx) == 1 else idx
+        raise CheckFailed(f"{call} returned {show(g)}; expected {show(w)}: at index {where} you have "
+                          f"{show(float(g[idx]))}, expected {show(float(w[idx]))}" + (f" ({why})" if why else ""))
+
+
+def expect_distribution(counts: Any, probs: Any, what: str, p_min: float = 1e-4, why: str = "") -> None:
+    """Observed counts must be a plausible sample of `probs` (chi-square test, p-value >= p_min; with
+    the fixed seeds of a case a correct answer passes every time). Mass where probs is 0 fails at once."""
+    from scipy.stats import chisquare
+    c = [float(v) for v in plain(counts)]
+    p = [float(v) for v in plain(probs)]
+    n = sum(c)
+    for i, (ci, pi) in enumerate(zip(c, p)):
+        expect(not (pi == 0 and ci > 0), f"{what}: outcome {i} came up {int(ci)} times but has probability 0"
+               + (f" ({why})" if why else ""))
+    keep = [i for i, pi in enumerate(p) if pi > 0]
+    obs = [c[i] for i in keep]
+    exp = [p[i] * n / sum(p[j] for j in keep) for i in keep]
+    pvalue = 1.0 if len(keep) < 2 else float(chisquare(obs, exp).pvalue)
+    freq = [round(ci / n, 3) for ci in c] if n else c
+    expect(pvalue >= p_min, f"{what}: frequencies {freq} over {int(n)} draws, but the correct probabilities are "
+           f"{[round(pi, 3) for pi in p]} (chi-square p-value {pvalue:.1e})" + (f" ({why})" if why else ""))
+
+
+# ================================================================ results
+@dataclass
+class CaseResult:
+    question: str
+    name: str
+    passed: bool
+    message: str = ""
+    hint: str = ""
+    hidden: bool = False
+    printed: str = ""
+
+
+@dataclass
+class CheckResult:
+    """What `check` found for one question. `str(result)` is the report `check` printed."""
+
+    lab: str
+    question: str
+    answer: str
+    cases: list[CaseResult] = field(default_factory=list)
+    points: float = 1.0
+    error: str = ""
+
+    @property
+    def total(self) -> int:
+        return len(self.cases)
+
+    @property
+    def n_passed(self) -> int:
+        return sum(c.passed for c in self.cases)
+
+    @property
+    def passed(self) -> bool:
+        return not self.error and self.total > 0 and self.n_passed == self.total
+
+    @property
+    def first_failure(self) -> CaseResult | None:
+        return next((c for c in self.cases if not c.passed), None)
+
+    @property
+    def earned(self) -> float:
+        return self.points * self.n_passed / self.total if self.total else 0.0
+
+    def _kinds(self) -> str:
+        hidden = sum(c.hidden for c in self.cases)
+        if not hidden:
+            return f"{self.total} public check{'s' * (self.total != 1)}"
+        return f"{self.total} checks ({self.total - hidden} public, {hidden} hidden)"
+
+    def report(self, hidden_details: bool = True) -> str:
+        """The pass, or the first failing case in words with its hint. With hidden_details=False (the
+        grader's feedback to a learner) hidden cases are only counted: their names and messages, which
+        would give their inputs away, are left out."""
+        head = f"{self.question} · {self.answer}" if self.answer else self.question
+        if self.error:
+            return f"{head}: {self.error}"
+        if self.passed:
+            return f"✓ {head}: all {self._kinds()} passed."
+        lines = [f"✗ {head}: {self.n_passed} of {self._kinds()} passed."]
+        bad = next((c for c in self.cases if not c.passed and (hidden_details or not c.hidden)), None)
+        if bad is not None:
+            lines += [f"  First failing check: {bad.name}", f"  What happened: {bad.message}"]
+            if bad.printed:
+                lines.append("  Your code printed: " + bad.printed.strip()[:500].replace("\n", "\n    "))
+            if bad.hint:
+                lines.append(f"  Hint: {bad.hint}")
+        failed_hidden = sum(c.hidden and not c.passed for c in self.cases)
+        if not hidden_details and failed_hidden:
+            lines.append(f"  {failed_hidden} hidden check{'s' * (failed_hidden != 1)} failed: they test the same "
+                         "ideas on other cases, so make sure your code is right in general, not only on the "
+                         "public checks.")
+        return "\n".join(lines)
+
+    __str__ = report
+
+    def __repr__(self) -> str:
+        return f"CheckResult({self.question!r}, passed {self.n_passed}/{self.total})"
+
+    def _ipython_display_(self) -> None:
+        """`check` has already printed the report; showing the object again would repeat it."""
+
+
+@dataclass
+class ScoreSummary:
+    lab: str
+    results: list[CheckResult]
+
+    @property
+    def points(self) -> float:
+        return sum(r.earned for r in self.results)
+
+    @property
+    def max_points(self) -> float:
+        return sum(r.points for r in self.results)
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    def report(self) -> str:
+        hidden = any(c.hidden for r in self.results for c in r.cases)
+        lines = [f"{self.lab}: score over the {'public and hidden' if hidden else 'public'} checks"]
+        width = max((len(r.answer) for r in self.results), default=0)
+        for r in self.results:
+            mark = "✓" if r.passed else "✗"
+            lines.append(f"  {mark} {r.question:<4} {r.answer:<{width}}  {r.n_passed:>2}/{r.total:<2} checks   "
+                         f"{r.earned:.2f} of {r.points:g} points")
+        done = sum(r.passed for r in self.results)
+        lines.append(f"  Total: {self.points:.2f} of {self.max_points:g} points; "
+                     f"{done} of {len(self.results)} questions complete.")
+        if not hidden:
+            lines.append("  (Public checks only: the grade also counts hidden checks of the same ideas.)")
+        return "\n".join(lines)
+
+    __str__ = report
+
+    def __repr__(self) -> str:
+        return f"ScoreSummary({self.lab!r}, {self.points:.2f}/{self.max_points:g})"
+
+    def _ipython_display_(self) -> None:
+        """`score` has already printed the report."""
+
+
+# ================================================================ the lab: questions, cases, check, score
+@dataclass
+class Question:
+    qid: str
+    answer: str
+    points: float = 1.0
+    title: str = ""
+
+
+@dataclass
+class Case:
+    question: str
+    name: str
+    func: Callable[[Any], None]
+    hint: str = ""
+    hidden: bool = False
+
+
+class Lab:
+    """The questions and check cases of one lab.
+
+    In a learner notebook, `Lab("lab01")` finds no cases in the notebook and loads the public checks
+    shipped in `speclab/course/labs/lab01.py` the first time `check` or `score` runs. In the instructor source,
+    the test cells register the cases themselves (public and hidden), so nothing is loaded.
+    """
+
+    def __init__(self, name: str, public_tests: bool = True, time_limit: float | None = CASE_TIME_LIMIT_S):
+        self.name = name
+        self.questions: dict[str, Question] = {}
+        self.cases: list[Case] = []
+        self.time_limit = time_limit
+        self._load_public = public_tests
+        self._test_files: set[str] = {__file__}
+
+    # ---- registering (test cells, or the packaged public file)
+    def question(self, qid: str, answer: str, points: float = 1.0, title: str = "") -> None:
+        """Declare question `qid`: the learner defines the name `answer` (a function or a value)."""
+        self._load_public = False
+        self.questions[qid] = Question(qid, answer, points, title)
+
+    def case(self, qid: str, name: str, hint: str = "", hidden: bool = False):
+        """Decorator: `func(answer)` is one check case of question `qid`; it raises CheckFailed (via
+        `expect`) with a message for the learner. Re-registering a (qid, name) replaces the old case."""
+        self._load_public = False
+
+        def register(func: Callable[[Any], None]) -> Callable[[Any], None]:
+            self._test_files.add(func.__code__.co_filename)
+            self.cases = [c for c in self.cases if (c.question, c.name) != (qid, name)]
+            self.cases.append(Case(qid, name, func, hint, hidden))
+            return func
+        return register
+
+    def load_public(self) -> None:
+        """Run the public checks shipped with speclab (speclab/course/labs/<name>.py) against this Lab."""
+        from importlib import resources
+        path = resources.files("speclab.course.labs").joinpath(f"{self.name}.py")
+        if not path.is_file():
+            raise FileNotFoundError(f"speclab has no public checks for {self.name!r}: is speclab up to date? "
+                                    "(pip install -U speclab, or rerun the Colab setup cell)")
+        self.load_tests(path.read_text(encoding="utf-8"), str(path))
+
+    def load_tests(self, source: str, filename: str = "<lab tests>") -> None:
+        """Execute test code (test cells or a public-check file) with `lab` bound to this Lab."""
+        self._test_files.add(filename)
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), {"lab": self, "__name__": f"speclab.course.labs.{self.name}"})
+        self._load_public = False
+
+    def _ensure_loaded(self) -> None:
+        if self._load_public:
+            self.load_public()
+
+    # ---- running
+    def resolve(self, q: Any) -> Question | None:
+        """A question from its id ("q1"), its answer's name, or the answer object itself."""
+        if isinstance(q, str):
+            if q in self.questions:
+                return self.questions[q]
+            return next((x for x in self.questions.values() if x.answer == q), None)
+        name = getattr(q, "__name__", None)
+        return next((x for x in self.questions.values() if x.answer == name), None)
+
+    def run(self, qid: str, ns: dict, hidden: bool = True) -> CheckResult:
+        """Every case of question `qid` against the namespace `ns`."""
+        question = self.questions[qid]
+        result = CheckResult(self.name, qid, question.answer, points=question.points)
+        cases = [c for c in self.cases if c.question == qid and (hidden or not c.hidden)]
+        if not cases:
+            result.error = "this question has no check cases (a defect of the lab: please report it)"
+            return result
+        missing = question.answer not in ns
+        answer = ns.get(question.answer)
+        timed_out = False
+        for case in cases:
+            if missing:
+                message = (f"`{question.answer}` is not defined: run the cell where you wrote it "
+                           "(Shift+Enter), then run this check again")
+                result.cases.append(CaseResult(qid, case.name, False, message, case.hint, case.hidden))
+                continue
+            if timed_out:
+                result.cases.append(CaseResult(qid, case.name, False, "not run: an earlier case took too long",
+                                               case.hint, case.hidden))
+                continue
+            passed, message, printed = self._run_case(case, answer)
+            timed_out = message.startswith("took longer than")
+            result.cases.append(CaseResult(qid, case.name, passed, message, case.hint, case.hidden, printed))
+        return result
+
+    def _run_case(self, case: Case, answer: Any) -> tuple[bool, str, str]:
+        out = io.StringIO()
+        seed = zlib.crc32(f"{self.name}/{case.question}/{case.name}".encode())
+        try:
+            with _isolated_rng(seed), _time_limit(self.time_limit), contextlib.redirect_stdout(out):
+                case.func(answer)
+            return True, "", ""
+        except CheckFailed as err:
+            return False, str(err), out.getvalue()
+        except _CaseTimeout:
+            return False, (f"took longer than {self.time_limit:g} s: is there an endless loop, or a loop over "
+                           "something much larger than needed?"), out.getvalue()
+        except NotImplementedError:
+            return False, f"not attempted yet ({UNFINISHED})", out.getvalue()
+        except Exception as err:  # noqa: BLE001 (whatever the learner's code raises becomes a message)
+            return False, self._describe_error(err), out.getvalue()
+
+    def _describe_error(self, err: Exception) -> str:
+        frames = traceback.extract_tb(err.__traceback__)
+        library = (sys.prefix, sys.base_prefix, os.path.dirname(os.__file__), PACKAGE_DIR)
+        mine = [f for f in frames if f.filename not in self._test_files
+                and not any(f.filename.startswith(p) for p in library if p)]
+        text = f"{type(err).__name__}: {err}".strip()
+        if mine:
+            f = mine[-1]
+            line = (f.line or "").strip()
+            where = f" in `{f.name}`" if f.name not in ("<module>",) else ""
+            return f"your code raised {text}{where}" + (f", at the line `{line}`" if line else "")
+        return f"the check could not use what your code returned: {text}"
+
+    def check(self, q: Any, ns: dict | None = None) -> CheckResult:
+        """Run the checks of one question and print what happened. Never raises."""
+        ns = ns if ns is not None else sys._getframe(1).f_globals
+        try:
+            self._ensure_loaded()
+            question = self.resolve(q)
+            if question is None:
+                known = ", ".join(f"{x.qid} ({x.answer})" for x in self.questions.values())
+                result = CheckResult(self.name, str(getattr(q, "__name__", q)), "",
+                                     error=f"no such question in {self.name}; the questions are {known}")
+            else:
+                result = self.run(question.qid, ns)
+        except Exception as err:  # noqa: BLE001 (a check never raises)
+            result = CheckResult(self.name, str(q), "", error=f"the check itself failed: {type(err).__name__}: {err}")
+        print(result.report())
+        return result
+
+    def score(self, ns: dict | None = None) -> ScoreSummary:
+        """Run every question's checks and print the score of the lab. Never raises."""
+        ns = ns if ns is not None else sys._getframe(1).f_globals
+        try:
+            self._ensure_loaded()
+            summary = ScoreSummary(self.name, [self.run(qid, ns) for qid in self.questions])
+            print(summary.report())
+        except Exception as err:  # noqa: BLE001
+            summary = ScoreSummary(self.name, [])
+            print(f"{self.name}: the score could not be computed: {type(err).__name__}: {err}")
+        return summary
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    usable = (seconds and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def alarm(signum, frame):
+        raise _CaseTimeout()
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _isolated_rng(seed: int):
+    """Each case starts from its own seed (so results repeat) and leaves the notebook's RNGs as they were."""
+    import random
+
+    import numpy as np
+    import torch
+    py_state, np_state = random.getstate(), np.random.get_state()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)

@@ -1,0 +1,152 @@
+"""What the course's notebooks share besides the teaching: which machine produced a timing, numbers
+glued into the book's prose, a decode trace drawn token by token, and token trees drawn.
+
+    from speclab.course.notebook import draw_tree, glue, machine, trace_html
+"""
+from __future__ import annotations
+
+import html
+import platform
+
+import torch
+
+from speclab.devices import cpu_name  # noqa: F401  (the machine line names the CPU; kept importable here)
+from speclab.stats import Round
+
+
+def glue(name: str, value, display: bool = True) -> None:
+    """myst-nb's glue where the book is built (a measured number appears in the prose); elsewhere
+    (Colab, plain Jupyter) it does nothing. It returns None, so that a cell ending in ``glue(...)``
+    shows no raw number under it."""
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        return None
+    myst_glue(name, value, display=display)
+    return None
+
+
+def precision(target: torch.nn.Module, draft: torch.nn.Module | None = None) -> str:
+    """What the timings' precision is: 'torch.float32', or 'torch.float32 target, torch.float16 draft'
+    when the two differ (on a CPU the draft runs in half precision, see devices.draft_dtype)."""
+    if draft is None or draft.dtype == target.dtype:
+        return str(target.dtype)
+    return f"{target.dtype} target, {draft.dtype} draft"
+
+
+MACHINE_WIDTH = 72  # characters per line of the machine line: it fits the book's output box with a prefix
+
+
+def machine(device: torch.device | str, dtype: torch.dtype | str | None = None, width: int = MACHINE_WIDTH) -> str:
+    """What a timing depends on: CPU, torch threads, torch version, device (and GPU), dtype. One line
+    when it fits in `width` characters, otherwise broken after a comma, continuation lines indented."""
+    device = torch.device(device)
+    threads = torch.get_num_threads()
+    parts = [cpu_name(), f"{threads} thread{'' if threads == 1 else 's'}", f"torch {torch.__version__}",
+             f"device {device}"]
+    if device.type == "cuda":
+        parts.append(f"GPU {torch.cuda.get_device_name(device)}")
+    if dtype is not None:
+        parts.append("dtype " + str(dtype).replace("torch.", ""))
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += ", " + part
+        else:
+            lines[-1] += ","
+            lines.append("  " + part)
+    return "\n".join(lines)
+
+
+def environment_report(device: torch.device | str, dtype: torch.dtype | str | None = None) -> dict:
+    """Python, library versions, device, threads and GPU memory: the facts a reader compares timings by."""
+    import transformers
+
+    import speclab
+    device = torch.device(device)
+    report = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
+              "transformers": transformers.__version__, "speclab": speclab.__version__, "device": str(device),
+              "dtype": str(dtype), "torch threads": torch.get_num_threads(), "cpu": cpu_name()}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        report.update({"gpu": props.name, "gpu memory (GiB)": round(props.total_memory / 2**30, 1),
+                       "cuda": torch.version.cuda})
+    return report
+
+
+# ---------------------------------------------------------------- a decode trace, token by token
+COLOURS = {"accepted": "#b7e4b0", "rejected": "#f4a6a6", "discarded": "#dddddd",
+           "correction": "#a9c8f0", "bonus": "#f5d76e"}
+
+
+def round_kinds(r: Round) -> list[tuple[int, str]]:
+    """(token id, kind) for every token of one round: accepted drafts, the rejected one, the drafts
+    discarded after it, then the target's own token (a correction, or the bonus when all passed)."""
+    kinds = [(t, "accepted") for t in r.drafted[:r.accepted]]
+    if r.accepted < len(r.drafted):
+        kinds.append((r.drafted[r.accepted], "rejected"))
+        kinds += [(t, "discarded") for t in r.drafted[r.accepted + 1:]]
+    bonus = bool(r.drafted) and r.accepted == len(r.drafted)
+    return kinds + [(r.next_token, "bonus" if bonus else "correction")]
+
+
+def token_span(text: str, kind: str, token_id: int) -> str:
+    shown = text.replace("\n", "⏎") or "∅"
+    strike = "text-decoration:line-through;" if kind in ("rejected", "discarded") else ""
+    return (f'<span title="{kind} (id {token_id})" style="background:{COLOURS[kind]};{strike}'
+            f'white-space:pre;font-family:monospace;padding:1px 2px;margin:1px;border-radius:3px">'
+            f'{html.escape(shown)}</span>')
+
+
+def trace_html(trace: list[Round], tokenizer) -> str:
+    """An HTML table of a speculative run's rounds (GenerationResult.trace), each token coloured by
+    what happened to it; display it with IPython.display.HTML."""
+    legend = " ".join(f'<span style="background:{c};padding:1px 4px;border-radius:3px">{k}</span>'
+                      for k, c in COLOURS.items())
+    rows = "".join(
+        f"<tr><td style='text-align:right'>{i + 1}</td><td style='text-align:center'>{r.accepted}/{len(r.drafted)}</td>"
+        f"<td style='text-align:left'>"
+        f"{''.join(token_span(tokenizer.decode([t]), kind, t) for t, kind in round_kinds(r))}</td></tr>"
+        for i, r in enumerate(trace))
+    return (f"<div>{legend}</div><table><tr><th>round</th><th>accepted</th>"
+            f"<th style='text-align:left'>drafts, then the target's token</th></tr>{rows}</table>")
+
+
+def tree_layout(parents: list[int]) -> tuple[dict[int, float], dict[int, float]]:
+    """x, y of the root (-1) and every node of a token tree (speclab.trees): leaves spread evenly,
+    parents above the middle of their children (drawing only)."""
+    from speclab.trees import children
+    kids = children(parents)
+    x: dict[int, float] = {}
+    y: dict[int, float] = {}
+    next_leaf = [0]
+
+    def place(node: int, depth: int) -> None:
+        y[node] = -depth
+        if not kids[node + 1]:
+            x[node] = next_leaf[0]
+            next_leaf[0] += 1
+            return
+        for child in kids[node + 1]:
+            place(child, depth + 1)
+        x[node] = sum(x[c] for c in kids[node + 1]) / len(kids[node + 1])
+
+    place(-1, 0)
+    return x, y
+
+
+def draw_tree(ax, parents: list[int], labels: list[str], title: str, size: float = 300, fontsize: float = 7,
+              colors: list[str] | None = None, root: str = "root") -> None:
+    """Draw a token tree on matplotlib axes `ax`: one circle per node labelled `labels[i]` (filled
+    with colors[i] when given), the root on top labelled `root`."""
+    x, y = tree_layout(parents)
+    for i, p in enumerate(parents):
+        ax.plot([x[p], x[i]], [y[p], y[i]], "k-", lw=0.8, zorder=1)
+    nodes = [-1] + list(range(len(parents)))
+    fill = ["white"] + (list(colors) if colors is not None else ["white"] * len(parents))
+    ax.scatter([x[n] for n in nodes], [y[n] for n in nodes], s=size, c=fill, edgecolors="k", zorder=2)
+    for n, label in zip(nodes, [root] + list(labels)):
+        ax.text(x[n], y[n], label, ha="center", va="center", fontsize=fontsize, zorder=3)
+    ax.margins(0.08)
+    ax.set_title(title, fontsize=9)
+    ax.axis("off")

@@ -1,0 +1,460 @@
+"""Side-by-side speed comparison on one pair, one set of prompts and settings, in one process:
+speclab target-only, speclab speculative (draft model, prompt lookup, lookahead, Medusa heads with
+their tree and with a top-1 chain), and transformers' own generate: target-only, assisted
+generation (assistant_model) and prompt lookup.
+
+Every method decodes the same prompts for the same number of new tokens (EOS is ignored, so all
+produce max_new_tokens); the table reports tokens/s and the ratio to speclab target-only. The runs
+are interleaved prompt by prompt: each repeat takes the prompts in turn and runs every method on
+one before the next, in an order rotated from one prompt to the next (A, B, C on the first, B, C, A
+on the second, ...). So a machine that slows down for a few seconds slows every method alike
+instead of biasing one ratio, and no method always runs first; each method's time is its median
+repeat (its total over the prompts).
+
+`model_check` then compares the measured speedup with `theory.speedup`, from the acceptance and the
+costs measured in the same runs (see its docstring).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from functools import partial
+
+import torch
+from transformers.utils import logging as hf_logging
+
+from speclab import theory
+from speclab.decoding import generate, speculative_generate
+from speclab.devices import timer
+from speclab.methods.ngram import PromptLookupDrafter
+from speclab.methods import load_drafter
+from speclab.runner import model_device
+from speclab.stats import GenerationStats
+
+METHODS = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic", "speclab adaptive-confidence",
+           "speclab prompt-lookup", "speclab lookahead",
+           "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain", "speclab eagle3",
+           "speclab mtp", "speclab mtp-chain", "speclab layer-skip",
+           "hf target-only",
+           "hf assisted", "hf prompt-lookup")
+LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
+LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
+ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to grow where drafts are accepted
+CONFIDENCE_THRESHOLDS = (0.1,)  # the adaptive-confidence rows' stops: 0.1 was the fastest in chapter 9's sweep (transformers' default 0.4 stops this small draft too early)
+
+
+def layer_skip_rows(settings) -> dict[str, tuple[int, bool]]:
+    """The layer-skip row name for each (E, adapter): "speclab layer-skip E=12" or "... E=12+adapter"."""
+    return {f"speclab layer-skip E={e}" + ("+adapter" if adapter else ""): (int(e), bool(adapter))
+            for e, adapter in settings}
+
+
+def confidence_rows(thresholds) -> dict[str, float]:
+    """The confidence-stop row name for each threshold: "speclab adaptive-confidence" for one, and
+    "speclab adaptive-confidence T" for each of several."""
+    thresholds = list(thresholds)
+    if len(thresholds) == 1:
+        return {"speclab adaptive-confidence": float(thresholds[0])}
+    return {f"speclab adaptive-confidence {t:g}": float(t) for t in thresholds}
+
+
+def k_sweep_rows(ks) -> dict[str, int]:
+    """The fixed-K draft-model rows of a K sweep: "speclab speculative K=n"."""
+    return {f"speclab speculative K={k}": int(k) for k in ks or ()}
+
+
+def lookahead_rows(settings) -> dict[str, tuple[int, int, int]]:
+    """The lookahead row name for each (W, N, G): "speclab lookahead" for one setting, and
+    "speclab lookahead W,N,G" for each of several (a sweep, side by side in one run)."""
+    settings = [tuple(s) for s in settings]
+    if len(settings) == 1:
+        return {"speclab lookahead": settings[0]}
+    return {f"speclab lookahead {w},{n},{g}": (w, n, g) for w, n, g in settings}
+
+
+def lookup_rows(choices) -> dict[str, str]:
+    """The prompt-lookup row name for each match rule (drafters.MATCH_CHOICES): "speclab prompt-lookup"
+    for one rule (None: the default), "speclab prompt-lookup RULE" for each of several."""
+    choices = list(choices or [None])
+    if len(choices) == 1:
+        return {"speclab prompt-lookup": choices[0]}
+    return {f"speclab prompt-lookup {c}": c for c in choices}
+
+
+def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
+                   confidence_thresholds=CONFIDENCE_THRESHOLDS) -> tuple[str, ...]:
+    """methods with "speclab lookahead" replaced by one row per lookahead setting, "speclab
+    prompt-lookup" by one row per match rule, "speclab layer-skip" by one row per (exit layer,
+    adapter), "speclab adaptive-confidence" by one row per threshold, and "speclab speculative"
+    followed by a row per K of a K sweep."""
+    out: list[str] = []
+    for m in methods:
+        if m == "speclab lookahead":
+            out += list(lookahead_rows(lookahead))
+        elif m == "speclab prompt-lookup":
+            out += list(lookup_rows(lookup_choices))
+        elif m == "speclab layer-skip":
+            out += list(layer_skip_rows(layer_skip))
+        elif m == "speclab adaptive-confidence":
+            out += list(confidence_rows(confidence_thresholds))
+        elif m == "speclab speculative":
+            out += [m] + [row for row, k in k_sweep_rows(k_sweep).items()]
+        else:
+            out.append(m)
+    return tuple(out)
+
+
+MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
+EAGLE_METHODS = ("speclab eagle", "speclab eagle-chain")     # EAGLE-2's dynamic tree, and EAGLE-1's chain
+EAGLE3_METHODS = ("speclab eagle3",)                          # an EAGLE-3 head drafting EAGLE-2's tree
+MTP_METHODS = ("speclab mtp", "speclab mtp-chain")            # one token a round, and chained to K
+
+
+def _fits(method: str, target, **options) -> bool:
+    try:
+        load_drafter(method, target, **options)
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def default_methods(target, heads=None, eagle=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP) -> tuple[str, ...]:
+    """Every method that can run on this target: the Medusa, EAGLE, MTP and layer-skip rows only where
+    a head (or an exit adapter) fits it."""
+    skip = (() if _fits("medusa", target, heads=heads) else MEDUSA_METHODS) + \
+        (() if _fits("eagle", target, head=eagle) else EAGLE_METHODS) + \
+        (() if _fits("eagle3", target, head=eagle3) else EAGLE3_METHODS) + \
+        (() if _fits("mtp", target, module=mtp) else MTP_METHODS) + \
+        (() if all(_fits("layer_skip", target, exit_layer=e, adapter=a) for e, a in layer_skip)
+         else ("speclab layer-skip",))
+    return tuple(m for m in METHODS if m not in skip)
+
+
+def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle=None, lookup_choices=None,
+                  eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None) -> dict:
+    """The drafter each speclab method uses, built once for the whole bench. `lookahead`: (W, N, G)
+    settings, one lookahead row each; `lookup_choices`: prompt lookup's match rules, a row each;
+    `heads`, `eagle`, `eagle3`, `mtp`: Medusa heads, EAGLE-1 and EAGLE-3 head, and MTP module
+    directories (default: those shipped with the bundled target); `layer_skip`: (exit layer, adapter)
+    settings, a row each; `k_sweep`: fixed K values of the draft model, a row each. The adaptive-K
+    rows draft with the draft model."""
+    drafters = {"speclab speculative": draft, "speclab adaptive-heuristic": draft}
+    drafters.update({row: draft for row in k_sweep_rows(k_sweep)})
+    drafters.update({row: draft for row in methods if row.startswith("speclab adaptive-confidence")})
+    for name, (exit_layer, adapter) in layer_skip_rows(layer_skip).items():
+        if name in methods:
+            drafters[name] = load_drafter("layer_skip", target, exit_layer=exit_layer, adapter=adapter)
+    if "speclab mtp" in methods:
+        drafters["speclab mtp"] = load_drafter("mtp", target, module=mtp)
+    if "speclab mtp-chain" in methods:  # chained as deep as the round's K (k_of caps it)
+        drafters["speclab mtp-chain"] = load_drafter("mtp", target, module=mtp, num_tokens=64)
+    for name, choose in lookup_rows(lookup_choices).items():
+        drafters[name] = PromptLookupDrafter() if choose is None else PromptLookupDrafter(choose=choose)
+    for name, (window, ngram, pool) in lookahead_rows(lookahead).items():
+        drafters[name] = load_drafter("lookahead", window=window, ngram=ngram, pool=pool)
+    if "speclab medusa" in methods:
+        drafters["speclab medusa"] = load_drafter("medusa", target, heads=heads)
+    if "speclab medusa-chain" in methods:
+        drafters["speclab medusa-chain"] = load_drafter("medusa", target, heads=heads, tree="chain")
+    if "speclab eagle" in methods:
+        drafters["speclab eagle"] = load_drafter("eagle", target, head=eagle)
+    if "speclab eagle-chain" in methods:
+        drafters["speclab eagle-chain"] = load_drafter("eagle", target, head=eagle, tree="chain")
+    if "speclab eagle3" in methods:
+        drafters["speclab eagle3"] = load_drafter("eagle3", target, head=eagle3)
+    return drafters
+
+
+@dataclass
+class BenchRow:
+    method: str
+    new_tokens: int = 0
+    seconds: float = 0.0            # median over repeats of the total over prompts
+    stats: GenerationStats | None = None  # speclab methods: the median repeat's runs, combined
+    matches_target_only: bool | None = None
+    repeat_seconds: list[float] = field(default_factory=list)
+    prompt_seconds: list[float] = field(default_factory=list)  # per prompt, in the median repeat (sum: seconds)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds
+
+    @property
+    def has_drafts(self) -> bool:
+        return self.stats is not None and self.stats.drafted > 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.stats.acceptance_rate if self.has_drafts else None
+
+    @property
+    def alpha(self) -> float | None:
+        return self.stats.alpha if self.has_drafts else None
+
+    @property
+    def tokens_per_round(self) -> float | None:
+        return self.stats.mean_tokens_per_round if self.has_drafts else None
+
+    def to_record(self) -> dict:
+        """The row as `bench --json` writes it (the book's records); from_record reads it back."""
+        return dict(method=self.method, new_tokens=self.new_tokens, seconds=self.seconds,
+                    tokens_per_s=self.tokens_per_s, repeat_seconds=self.repeat_seconds,
+                    prompt_seconds=self.prompt_seconds, matches_target_only=self.matches_target_only,
+                    stats=self.stats.to_dict() if self.stats else None)
+
+    @classmethod
+    def from_record(cls, record: dict) -> BenchRow:
+        """A row of a `bench --json` record, so that a chapter computes ratios and speedup_interval from
+        what was recorded as the bench did. The stats' derived entries (rates, means) are recomputed."""
+        stats = record.get("stats")
+        if stats is not None:
+            stats = GenerationStats(**{f.name: stats[f.name] for f in fields(GenerationStats) if f.name in stats})
+        return cls(record["method"], record["new_tokens"], record["seconds"], stats,
+                   record.get("matches_target_only"), list(record.get("repeat_seconds", [])),
+                   list(record.get("prompt_seconds", [])))
+
+
+def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int, **extra):
+    # eos_token_id=None: go on past EOS as speclab's loops do (min_new_tokens would forbid EOS instead, and
+    # where the target's argmax is EOS transformers' text would part from speclab's)
+    kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=None, do_sample=temperature > 0,
+                  pad_token_id=target.config.pad_token_id if target.config.pad_token_id is not None else 0)
+    if temperature > 0:
+        torch.manual_seed(seed)
+        kwargs.update(temperature=temperature, top_k=None, top_p=None)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # generate() notices about its own options (eos_token_id, the config)
+    try:
+        with torch.inference_mode():
+            out = target.generate(prompt.view(1, -1), attention_mask=torch.ones_like(prompt.view(1, -1)), **kwargs,
+                                  **extra)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return out[0, len(prompt):]
+
+
+def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new_tokens: int,
+               temperature: float, seed: int, drafters: dict | None = None, options: dict | None = None):
+    """(new token ids, seconds, stats or None) for one prompt. `drafters`: the speclab methods' drafters
+    (make_drafters); the draft model and prompt lookup are built here when it is not given. `options`:
+    more speculative_generate options (the adaptive-K rows')."""
+    device = model_device(target)
+    common = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    drafters = drafters if drafters is not None else make_drafters((method,), target, draft)
+    with timer(device) as t:
+        if method == "speclab target-only":
+            result = generate(target, prompt, **common)
+        elif method in drafters:
+            result = speculative_generate(target, drafters[method], prompt, k=k, **common, **(options or {}))
+        elif method == "hf target-only":
+            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed)
+        elif method == "hf assisted":
+            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, assistant_model=draft,
+                                  num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
+                                  assistant_confidence_threshold=0.0)
+        elif method == "hf prompt-lookup":
+            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, prompt_lookup_num_tokens=k)
+        else:
+            raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+    if isinstance(result, torch.Tensor):
+        return result.cpu(), t["seconds"], None
+    return result.tokens, t["seconds"], result.stats
+
+
+def time_interleaved(runs: dict, num_prompts: int, repeats: int) -> dict[object, list[tuple[float, list]]]:
+    """Each of `runs` (name -> run(i), which decodes prompt i and returns (seconds, result)) on every
+    prompt, `repeats` times, interleaved prompt by prompt: every run decodes prompt i before any
+    decodes prompt i + 1, in an order rotated from one prompt to the next, so a slow stretch of the
+    machine slows them all alike and none always goes first. Returns, per name, one (seconds summed
+    over the prompts, [result of each prompt]) per repeat."""
+    names = list(runs)
+    timed: dict = {name: [] for name in names}
+    turn = 0
+    for _ in range(repeats):
+        totals = {name: [0.0, []] for name in names}
+        for i in range(num_prompts):
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                seconds, result = runs[name](i)
+                totals[name][0] += seconds
+                totals[name][1].append(result)
+            turn += 1
+        for name in names:
+            timed[name].append(tuple(totals[name]))
+    return timed
+
+
+def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
+              temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
+              warmup: bool = True, repeats: int = 1, heads=None,
+              lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None,
+              lookup_choices=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None,
+              adaptive_k: int | None = None, confidence_thresholds=CONFIDENCE_THRESHOLDS) -> list[BenchRow]:
+    """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
+    one row per method with the totals over the prompts from the median repeat. `heads`: a Medusa heads
+    directory (default: the heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row
+    each (a sweep); `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'),
+    which draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
+    EAGLE-1 head directory and `eagle3` an EAGLE-3 one (default: those shipped for the bundled target);
+    `lookup_choices`: prompt lookup's match rules, a row each (default: one row, the default rule); `mtp`:
+    an MTP module directory; `layer_skip`: (exit layer, adapter) settings, a row each; `k_sweep`: fixed K
+    values, a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
+    largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
+    methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
+    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle, lookup_choices, eagle3, mtp,
+                             layer_skip, k_sweep)
+    is_lookup = {m: m == "hf prompt-lookup" or m.startswith("speclab prompt-lookup") for m in methods}
+    k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
+    k_of.update({row: n for row, n in k_sweep_rows(k_sweep).items() if row in methods})
+    upper = adaptive_k or max(k_sweep or [max(k, ADAPTIVE_K)])
+    options_of = {"speclab adaptive-heuristic": dict(k_schedule="heuristic"),
+                  **{row: dict(confidence_threshold=t) for row, t in confidence_rows(confidence_thresholds).items()}}
+    k_of.update({m: upper for m in options_of if m in methods})
+    # a drafter with a tree of its own depth (EAGLE-2's) drafts at that depth: K would only cut it
+    # (the draft-model rows hold the model itself, which has none)
+    own = {m: getattr(d, "own_depth", None) for m, d in drafters.items() if m in methods}
+    k_of.update({m: depth for m, depth in own.items() if depth is not None})
+    if warmup:
+        for method in methods:
+            run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,
+                       drafters, options_of.get(method))
+
+    def decode(method: str, i: int):
+        tokens, seconds, stats = run_method(method, target, draft, prompts[i], k_of[method], max_new_tokens,
+                                            temperature, seed + i, drafters, options_of.get(method))
+        return seconds, (tokens.tolist(), stats, seconds)
+
+    timed = time_interleaved({m: partial(decode, m) for m in methods}, len(prompts), repeats)
+    # per method, per repeat: (seconds, token lists, stats list, seconds per prompt)
+    runs = {m: [(seconds, *map(list, zip(*results))) for seconds, results in timed[m]] for m in methods}
+    rows = []
+    reference = runs["speclab target-only"][0][1] if "speclab target-only" in runs else None
+    for method in methods:
+        times = [r[0] for r in runs[method]]
+        median = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
+        seconds, outputs, stats, per_prompt = runs[method][median]
+        row = BenchRow(method, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times,
+                       stats=GenerationStats.combine(stats) if stats[0] is not None else None,
+                       prompt_seconds=per_prompt)
+        if reference is not None and method != "speclab target-only" and temperature == 0:
+            row.matches_target_only = outputs == reference
+        rows.append(row)
+    return rows
+
+
+# A bootstrap sees only the spread among the prompts it is given: four alike prompts give a narrow
+# interval that the next four can land far outside (in one session's runs, held-out code prompts 1-4 put
+# EAGLE-2 at 2.15-2.48x, prompts 1-4 and 13-24 at 2.35-3.10x). Below this many prompts the bench shows none.
+MIN_INTERVAL_PROMPTS = 8
+
+
+def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: int = 2000, seed: int = 0,
+                     min_prompts: int = MIN_INTERVAL_PROMPTS) -> tuple[float, float] | None:
+    """How far `row`'s speedup over `base` (their times summed over the prompts, in each one's median
+    repeat: the table's ratio) moves with the prompts drawn: a percentile bootstrap over prompts, each
+    draw one resample of the prompts for both rows. Prompts differ far more than repeats do (EAGLE-2 ran from
+    1.7x to 5.7x prompt by prompt), so this, not the spread of the repeats, says how well a ratio is
+    pinned. None with fewer than `min_prompts` prompts (see MIN_INTERVAL_PROMPTS)."""
+    n = len(row.prompt_seconds)
+    if n < max(2, min_prompts) or len(base.prompt_seconds) != n:
+        return None
+    spec, ref = torch.tensor(row.prompt_seconds), torch.tensor(base.prompt_seconds)
+    picks = torch.randint(n, (draws, n), generator=torch.Generator().manual_seed(seed))
+    ratios = (ref[picks].sum(1) / spec[picks].sum(1)).sort().values
+    tail = (1 - level) / 2
+    return ratios[int(tail * draws)].item(), ratios[min(draws - 1, int((1 - tail) * draws))].item()
+
+
+def round_costs(row: BenchRow, base: BenchRow) -> dict[str, float]:
+    """Where `row`'s rounds went, each term in decode steps of `base` (target-only: its target time
+    per token): "draft", "verify" and "other" per round, beside "tpr" (tokens a round emitted, one per
+    target pass), "passes" (drafter passes a round) and "nodes" (drafts verified a round). The speedup
+    is about tpr / (draft + verify + other): tokens per pass belong to the drafter and the text, the
+    round's cost in decode steps to the machine, which is why one drafter's ratio moves between
+    machines while its tokens per pass do not."""
+    if not row.has_drafts or base.stats is None or base.stats.k or not base.stats.rounds:
+        raise ValueError(f"round_costs needs a row that drafted ({row.method!r}) and a target-only base row "
+                         f"({base.method!r})")
+    st, step = row.stats, base.stats.target_s / base.stats.rounds
+    per_round = lambda seconds: seconds / st.rounds / step  # noqa: E731
+    return dict(tpr=st.mean_tokens_per_round, draft=per_round(st.draft_s), verify=per_round(st.target_s),
+                other=per_round(st.other_s), passes=st.draft_calls / st.rounds, nodes=st.drafted / st.rounds)
+
+
+def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
+    base = next((r for r in rows if r.method == baseline), rows[0])
+    name = max([24] + [len(r.method) for r in rows])  # sweeps' rows carry their setting in the name
+    lines = [f"{'method':{name}} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'95% over prompts':>16} "
+             f"{'accept':>7} {'alpha':>6} {'tok/round':>9} {'drafts/round':>12} {'pass width':>10} {'same output':>11}"]
+    for r in rows:
+        accept = f"{r.acceptance_rate:.3f}" if r.acceptance_rate is not None else "-"
+        alpha = f"{r.alpha:.3f}" if r.alpha is not None else "-"
+        tpr = f"{r.tokens_per_round:.2f}" if r.tokens_per_round is not None else "-"
+        per_round = f"{r.stats.drafted / r.stats.rounds:.1f}" if r.has_drafts else "-"
+        width = f"{r.stats.verified_positions / r.stats.rounds:.1f}" if r.has_drafts else "-"
+        same = "-" if r.matches_target_only is None else ("yes" if r.matches_target_only else "no")
+        interval = speedup_interval(r, base) if r is not base else None
+        spread = f"{interval[0]:.2f}-{interval[1]:.2f}x" if interval else "-"
+        lines.append(f"{r.method:{name}} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
+                     f"{spread:>16} {accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {width:>10} {same:>11}")
+    prompts = len(base.prompt_seconds)
+    if 2 <= prompts < MIN_INTERVAL_PROMPTS:
+        lines.append(f"(no interval over {prompts} prompts: a bootstrap needs {MIN_INTERVAL_PROMPTS} or more to "
+                     f"say how far a ratio moves with the prompts; --num-prompts 16 for a record)")
+    return "\n".join(lines)
+
+
+@dataclass
+class ModelCheck:
+    """The speedup model against a measured run, every cost in units of one target-only token."""
+
+    k: int
+    unit_ms: float        # target-only time per token (a decode step and its sampling)
+    alpha: float          # measured per-token acceptance
+    verify_cost: float    # one verification pass (K + 1 positions), as paid in the loop
+    c: float              # one draft step, as paid in the loop
+    other: float          # per round: everything else (the rule, sampling the correction, rollback)
+    measured: float       # measured speedup of the decode phase (prefill excluded on both sides)
+    tokens_per_round: float
+
+    @property
+    def modelled(self) -> float:
+        """theory.speedup from the measured alpha, c and verify cost."""
+        return theory.speedup(self.alpha, self.k, self.c, self.verify_cost)
+
+    @property
+    def ratio(self) -> float:
+        return self.measured / self.modelled
+
+    def __str__(self) -> str:
+        return (f"model check (costs in target-only tokens of {self.unit_ms:.2f} ms, as paid in the loop): "
+                f"alpha {self.alpha:.3f} -> E(alpha, K={self.k}) = {theory.expected_tokens(self.alpha, self.k):.2f} "
+                f"tokens/round (measured {self.tokens_per_round:.2f}); verify pass {self.verify_cost:.2f}, "
+                f"draft step c = {self.c:.3f}, other {self.other:.2f} per round\n"
+                f"speedup: measured {self.measured:.2f}x, modelled {self.modelled:.2f}x "
+                f"(measured/modelled {self.ratio:.2f})")
+
+
+def model_check(base: GenerationStats, spec: GenerationStats) -> ModelCheck:
+    """Measured speedup of `spec` (speculative runs) over `base` (target-only runs of the same prompts)
+    against theory.speedup(alpha, K, c, verify_cost).
+
+    The costs come from the same runs (GenerationStats times each phase): one target-only token is
+    the unit; the verify pass is the target's time per round, c the drafter's time per drafted token.
+    So c is what a draft step costs *inside* the loop, which on a CPU is more than it costs alone (the
+    target's pass evicts the draft's weights from the cache). What the model leaves out (the rule,
+    rollback, Python between passes) shows up as `other` and in the ratio. The prefill, the same work
+    for both methods, is excluded on both sides.
+    """
+    if not spec.drafted or not base.new_tokens or base.k:
+        raise ValueError("model_check needs target-only stats and speculative stats that drafted tokens")
+    unit = (base.wall_s - base.prefill_s) / base.new_tokens
+    spec_decode = spec.wall_s - spec.prefill_s
+    return ModelCheck(
+        k=spec.k, unit_ms=1000 * unit, alpha=spec.alpha, verify_cost=spec.target_s / spec.rounds / unit,
+        c=spec.draft_s / spec.drafted / unit,
+        other=(spec_decode - spec.target_s - spec.draft_s) / spec.rounds / unit,
+        measured=unit * spec.new_tokens / spec_decode, tokens_per_round=spec.mean_tokens_per_round)

@@ -1,0 +1,513 @@
+"""How well a draft matches a target: teacher-forced overlap and acceptance measured in decoding."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
+
+from speclab.decoding import speculative_generate
+from speclab.sampling import logits_to_probs
+from speclab.stats import GenerationResult, GenerationStats
+
+
+def chi_square_pvalue(counts, probs, min_expected: float = 5.0) -> float:
+    """Pearson chi-square p-value of observed counts against exact probabilities: is this what p
+    would produce? Cells expected fewer than min_expected times are pooled into one (the test's
+    approximation needs it); a count in a zero-probability cell is an outright failure (p = 0)."""
+    counts = np.asarray(counts, float).ravel()
+    probs = np.asarray(probs.double().cpu() if torch.is_tensor(probs) else probs, float).ravel()
+    if len(counts) != len(probs):
+        raise ValueError(f"counts ({len(counts)} cells) and probs ({len(probs)}) must cover the same outcomes")
+    if counts[probs == 0].sum() > 0:
+        return 0.0
+    expected = probs / probs.sum() * counts.sum()  # float32 probabilities sum to 1 only up to rounding
+    big = expected >= min_expected
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    keep = exp > 0
+    if keep.sum() < 2:  # one possible outcome: nothing to test beyond the zero cells above
+        return 1.0
+    return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
+
+
+@torch.inference_mode()
+def teacher_forced_overlap(target: torch.nn.Module, draft: torch.nn.Module, ids: torch.Tensor,
+                           temperature: float = 1.0) -> dict[str, float]:
+    """On a text both models read (ids: (batch, n)), per position: how often the argmaxes agree, and
+    the expected acceptance sum_x min(p(x), q(x)) at `temperature` (Leviathan et al.'s alpha)."""
+    p_logits, q_logits = target(ids).logits.float(), draft(ids).logits.float()
+    width = min(p_logits.shape[-1], q_logits.shape[-1])
+    agree = (p_logits.argmax(-1) == q_logits.argmax(-1)).float().mean().item()
+    p = logits_to_probs(p_logits[..., :width], temperature)
+    q = logits_to_probs(q_logits[..., :width], temperature)
+    return {"greedy_agreement": agree, "expected_acceptance": torch.minimum(p, q).sum(-1).mean().item()}
+
+
+@dataclass
+class AcceptanceRow:
+    k: int
+    temperature: float
+    acceptance_rate: float   # accepted / drafted
+    alpha: float             # per-token acceptance (accepted / tested)
+    tokens_per_round: float
+    ms_per_token: float
+    stats: GenerationStats   # the runs over all prompts, combined
+
+
+def acceptance_table(target, draft, prompts: list[torch.Tensor], ks: Iterable[int] = range(1, 9),
+                     temperatures: Iterable[float] = (0.0, 1.0), max_new_tokens: int = 128,
+                     seed: int = 0) -> list[AcceptanceRow]:
+    rows = []
+    for temperature in temperatures:
+        for k in ks:
+            s = GenerationStats.combine([
+                speculative_generate(target, draft, prompt, k=k, max_new_tokens=max_new_tokens,
+                                     temperature=temperature, seed=seed + i).stats
+                for i, prompt in enumerate(prompts)])
+            rows.append(AcceptanceRow(k, temperature, s.acceptance_rate, s.alpha, s.mean_tokens_per_round,
+                                      s.ms_per_token, s))
+    return rows
+
+
+def format_acceptance_table(rows: list[AcceptanceRow]) -> str:
+    lines = ["| temperature | K | acceptance rate | alpha | tokens/round | ms/token |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.temperature:g} | {r.k} | {r.acceptance_rate:.3f} | {r.alpha:.3f} | {r.tokens_per_round:.2f} | "
+              f"{r.ms_per_token:.2f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def acceptance_by_position(results: Iterable[GenerationResult], depth: int) -> list[float]:
+    """From chain-drafting runs: a[j], of the rounds whose draft reached position j + 1 with the j
+    drafts before it accepted, the share that accepted draft j + 1 too. Under greedy decoding this is
+    how often the drafter names the target's own token j + 1 steps into a round, from its own
+    guesses: the acceptance that decides how deep drafting pays. nan where no round got that far."""
+    reached, accepted = [0] * depth, [0] * depth
+    for result in results:
+        for r in result.trace:
+            if r.parents is not None and not all(p == i - 1 for i, p in enumerate(r.parents)):
+                raise ValueError("acceptance_by_position needs chain drafts (a tree's positions are not one row)")
+            for j in range(min(depth, len(r.drafted), r.accepted + 1)):
+                reached[j] += 1
+                accepted[j] += int(j < r.accepted)
+    return [a / n if n else float("nan") for a, n in zip(accepted, reached)]
+
+
+def position_acceptance(target, drafters: dict, prompts: list[torch.Tensor], k: int, max_new_tokens: int = 64
+                        ) -> dict[str, dict]:
+    """Greedy chain drafting with each drafter (name -> Drafter or draft model) at depth k on the same
+    prompts: {name: {"by_position": acceptance_by_position, "tokens_per_round": ...}}. Drafters that
+    cannot draft k deep (Medusa: one head per position) report as far as they go."""
+    table = {}
+    for name, drafter in drafters.items():
+        results = [speculative_generate(target, drafter, p, k=k, max_new_tokens=max_new_tokens) for p in prompts]
+        stats = GenerationStats.combine([r.stats for r in results])
+        table[name] = {"by_position": acceptance_by_position(results, k),
+                       "tokens_per_round": stats.mean_tokens_per_round}
+    return table
+
+
+def heldout_windows(tokenizer, n: int = 8, length: int = 256, seed: int = 0) -> torch.Tensor:
+    """(n, length) ids from held-out standard-library files, for teacher-forced measurements."""
+    from speclab.corpus import split_texts
+    _, heldout = split_texts()
+    stream = torch.tensor([t for text in heldout for t in tokenizer(text).input_ids + [tokenizer.eos_token_id]])
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(stream) - length, (n,), generator=g).tolist()
+    return torch.stack([stream[s:s + length] for s in starts])
+
+
+def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The bundled pair's model card, measured now on this machine (see `python -m speclab card`).
+
+    training.json says how each model was trained: by `train pair` (target and drafts in one run), or
+    a target from `train pair` and drafts from a later `train draft` (install_pair keeps both records).
+    """
+    import json
+    import os
+    import platform
+    from pathlib import Path
+
+    from speclab.measure.bench import model_check
+    from speclab.corpus import HELDOUT_EVERY, stdlib_root
+    from speclab.decoding import generate
+    from speclab.models import load_pair
+    from speclab.measure.profiling import decode_ms_per_token
+    from speclab.measure.workloads import load_prompts
+
+    pair_dir = Path(pair_dir)
+    training = json.loads((pair_dir / "training.json").read_text())
+    target, draft, tok, device = load_pair(str(pair_dir / "target"), draft=pair_dir / "draft")
+    plain = load_pair(str(pair_dir / "target"), draft=pair_dir / "draft-plain").draft
+    models = {"target": target, "draft": draft, "draft-plain": plain}
+    n_params = {name: sum(p.numel() for p in m.parameters()) for name, m in models.items()}
+    windows = heldout_windows(tok).to(device)
+    overlap = {name: teacher_forced_overlap(target, models[name], windows, 1.0) for name in ("draft", "draft-plain")}
+    ms = {name: decode_ms_per_token(models[name]) for name in ("target", "draft")}
+    prompts = [tok(p, return_tensors="pt").input_ids[0].to(device) for p in load_prompts("code", num_prompts)]
+    rows = acceptance_table(target, draft, prompts, max_new_tokens=max_new_tokens)
+    plain_rows = acceptance_table(target, plain, prompts, ks=[4], temperatures=[0.0], max_new_tokens=max_new_tokens)
+    base = GenerationStats.combine([generate(target, p, max_new_tokens=max_new_tokens).stats for p in prompts])
+    in_loop = model_check(base, next(r.stats for r in rows if r.k == 4 and r.temperature == 0))
+    target_preset = training.get("target_preset", training["preset"])
+    p = training["preset"]
+
+    def last(stage):
+        return training[stage]["evals"][-1]
+
+    def shape(name):
+        cfg = models[name].config
+        return f"{cfg.num_hidden_layers} | {cfg.hidden_size}"
+
+    generated = training.get("generated")
+    distilled_on = "corpus windows" + (f" and {generated['sequences']:,} continuations written by the target "
+                                       f"({int(100 * generated['share_of_distillation_rows'])}% of the rows)"
+                                       if generated else "")
+    draft_cmd = (f"`python -m speclab train draft --target {Path(training['target_from']).as_posix()} --out runs/draft`"
+                 if "target_from" in training else "`python -m speclab train pair --out runs/stdlib` (the same run)")
+    lines = [
+        "# The bundled pair: a target and a draft trained on the Python standard library", "",
+        "Trained and measured by speclab itself; regenerate this card with `python -m speclab card`.", "",
+        "## Corpus and split",
+        f"- The `.py` files of the standard library of Python {platform.python_version()} ({stdlib_root()}), "
+        f"site-packages excluded; one file in {HELDOUT_EVERY} held out, chosen by a hash of its path.",
+        f"- {training['train_tokens']:,} training tokens, {training['heldout_tokens']:,} held-out tokens "
+        f"(byte-level BPE, {target_preset['vocab_size']} pieces, trained on the training split).", "",
+        "## Models (Llama architecture, Hugging Face format, float16 safetensors)",
+        "| model | layers | hidden | parameters | training | held-out loss |", "|---|---|---|---|---|---|",
+        f"| target | {shape('target')} | {n_params['target'] / 1e6:.2f}M | {last('target')['step']} steps of "
+        f"{target_preset['batch']}x{target_preset['seq_len']} tokens, cross-entropy | {last('target')['heldout_loss']:.3f} |",
+        f"| draft | {shape('draft')} | {n_params['draft'] / 1e6:.2f}M | initialised from the target's embedding, first "
+        f"{draft.config.num_hidden_layers} layer(s) and head; {last('draft')['step']} steps of {p['batch']}x{p['seq_len']} "
+        f"tokens of distillation (KL to the target) on {distilled_on} | {last('draft')['heldout_loss']:.3f} |",
+        f"| draft-plain | {shape('draft-plain')} | {n_params['draft-plain'] / 1e6:.2f}M | random init, "
+        f"{last('draft_plain')['step']} steps of cross-entropy on the data | {last('draft_plain')['heldout_loss']:.3f} |", "",
+        f"Target: trained on {training.get('target_device', training['device'])} "
+        f"({training.get('target_hardware') or training.get('hardware', 'see training.json')}) in "
+        f"{training['target']['seconds'] / 60:.1f} min by `python -m speclab train pair --out runs/stdlib`"
+        + (f" ({training['target_history']})" if training.get("target_history") else "") + ".",
+        f"Drafts: trained on {training['device']} ({training.get('hardware', 'see training.json')}), torch "
+        f"{training['torch']}, bf16 autocast {training['bf16_autocast']}, in {training['draft']['seconds'] / 60:.1f} min "
+        f"(draft) and {training['draft_plain']['seconds'] / 60:.1f} min (draft-plain) by {draft_cmd}. "
+        "Training is seeded and resumable.", "",
+        "## Agreement with the target (teacher-forced, 8 held-out windows of 256 tokens)",
+        "| draft | greedy agreement | expected acceptance at T=1 (sum min(p, q)) |", "|---|---|---|",
+    ]
+    for name in ("draft", "draft-plain"):
+        lines.append(f"| {name} | {overlap[name]['greedy_agreement']:.3f} | {overlap[name]['expected_acceptance']:.3f} |")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    lines += ["", f"## Acceptance in speculative decoding ({num_prompts} held-out code prompts, {max_new_tokens} new tokens each)",
+              "acceptance rate = accepted / drafted; alpha = per-token acceptance (accepted / tested).", "",
+              format_acceptance_table(rows), "",
+              f"draft-plain at temperature 0, K=4: acceptance rate {plain_rows[0].acceptance_rate:.3f}, "
+              f"alpha {plain_rows[0].alpha:.3f}, {plain_rows[0].tokens_per_round:.2f} tokens/round.", "",
+              f"## Cost here ({platform.machine()}, {torch.get_num_threads()} threads, {device}, target in "
+              f"{str(target.dtype).removeprefix('torch.')}, drafts in {str(draft.dtype).removeprefix('torch.')}; "
+              f"1-minute load average {load:.1f} when measured: other work on the machine inflates these times)",
+              f"- Alone: target {ms['target']:.2f} ms per decode step, draft {ms['draft']:.2f} ms: cost ratio "
+              f"c = {ms['draft'] / ms['target']:.3f}.",
+              f"- In the loop (greedy, K=4, in target-only tokens of {in_loop.unit_ms:.2f} ms): a draft step costs "
+              f"c = {in_loop.c:.3f}, a verify pass {in_loop.verify_cost:.2f}; speedup {in_loop.measured:.2f}x "
+              f"(the model with these costs: {in_loop.modelled:.2f}x). A draft step costs more in the loop than alone "
+              "because each target pass evicts the draft's weights from the CPU's caches (chapter 4).", ""]
+    return "\n".join(lines)
+
+
+def measure_drafting(pair_dir, runs: dict, num_prompts: int, max_new_tokens: int
+                     ) -> tuple[torch.nn.Module, dict[str, GenerationStats], str]:
+    """What the model card's sections measure now: the bundled target (pair_dir/target, float32 on the
+    CPU) decoding held-out code prompts greedily with each drafter of `runs` ({name: (make, k)}, make
+    builds the drafter from the target). Returns the target, {name: combined stats}, and "equal to"
+    or "DIFFERENT FROM", as every output did or did not equal target-only decoding's."""
+    from speclab.decoding import generate
+    from speclab.models import load_model, load_tokenizer
+    from speclab.measure.workloads import load_prompts
+
+    target = load_model(Path(pair_dir) / "target", "cpu", torch.float32)
+    tok = load_tokenizer(Path(pair_dir) / "target", plain_fast=True)
+    room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
+    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:] for p in load_prompts("code", num_prompts)]
+    reference = [generate(target, p, max_new_tokens=max_new_tokens).tokens.tolist() for p in prompts]
+    stats, exact = {}, True
+    for name, (make, k) in runs.items():
+        drafter = make(target)
+        results = [speculative_generate(target, drafter, p, k=k, max_new_tokens=max_new_tokens) for p in prompts]
+        exact = exact and [r.tokens.tolist() for r in results] == reference
+        stats[name] = GenerationStats.combine([r.stats for r in results])
+    return target, stats, "equal to" if exact else "DIFFERENT FROM"
+
+
+def drafting_table(runs: dict[str, GenerationStats]) -> list[str]:
+    """The model card's table of measure_drafting's runs."""
+    return ["| drafting | tokens per target pass | drafts per round | accepted per round |", "|---|---|---|---|"] + [
+        f"| {name} | {st.mean_tokens_per_round:.2f} | {st.drafted / st.rounds:.1f} | {st.accepted / st.rounds:.2f} |"
+        for name, st in runs.items()]
+
+
+def position_table(first: dict, last: dict) -> list[str]:
+    """The model card's table of held-out top-1 agreement by draft position, before and after training
+    (two evaluations of a train_eagle record)."""
+    positions = len(last["heldout_top1_by_step"])
+    return ["| draft position | " + " | ".join(str(j + 1) for j in range(positions)) + " |",
+            "|---|" + "---|" * positions,
+            "| at start | " + " | ".join(f"{a:.3f}" for a in first["heldout_top1_by_step"]) + " |",
+            "| after training | " + " | ".join(f"{a:.3f}" for a in last["heldout_top1_by_step"]) + " |"]
+
+
+MEDUSA_HEADING = "## Medusa heads"
+
+
+def rows_trained_on(record: dict) -> str:
+    """'2,048 rows (1,024 corpus windows and 1,024 continuations written by the target)', from a head's record."""
+    m = record["preset"]
+    return (f"{record['training_rows']:,} rows ({m['corpus_rows']:,} corpus windows and {m['generated']:,} "
+            "continuations written by the target)")
+
+
+def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the Medusa heads shipped with the bundled target: how they were
+    trained (from their record), held-out accuracy by head and rank, the tree chosen for them, and
+    tokens per target pass measured now (greedy, held-out prompts) for the top-1 chain and that tree."""
+    import json
+
+    from speclab.methods import load_drafter
+
+    pair_dir = Path(pair_dir)
+    heads_dir = pair_dir / "medusa"
+    record = json.loads((heads_dir / "record.json").read_text())
+    tree = json.loads((heads_dir / "tree.json").read_text())
+    m, log = record["preset"], record["log"]
+    first, last = log["evals"][0], log["evals"][-1]
+    _, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, choice=choice: load_drafter("medusa", t, heads=heads_dir, tree=choice), m["num_heads"])
+        for name, choice in (("top-1 chain", "chain"), (f"chosen tree ({tree['budget']} nodes)", None))},
+        num_prompts, max_new_tokens)
+    lines = [
+        MEDUSA_HEADING, "",
+        f"{m['num_heads']} heads on the frozen target's last hidden state, each {m['num_layers']} residual block(s) "
+        f"(SiLU) and a vocabulary projection initialised from the target's lm_head: "
+        f"{record['parameters'] / 1e6:.2f}M parameters, float16 in `medusa/`. Trained by "
+        f"`python -m speclab train medusa --target speclab/pairs/stdlib/target --out runs/medusa --install`: "
+        f"self-distillation (head i learns the target's own distribution for the token i + 2 places ahead), "
+        f"loss weight {m['decay']}^i, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions from "
+        f"{rows_trained_on(record)}, whose hidden states were computed once ({log['feature_seconds'] / 60:.1f} min); "
+        f"training {log['seconds'] / 60:.1f} min on {record['hardware']}.", "",
+        "| head (predicts token t + 1 + i) | held-out loss at start | held-out loss | top-1 accuracy at start | "
+        "top-1 accuracy | top-5 accuracy |", "|---|---|---|---|---|---|"]
+    for i in range(m["num_heads"]):
+        lines.append(f"| {i + 1} | {first['heldout_head_loss'][i]:.3f} | {last['heldout_head_loss'][i]:.3f} | "
+                     f"{first['heldout_top1'][i]:.3f} | {last['heldout_top1'][i]:.3f} | "
+                     f"{sum(record['accuracy'][i][:5]):.3f} |")
+    lines += ["", "Accuracy is agreement with the target's own greedy choice at that place, on held-out windows; "
+              "at the start every head is a copy of the lm_head and predicts the wrong token (the next one).", "",
+              f"Tree chosen by `train medusa` on {tree['hardware']}: for each node budget, "
+              "the tree with the most expected accepted tokens under the measured accuracies, priced by a timed "
+              "verify pass (in one-token decode steps):", "",
+              "| nodes | depth | tokens per pass (modelled) | verify pass cost | modelled speedup |", "|---|---|---|---|---|"]
+    for row in tree["table"]:
+        mark = " (chosen)" if row["budget"] == tree["budget"] else ""
+        lines.append(f"| {row['budget']}{mark} | {row['depth']} | {row['tokens_per_pass']:.2f} | {row['pass_cost']:.2f} | "
+                     f"{row['modelled_speedup']:.2f} |")
+    lines += ["", f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs "
+              f"{same} target-only decoding's):", ""] + drafting_table(runs)
+    return "\n".join(lines)
+
+
+def train_command(command: str, record: dict) -> str:
+    """The `python -m speclab train` command that reproduces a shipped head from its record: the flags
+    it was trained with where they differ from today's preset (an older head keeps its recipe)."""
+    from speclab.train import EAGLE_PRESETS
+    preset, m = EAGLE_PRESETS["stdlib"], record["preset"]
+    default_steps = {"eagle": preset.steps, "eagle3": preset.eagle3_steps, "mtp": preset.mtp_steps}[command]
+    flags = (f" --generated {m['generated']}" if m["generated"] != preset.generated else "") + \
+        (f" --steps {m['steps']}" if m["steps"] != default_steps else "")
+    return f"`python -m speclab train {command} --target speclab/pairs/stdlib/target --out DIR{flags} --install`"
+
+
+EAGLE_HEADING = "## EAGLE head"
+
+
+def tree_depth(head_dir: Path) -> int:
+    """The depth of the EAGLE-2 tree measured fastest for a head (its tree.json), which the card's
+    dynamic-tree row decodes with (k caps the depth): 8 for a head without one."""
+    from speclab.methods.eagle import measured_settings
+    return measured_settings(head_dir).get("depth", 8)
+
+
+def tree_label(head_dir: Path) -> str:
+    """The card's name for the dynamic-tree row's settings: the head's tree.json, or EagleDrafter's defaults."""
+    from speclab.methods.eagle import describe_tree, measured_settings
+    settings = measured_settings(head_dir)
+    return describe_tree(settings) if settings else "EagleDrafter's defaults"
+
+
+def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the EAGLE head shipped with the bundled target: how it was trained
+    (from its record), held-out losses and accuracy, and tokens per target pass measured now (greedy,
+    held-out prompts) for EAGLE-1's chain and EAGLE-2's dynamic tree."""
+    import json
+
+    from speclab.methods import load_drafter
+
+    pair_dir = Path(pair_dir)
+    head_dir = pair_dir / "eagle"
+    record = json.loads((head_dir / "record.json").read_text())
+    m, log = record["preset"], record["log"]
+    first, last = log["evals"][0], log["evals"][-1]
+    _, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, tree=tree: load_drafter("eagle", t, head=head_dir, tree=tree), k)
+        for name, tree, k in (("EAGLE-1 chain, K = 4", "chain", 4),
+                              (f"EAGLE-2 dynamic tree ({tree_label(head_dir)})", "dynamic", tree_depth(head_dir)))},
+        num_prompts, max_new_tokens)
+    lines = [
+        EAGLE_HEADING, "",
+        f"An EAGLE-1 head (Li et al. 2024): fc(2H -> H) over [embedding of the next token; the target's feature], "
+        f"one decoder layer of the target's architecture (initialised from its last layer), the target's frozen "
+        f"embeddings and lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle/`. Trained by "
+        f"{train_command('eagle', record)}: smooth L1 to the "
+        f"next feature + {m['ce_weight']} x cross-entropy against the target's own distribution, U(-{m['noise']}, "
+        f"{m['noise']}) noise on the input features, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} "
+        f"positions from {rows_trained_on(record)}, features computed once; training "
+        f"{log['seconds'] / 60:.1f} min on {record['hardware']}.", "",
+        "| held out | at start | after training |", "|---|---|---|",
+        f"| feature loss (smooth L1) | {first['heldout_feature_loss']:.4f} | {last['heldout_feature_loss']:.4f} |",
+        f"| cross-entropy vs the target | {first['heldout_ce']:.3f} | {last['heldout_ce']:.3f} |",
+        f"| top-1 agreement with the target (true features) | {first['heldout_top1']:.3f} | "
+        f"{last['heldout_top1']:.3f} |", "",
+        f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
+        "target-only decoding's):", ""] + drafting_table(runs)
+    return "\n".join(lines)
+
+
+EAGLE3_HEADING = "## EAGLE-3 head"
+
+
+def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the EAGLE-3 head shipped with the bundled target: how it was trained
+    (from its record), held-out accuracy by draft position before and after training, and tokens per
+    target pass measured now (greedy, held-out prompts) with EAGLE-2's dynamic tree and a chain."""
+    import json
+
+    from speclab.methods import load_drafter
+
+    pair_dir = Path(pair_dir)
+    head_dir = pair_dir / "eagle3"
+    record = json.loads((head_dir / "record.json").read_text())
+    m, log = record["preset"], record["log"]
+    first, last = log["evals"][0], log["evals"][-1]
+    target, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, tree=tree: load_drafter("eagle3", t, head=head_dir, tree=tree), k)
+        for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4),
+                              (f"EAGLE-3 head, EAGLE-2 dynamic tree ({tree_label(head_dir)})", "dynamic",
+                               tree_depth(head_dir)))},
+        num_prompts, max_new_tokens)
+    lines = [
+        EAGLE3_HEADING, "",
+        f"An EAGLE-3 head (Li et al. 2025): the target's hidden states at layers {record['feature_layers']} "
+        f"(inputs of layers 2, L/2 and L-3) fused 3H -> H, then fc(2H -> H) over [norm(embedding of the next "
+        f"token); norm(feature)] into one decoder layer of the target's architecture and a norm before the "
+        f"target's frozen lm_head; from the second draft step on, the head's own hidden state replaces the fused "
+        f"feature. {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle3/`. Trained by "
+        f"{train_command('eagle3', record)} with the training-time "
+        f"test: the head unrolled {m['ttt_steps']} steps on its own outputs, step j's cross-entropy against the "
+        f"target's distribution weighted {m['decay']}^j, no feature loss; {m['steps']} steps of {m['batch']} rows "
+        f"x {m['seq_len']} positions from {rows_trained_on(record)}; training "
+        f"{log['seconds'] / 60:.1f} min on {record['hardware']}. The full vocabulary ({target.config.vocab_size} "
+        "tokens) is kept: no reduced draft vocabulary.", "",
+        "Held-out top-1 agreement with the target by draft position (the head drafting on its own outputs, fed "
+        "the true tokens):", "",
+        *position_table(first, last), "",
+        f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
+        "target-only decoding's):", ""] + drafting_table(runs)
+    return "\n".join(lines)
+
+
+MTP_HEADING = "## MTP module"
+
+
+def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the MTP module shipped with the bundled target: how it was trained
+    (from its record), held-out accuracy by draft position when chained, and tokens per target pass
+    measured now (greedy, held-out prompts) drafting one token a round and chained to four."""
+    import json
+
+    from speclab.methods import load_drafter
+
+    pair_dir = Path(pair_dir)
+    module_dir = pair_dir / "mtp"
+    record = json.loads((module_dir / "record.json").read_text())
+    m, log = record["preset"], record["log"]
+    first, last = log["evals"][0], log["evals"][-1]
+    _, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, n=n: load_drafter("mtp", t, module=module_dir, num_tokens=n), n)
+        for name, n in (("MTP, one token a round", 1), ("MTP chained, K = 4", 4))}, num_prompts, max_new_tokens)
+    lines = [
+        MTP_HEADING, "",
+        "A multi-token prediction module in the style of DeepSeek-V3 (DeepSeek-AI 2024): RMSNorm of the target's "
+        "last feature and of the next token's embedding, concatenated and projected 2H -> H (no bias), one decoder "
+        "layer of the target's architecture (initialised from its last layer), a norm, and the target's frozen "
+        f"lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `mtp/`. Trained after the fact on the "
+        f"frozen target (DeepSeek-V3 trains it with the model) by {train_command('mtp', record)}: one step deep, "
+        "cross-entropy against the target's own "
+        f"distribution of the token two ahead; {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions "
+        f"from {rows_trained_on(record)}; training {log['seconds'] / 60:.1f} min on "
+        f"{record['hardware']}.", "",
+        "Held-out top-1 agreement with the target by draft position (position 1 is what it was trained for; later "
+        "positions chain it on its own outputs):", "",
+        *position_table(first, last), "",
+        f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
+        "target-only decoding's):", ""] + drafting_table(runs)
+    return "\n".join(lines)
+
+
+EXIT_HEADING = "## Layer-skip exit adapters"
+
+
+def exit_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the exit adapters shipped with the bundled target: how they were
+    trained, held-out top-1 agreement of each exit with the target without and with its adapter, and
+    tokens per target pass measured now for the deepest exit with and without its adapter."""
+    import json
+
+    from speclab.methods import load_drafter
+
+    pair_dir = Path(pair_dir)
+    record = json.loads((pair_dir / "exit" / "record.json").read_text())
+    m, layers = record["preset"], record["layers"]
+    deepest = max(int(e) for e in layers)
+    _, runs, same = measure_drafting(pair_dir, {
+        f"exit after layer {deepest}" + (" + adapter" if adapter else ""):
+            (lambda t, adapter=adapter: load_drafter("layer_skip", t, exit_layer=deepest,
+                                                     adapter=pair_dir / "exit" if adapter else False), 4)
+        for adapter in (False, True)}, num_prompts, max_new_tokens)
+    seconds = sum(entry["seconds"] for entry in layers.values())
+    lines = [
+        EXIT_HEADING, "",
+        f"One exit adapter per exit layer ({', '.join(layers)} of {record['layers_of_target']}): h -> h + W h + b on "
+        "the hidden state leaving that layer, zero at the start, before the target's final norm and lm_head (a "
+        "tuned lens, Belrose et al. 2023); H x H + H parameters each, float16 in `exit/`. Trained by `python -m "
+        "speclab train exit --target speclab/pairs/stdlib/target --out DIR --install`: soft cross-entropy against "
+        f"the target's own distribution, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions per "
+        f"adapter, the target frozen; {seconds / 60:.1f} min for all on {record['hardware']}.", "",
+        "| exit after layer | " + " | ".join(layers) + " |", "|---|" + "---|" * len(layers),
+        "| top-1 agreement, no adapter | " + " | ".join(f"{e['top1_plain']:.3f}" for e in layers.values()) + " |",
+        "| top-1 agreement, with adapter | " + " | ".join(f"{e['top1_adapter']:.3f}" for e in layers.values()) + " |",
+        "",
+        f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens, K = 4; outputs "
+        f"{same} target-only decoding's):", ""] + drafting_table(runs)
+    return "\n".join(lines)
+
+
+def replace_section(card: str, heading: str, section: str) -> str:
+    """`card` with the section under `heading` (up to the next heading of the same level) replaced by
+    `section`, or `section` appended when the card has none."""
+    lines = card.rstrip("\n").split("\n")
+    if heading not in lines:
+        return "\n".join(lines) + "\n\n" + section + "\n"
+    start = lines.index(heading)
+    level = heading.split(" ")[0] + " "
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
+    return "\n".join(lines[:start] + section.split("\n") + [""] * (end < len(lines)) + lines[end:]) + "\n"

@@ -1,0 +1,139 @@
+"""Workloads where copying from the context pays, and the control where it should not.
+
+Built from the held-out files of the standard-library corpus (speclab.corpus), so neither the bundled
+models nor their heads were trained on them, and shipped as a small JSON prompt set: the standard
+library differs between Python versions (Colab's is not this machine's), and a course's measurements
+should be repeatable on the same prompts everywhere.
+
+  edit    code editing: the prompt holds a function, then the start of its revised version (renamed,
+          its first parameter renamed); the continuation restates the body with the change
+  quote   answering from a given passage: the prompt holds a function's docstring as a comment block,
+          then the function's signature and the docstring's first words; the continuation quotes it
+  code    free continuation of held-out source (the control; speclab.corpus.heldout_prompts), around
+          the eight prompts kept for tuning settings (tuning_prompts)
+  prose   free continuation of a held-out docstring (speclab.corpus.heldout_prompts)
+
+`python -m speclab workloads --build` rewrites the shipped file from this interpreter's library.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import random
+import re
+from pathlib import Path
+
+from speclab.corpus import heldout_prompts, is_heldout, read_source, stdlib_files, stdlib_root
+
+SHIPPED = Path(__file__).parents[1] / "data" / "workloads.json"
+COPYING = ("edit", "quote")
+WORKLOADS = ("code", "prose", "edit", "quote")
+MAX_CHARS = 1600  # with 128 new tokens this stays well inside the bundled target's 1024 positions
+
+
+# Held-out code prompts 5-12 (in heldout_prompts' order) are the tuning set: EAGLE-2's settings are chosen
+# by timing them (speclab.train.choose_eagle_tree). The timed code prompts go around them: 1-4, then 13 on.
+TUNING = slice(4, 12)
+
+
+def load_prompts(workload: str = "code", n: int = 4) -> list[str]:
+    """n prompt texts of a workload: the shipped copying sets ('edit', 'quote') or held-out windows of
+    this interpreter's library ('code', 'prose'); code prompts skip the tuning set (tuning_prompts)."""
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}; choose from {WORKLOADS}")
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n (number of prompts) must be an integer >= 1, got {n!r}")
+    if workload == "code":
+        if n <= TUNING.start:
+            return heldout_prompts("code", n)
+        pool = heldout_prompts("code", n + TUNING.stop - TUNING.start)
+        return pool[:TUNING.start] + pool[TUNING.stop:]
+    if workload == "prose":
+        return heldout_prompts(workload, n)
+    records = [r for r in json.loads(SHIPPED.read_text())["prompts"] if r["workload"] == workload]
+    if n > len(records):
+        raise ValueError(f"the {workload!r} workload ships {len(records)} prompts; ask for at most that many")
+    return [r["text"] for r in records[:n]]
+
+
+def tuning_prompts(n: int = TUNING.stop - TUNING.start) -> list[str]:
+    """The first n held-out code prompts of the tuning set, which load_prompts never returns: settings
+    chosen on the prompts they are then timed on would flatter them."""
+    size = TUNING.stop - TUNING.start
+    if not isinstance(n, int) or not 1 <= n <= size:
+        raise ValueError(f"the tuning set holds {size} code prompts; ask for 1 to {size}, not {n!r}")
+    return heldout_prompts("code", TUNING.start + n)[TUNING.start:]
+
+
+def functions(source: str) -> list[ast.FunctionDef]:
+    """Top-level functions and methods of a source file, in order."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+
+
+def segment(source: str, node: ast.FunctionDef) -> str:
+    """The function's source, dedented to column 0 (methods included)."""
+    lines = source.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    return "".join(line[indent:] if line[:indent].isspace() else line.lstrip() for line in lines)
+
+
+def edit_prompt(source: str, node: ast.FunctionDef) -> str | None:
+    """A function, a blank line, and the def line of its revision: renamed, first parameter renamed."""
+    text = segment(source, node)
+    params = [a.arg for a in node.args.args if a.arg not in ("self", "cls")]
+    if not params or not 300 <= len(text) <= MAX_CHARS // 2 or text.count("\n") < 8:
+        return None
+    old, new = params[0], params[0] + "_value"
+    revised = re.sub(rf"\b{re.escape(old)}\b", new, text)
+    revised = revised.replace(f"def {node.name}(", f"def {node.name}_revised(", 1)
+    head = revised[:revised.index("\n") + 1]
+    return f"{text}\n\n# Revised: {old} renamed to {new}.\n{head}"
+
+
+def quote_prompt(source: str, node: ast.FunctionDef) -> str | None:
+    """A docstring as a comment block (the passage), then the signature and the docstring's start."""
+    doc = ast.get_docstring(node)
+    if not doc or not 250 <= len(doc) <= MAX_CHARS // 2:
+        return None
+    text = segment(source, node)
+    head = text[:text.index("\n") + 1]
+    if not head.rstrip().endswith(":"):
+        return None  # a signature over several lines: keep the prompt simple
+    passage = "".join(f"# {line}".rstrip() + "\n" for line in doc.splitlines())
+    opening = " ".join(doc.split()[:5])
+    return f"# Documentation of {node.name}:\n{passage}\n{head}    \"\"\"{opening}"
+
+
+def build(per_workload: int = 8, seed: int = 0) -> dict:
+    """The copying prompt sets from this interpreter's held-out files (no test files)."""
+    root = stdlib_root()
+    rng = random.Random(seed)
+    files = [p for p in stdlib_files(root) if is_heldout(p, root) and "test" not in p.as_posix()]
+    rng.shuffle(files)
+    makers = {"edit": edit_prompt, "quote": quote_prompt}
+    prompts: list[dict] = []
+    for workload, make in makers.items():
+        found = 0
+        for path in files:
+            source = read_source(path)
+            candidates = [(node, text) for node in functions(source or "") if (text := make(source, node))]
+            if not candidates:
+                continue
+            node, text = rng.choice(candidates)
+            prompts.append(dict(workload=workload, file=path.relative_to(root).as_posix(), function=node.name,
+                                text=text))
+            found += 1
+            if found == per_workload:
+                break
+    import sys
+    return {"python": sys.version.split()[0], "seed": seed, "prompts": prompts}
+
+
+def write(path: Path = SHIPPED, per_workload: int = 8, seed: int = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(build(per_workload, seed), indent=1) + "\n")
+    return path

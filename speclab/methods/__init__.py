@@ -1,0 +1,170 @@
+"""Every drafting method, registered once: its name, how to load it, the options other engines call by
+other names, the weights it ships with for the bundled target, how to train them, and its bench rows.
+
+Each method is a module of this package behind the one interface of speclab.drafting; none of them
+imports this registry. The command line, the bench, the model card and the trainers read it, so a new
+method is a new module and an entry here (plus its tests and its chapter).
+
+    draft_model   a separate draft model                       methods/draft_model.py
+    ngram         prompt lookup                                methods/ngram.py
+    lookahead     lookahead decoding (Jacobi window + n-grams)  methods/lookahead.py
+    medusa        Medusa heads on the last hidden state         methods/medusa.py
+    eagle         an EAGLE-1 head: EAGLE-1's chain, EAGLE-2's tree  methods/eagle.py
+    eagle3        an EAGLE-3 head                               methods/eagle.py
+    mtp           a DeepSeek-V3-style MTP module                methods/mtp.py
+    layer_skip    the target's first layers (+ exit adapter)    methods/layer_skip.py
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from speclab.drafting import Drafter
+from speclab.methods.draft_model import load_draft_model
+from speclab.methods.eagle import load_eagle
+from speclab.methods.layer_skip import load_layer_skip
+from speclab.methods.lookahead import LookaheadDrafter
+from speclab.methods.medusa import load_medusa
+from speclab.methods.mtp import load_mtp
+from speclab.methods.ngram import PromptLookupDrafter
+from speclab.models import BUNDLED_DIR, load_pair
+
+
+@dataclass(frozen=True)
+class Method:
+    """One drafting method as the rest of speclab sees it.
+
+    name         vLLM's name where vLLM has the method (load_drafter's first argument)
+    load         load(target, **options) -> Drafter
+    aliases      other engines' option names -> (speclab's option, offset added to the value)
+    weights      the option naming the method's trained weights (a directory), where they default to
+                 the bundled ones
+    bundled      where its weights ship beside the bundled target (speclab/pairs/stdlib/<bundled>)
+    on_target    built on the target itself (the bundled target is loaded when none is passed)
+    train        `python -m speclab train <train>` makes its weights (None: nothing to train)
+    bench_rows   the bench's rows for it: row name -> load_drafter options of that row
+    """
+
+    name: str
+    load: Callable[..., Drafter]
+    aliases: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    weights: str | None = None
+    bundled: str | None = None
+    on_target: bool = False
+    train: str | None = None
+    bench_rows: Mapping[str, Mapping] = field(default_factory=dict)
+
+
+def _load_draft_model(target, draft=None, **rest) -> Drafter:
+    if rest:
+        raise ValueError(f"draft_model takes draft= only; got {sorted(rest)}")
+    return load_draft_model(target, draft)
+
+
+def _load_layer_skip(target, **options) -> Drafter:
+    if "exit_layer" not in options:
+        raise ValueError(f"layer_skip needs exit_layer=E, the last layer that drafts (1 to "
+                         f"{target.config.num_hidden_layers - 1})")
+    return load_layer_skip(target, bundled=BUNDLED_DIR / "exit", **options)
+
+
+# SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
+# and vLLM's num_speculative_tokens (the draft depth) name the same knobs as speclab's EAGLE options.
+# SGLang's tree size counts the root (the pending token) and speclab's does not: hence the offset of -1.
+EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk": ("top_k", 0),
+                 "speculative_num_draft_tokens": ("total_tokens", -1), "num_speculative_tokens": ("depth", 0)}
+
+REGISTRY: dict[str, Method] = {m.name: m for m in (
+    Method("draft_model", lambda target, **o: _load_draft_model(target, **o), weights="draft", bundled="draft",
+           train="draft", bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {},
+                                      "speclab adaptive-confidence": {}}),
+    Method("ngram", lambda target, **o: PromptLookupDrafter(**o),
+           aliases={"prompt_lookup_max": ("max_ngram", 0), "prompt_lookup_min": ("min_ngram", 0),  # vLLM
+                    "num_speculative_tokens": ("num_tokens", 0),
+                    "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
+                    "prompt_lookup_num_tokens": ("num_tokens", 0)},
+           bench_rows={"speclab prompt-lookup": {}}),
+    Method("lookahead", lambda target, **o: LookaheadDrafter(**o), bench_rows={"speclab lookahead": {}}),
+    Method("medusa", load_medusa, weights="heads", bundled="medusa", train="medusa",
+           bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}}),
+    Method("eagle", lambda target, **o: load_eagle(target, version=1, **o), aliases=EAGLE_ALIASES, weights="head",
+           bundled="eagle", on_target=True, train="eagle",
+           bench_rows={"speclab eagle": {}, "speclab eagle-chain": {"tree": "chain"}}),
+    Method("eagle3", lambda target, **o: load_eagle(target, version=3, **o), aliases=EAGLE_ALIASES, weights="head",
+           bundled="eagle3", on_target=True, train="eagle3", bench_rows={"speclab eagle3": {}}),
+    Method("mtp", load_mtp, aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
+           on_target=True, train="mtp",
+           # chained as deep as the round's K
+           bench_rows={"speclab mtp": {}, "speclab mtp-chain": {"num_tokens": 64}}),
+    Method("layer_skip", _load_layer_skip, bundled="exit", on_target=True, train="exit",
+           bench_rows={"speclab layer-skip": {}}),
+)}
+METHODS = tuple(REGISTRY)  # vLLM's names where vLLM has the method
+
+
+def method(name: str) -> Method:
+    """The registered method called `name`, or a ValueError listing them."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown drafting method {name!r}; choose from {METHODS}")
+    return REGISTRY[name]
+
+
+def by_bench_row(row: str) -> Method | None:
+    """The method a bench row drafts with (None for a row of no registered method)."""
+    return next((m for m in REGISTRY.values() if row in m.bench_rows), None)
+
+
+def rename_aliases(options: dict, aliases: Mapping[str, tuple[str, int]]) -> dict:
+    """options with other engines' names replaced by speclab's (and their values offset)."""
+    options = dict(options)
+    for alias, (name, offset) in aliases.items():
+        if alias in options:
+            if name in options:
+                raise ValueError(f"pass {name}= or {alias}=, not both")
+            options[name] = options.pop(alias) + offset
+    return options
+
+
+def bundled_weights(name: str) -> Path | None:
+    """Where the method's weights for the bundled target ship (None: it has none)."""
+    m = method(name)
+    return BUNDLED_DIR / m.bundled if m.bundled else None
+
+
+def load_drafter(method_name: str, target: torch.nn.Module | None = None, **options) -> Drafter:
+    """A drafter by method name (vLLM's names), for `target` (None: the bundled target).
+
+    draft_model  a draft model: draft= a model or a directory (default: the bundled draft)
+    ngram        prompt lookup: max_ngram=3, min_ngram=1, num_tokens=None (k), choose="frequent";
+                 vLLM's and transformers' option names are accepted too
+    medusa       Medusa heads: heads= a directory (default: the heads shipped for the bundled
+                 target), tree= "chain" or medusa_choices (default: the tree chosen for them)
+    lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
+    eagle        an EAGLE-1 head: head= a directory written by train eagle (default: the head shipped
+                 for the bundled target), tree="dynamic" (EAGLE-2's tree, default) or "chain",
+                 top_k, depth, total_tokens, min_confidence (the tree stops growing below it);
+                 SGLang's names (speculative_eagle_topk, speculative_num_steps,
+                 speculative_num_draft_tokens: nodes plus the root) and vLLM's
+                 num_speculative_tokens (the depth) are accepted too
+    eagle3       an EAGLE-3 head (train eagle3), with the same options
+    mtp          a DeepSeek-V3-style MTP module (train mtp): module= a directory (default: the one
+                 shipped for the bundled target), num_tokens=1 (drafts per round; more chains it;
+                 vLLM's num_speculative_tokens)
+    layer_skip   the target's first exit_layer= E layers draft (1..L-1); adapter=False (no new
+                 weights), True (the exit adapters shipped for the bundled target) or a directory
+                 written by train exit
+    """
+    m = method(method_name)
+    options = rename_aliases(options, m.aliases)
+    if m.on_target and target is None:
+        target = load_pair(device="cpu").target
+    if m.weights and options.get(m.weights) is None:
+        options[m.weights] = BUNDLED_DIR / m.bundled
+    return m.load(target, **options)
+
+
+__all__ = ["METHODS", "REGISTRY", "Method", "by_bench_row", "bundled_weights", "load_drafter", "method",
+           "rename_aliases"]

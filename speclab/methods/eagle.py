@@ -1,0 +1,517 @@
+"""EAGLE (Li et al. 2024, 2024b, 2025): draft in the target's feature space with one decoder layer.
+
+The target's feature f_t (its last hidden state after the final norm: what its lm_head reads) holds
+most of what it knows about the next token. EAGLE-1 predicts the *next feature* from the current
+one and the token that follows it: an input projection of [embedding(x_{t+1}); f_t] (2H -> H) into
+one decoder layer of the target's own architecture, whose output f^_{t+1} goes through the target's
+frozen lm_head to give the draft distribution of x_{t+2}. Embeddings and lm_head are the target's
+(frozen, not stored with the head), so the head is one layer and one H x 2H matrix.
+
+EAGLE-3 (version=3) changes what goes in and how it is trained, not the drafting loop: the first
+input is a fusion (3H -> H) of the target's hidden states at a low, a middle and a high layer, later
+steps feed the head's own hidden state instead, embedding and feature are normed before the input
+projection, and a norm sits before the lm_head. It is trained on tokens only (no feature loss),
+with the training-time test: the head is unrolled several steps on its own outputs during training
+(speclab.train.eagle.eagle3_loss), so step 3 is trained on what step 3 will see when drafting.
+
+Drafting runs autoregressively on the head's own outputs, with its own KV cache: each round the
+head first catches up on the true features the verification pass handed over (the same hand-over
+Medusa uses: Drafter.take_features), then drafts from there; the rows it computed from its own
+guesses are rolled back at the next round, like a draft model's. EAGLE-2's dynamic tree
+(`expand_level`, `rerank`) grows the draft as a tree scored by the head's own confidence.
+
+This module holds the head and the drafter; training is in speclab.train.eagle.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, DynamicCache
+
+from speclab.adaptive import stops_here
+from speclab.drafting import ChainDrafter, Draft
+from speclab.methods.artifacts import check_fits, fingerprint, load_weights, save_weights
+from speclab.methods.layer_step import LayerStep, RowCache
+from speclab.sampling import SamplingParams, check_finite, sample
+
+CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
+SETTINGS_FILE = "tree.json"  # EAGLE-2's top_k, depth, total_tokens and min_confidence measured fastest with this head
+TREE_SETTINGS = ("top_k", "depth", "total_tokens", "min_confidence")
+VERSIONS = (1, 3)
+
+
+def one_layer_config(config):
+    """The target's config cut to one decoder layer (per-layer lists cut alike)."""
+    config = copy.deepcopy(config)
+    config.num_hidden_layers = 1
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types[-1:])
+    return config
+
+
+def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
+    """The target hidden states EAGLE-3 fuses: the inputs of layers 2, L/2 and L-3 (the reference
+    implementation's low, middle and high layers), as indices into transformers' hidden_states
+    (0: the embeddings; i: the output of layer i), kept within 1..L for shallow models."""
+    return tuple(min(max(i, 1), num_layers) for i in (2, num_layers // 2, num_layers - 3))
+
+
+def check_mirrorable(target: nn.Module) -> None:
+    """A TypeError saying what to do unless the head can copy the target's decoder layer: a transformers
+    causal LM whose base model (target.model) has `layers`, `norm` and `rotary_emb`, as the Llama
+    family (Llama, Qwen2, Qwen3, Mistral, ...) does."""
+    base = getattr(target, "model", None)
+    if not all(hasattr(base, name) for name in ("layers", "norm", "rotary_emb")) or not hasattr(target, "config"):
+        raise TypeError(f"an EAGLE head mirrors one decoder layer of a Llama-family model (a .model with layers, "
+                        f"norm and rotary_emb); {type(target).__name__} has no such layers: use another drafter "
+                        "(draft_model, ngram, medusa) for it")
+
+
+class EagleHead(nn.Module):
+    """One decoder layer of the target's architecture drafting in its feature space.
+
+    version 1: x = fc([embedding; feature]) (2H -> H); output h, read by the target's lm_head as it is
+    (it regresses the target's normed features) and fed back as the next step's feature.
+    version 3: the first feature is fuse([low; mid; high]) (3H -> H) of the target's hidden states at
+    `feature_layers`; x = fc([norm(embedding); norm(feature)]); output h goes through a norm before
+    the lm_head and is fed back, un-normed, as the next step's feature.
+
+    forward(embeds (n, H) or (B, n, H), features (same), cache, **attention extras) -> h."""
+
+    CONFIG_FILE, WEIGHTS_FILE = CONFIG_FILE, WEIGHTS_FILE
+    FC_BIAS = True  # EAGLE's input projection has a bias (DeepSeek-V3's MTP projection has none)
+
+    def __init__(self, target_config: dict, target_fingerprint: dict | None = None, version: int = 1,
+                 feature_layers: Sequence[int] | None = None):
+        super().__init__()
+        if version not in VERSIONS:
+            raise ValueError(f"EAGLE version must be 1 or 3, got {version!r}")
+        config = AutoConfig.for_model(**target_config)
+        if feature_layers is None:
+            feature_layers = (-1,) if version == 1 else eagle3_layers(config.num_hidden_layers)
+        self.version, self.feature_layers = version, tuple(int(i) for i in feature_layers)
+        self.config = dict(target_config=target_config, target_fingerprint=target_fingerprint, version=version,
+                           feature_layers=list(self.feature_layers))
+        self.layer_config = one_layer_config(config)
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=self.FC_BIAS)
+        self.model = AutoModel.from_config(self.layer_config)
+        self.model.embed_tokens = None       # tokens are embedded with the target's own embeddings
+        self.model.norm = nn.Identity()      # version 1 regresses normed features; version 3 has out_norm
+        if version == 3:
+            norm = type(self.model.layers[0].input_layernorm)
+            eps = getattr(config, "rms_norm_eps", 1e-6)
+            # several layers read are fused into one feature; one layer read (MTP's) needs no fusion
+            self.fuse_fc = nn.Linear(len(self.feature_layers) * hidden, hidden, bias=False) \
+                if len(self.feature_layers) > 1 else None
+            self.embed_norm, self.feature_norm, self.out_norm = (norm(hidden, eps=eps) for _ in range(3))
+
+    @classmethod
+    def for_target(cls, target: nn.Module, version: int = 1) -> EagleHead:
+        """A fresh head for `target`; its decoder layer starts as a copy of the target's last layer (and
+        version 3's output norm as a copy of the target's final norm)."""
+        check_mirrorable(target)
+        head = cls(target.config.to_dict(), fingerprint(target), version)
+        head.model.layers[0].load_state_dict(target.model.layers[-1].state_dict())
+        if version == 3:
+            head.out_norm.load_state_dict(target.model.norm.state_dict())
+        return head.to(device=target.device, dtype=torch.float32)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.fc.weight.dtype
+
+    @property
+    def name(self) -> str:
+        return f"EAGLE-{self.version}"
+
+    @property
+    def train_command(self) -> str:
+        return "eagle" if self.version == 1 else "eagle3"
+
+    def new_cache(self) -> DynamicCache:
+        return DynamicCache(config=self.layer_config)
+
+    def drafting_cache(self) -> RowCache | DynamicCache:
+        """The cache a drafter keeps for the head: written by position (RowCache) where LayerStep runs
+        the layer, transformers' DynamicCache where the model's forward must."""
+        return RowCache() if self.layer_step is not None else self.new_cache()
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The first step's feature from what the target hands over (len(feature_layers) * H wide)."""
+        features = features.to(self.dtype)
+        return features if getattr(self, "fuse_fc", None) is None else self.fuse_fc(features)
+
+    def logits_input(self, h: torch.Tensor) -> torch.Tensor:
+        """What the target's lm_head reads from the head's output."""
+        return h if self.version == 1 else self.out_norm(h)
+
+    def forward(self, embeds: torch.Tensor, features: torch.Tensor, cache: DynamicCache | None = None,
+                positions: torch.Tensor | None = None, visible: torch.Tensor | None = None, **extra) -> torch.Tensor:
+        """The head's output h for new rows appended to `cache`. Drafting passes (n, H) rows with a
+        cache; `positions` (n,) default to the next ones, `visible` (n, cached + n) bool says which
+        rows each new row attends to (default: causal). `extra` goes to the model's forward as it is
+        (training's batched, masked passes)."""
+        embeds, features = embeds.to(self.dtype), features.to(self.dtype)
+        if self.version == 3:
+            embeds, features = self.embed_norm(embeds), self.feature_norm(features)
+        x = self.fc(torch.cat([embeds, features], dim=-1))
+        if x.dim() == 2 and cache is not None and not extra:
+            if positions is None:
+                start = cache.get_seq_length()
+                positions = torch.arange(start, start + len(x), device=x.device)
+            if self.layer_step is not None:
+                return self.layer_step(x, cache, positions, visible)
+            extra = {"position_ids": positions[None]}
+            if visible is not None:  # transformers adds a float mask to the scores
+                mask = torch.zeros(visible.shape, dtype=self.dtype, device=x.device)
+                extra["attention_mask"] = mask.masked_fill_(~visible, torch.finfo(self.dtype).min)[None, None]
+        batched = x.dim() == 3
+        out = self.model(inputs_embeds=x if batched else x.unsqueeze(0), past_key_values=cache,
+                         use_cache=cache is not None, **extra)
+        return out.last_hidden_state if batched else out.last_hidden_state[0]
+
+    @property
+    def layer_step(self) -> LayerStep | None:
+        """The head's layer written out for drafting (speclab.methods.layer_step), where it covers the layer's
+        kind; None where the model's forward must run. Built once."""
+        if "_layer_step" not in self.__dict__:
+            layer, rotary = self.model.layers[0], self.model.rotary_emb
+            self.__dict__["_layer_step"] = LayerStep(layer, rotary) if LayerStep.supports(layer, rotary) else None
+        return self.__dict__["_layer_step"]
+
+    def check_fits(self, target: nn.Module) -> None:
+        """A ValueError, saying how to get a fitting head, unless this head was trained for `target`."""
+        check_mirrorable(target)
+        check_fits(self.config["target_fingerprint"], target, f"this {self.name} head was",
+                   f"train one for it: python -m speclab train {self.train_command} --target DIR --out DIR",
+                   keys=("model_type", "hidden", "vocab", "layers"))
+
+    def save(self, directory: str | Path) -> None:
+        save_weights(directory, self.CONFIG_FILE, self.config, self.WEIGHTS_FILE, self.state_dict())
+
+    @classmethod
+    def missing(cls, directory: str | Path) -> str:
+        """What to say when `directory` holds no head of this kind."""
+        return (f"An EAGLE head is not in {directory}; train one with python -m speclab train eagle (or eagle3) "
+                "--target DIR --out DIR")
+
+    @classmethod
+    def load(cls, directory: str | Path, device: torch.device | str = "cpu",
+             dtype: torch.dtype = torch.float32) -> EagleHead:
+        config, state = load_weights(directory, cls.CONFIG_FILE, cls.WEIGHTS_FILE, cls.missing(directory))
+        head = cls(**config)
+        head.load_state_dict(state, strict=False)
+        return head.to(device=device, dtype=dtype).eval()
+
+
+# ---------------------------------------------------------------- EAGLE-2's dynamic tree, as plain functions
+def measured_settings(head_dir: str | Path) -> dict:
+    """What choose_eagle_tree wrote into a head directory (tree.json: the settings, the timed table),
+    or {} for a head without one."""
+    settings = Path(head_dir) / SETTINGS_FILE
+    return json.loads(settings.read_text()) if settings.exists() else {}
+
+
+def describe_tree(settings: dict) -> str:
+    """EAGLE-2's settings (a tree.json or a row of its sweep) in words."""
+    stop = settings.get("min_confidence")
+    return (f"top_k {settings['top_k']}, depth {settings['depth']}, {settings['total_tokens']} tokens, "
+            + ("no stop" if stop is None else f"stop below {stop:g}"))
+
+
+def expand_level(frontier_scores: Sequence[float], log_probs: torch.Tensor, top_k: int
+                 ) -> list[tuple[float, int, int]]:
+    """One level of EAGLE-2's expansion: frontier node i (its path's score frontier_scores[i]) gets its
+    top_k tokens by log_probs[i] (F, V) as children, each scored by the cumulative log-probability of
+    its path, frontier_scores[i] + log_probs[i, token]. Returns (score, i, token) for every child, best
+    first; ties keep the earlier frontier node, then the higher-ranked token (a stable sort)."""
+    if log_probs.dim() != 2 or log_probs.shape[0] != len(frontier_scores):
+        raise ValueError(f"log_probs must be (F, V) with F = {len(frontier_scores)} frontier nodes, "
+                         f"got {tuple(log_probs.shape)}")
+    top = log_probs.float().topk(top_k, dim=-1)
+    children = [(float(score) + lp, i, token) for i, score in enumerate(frontier_scores)
+                for lp, token in zip(top.values[i].tolist(), top.indices[i].tolist())]
+    return sorted(children, key=lambda child: -child[0])
+
+
+def rerank(scores: Sequence[float], parents: Sequence[int], total_tokens: int) -> tuple[list[int], list[int]]:
+    """EAGLE-2's reranking: the best total_tokens of every node scored (ties to the earlier node), in
+    node order, and their parents renumbered into that list (-1: a child of the root). Nodes are
+    recorded parents first and a child never scores above its parent (log-probabilities are <= 0), so
+    the kept set is closed under ancestors: a tree the target can verify."""
+    keep = sorted(sorted(range(len(scores)), key=lambda n: (-scores[n], n))[:total_tokens])
+    renumber = {old: new for new, old in enumerate(keep)}
+    return keep, [renumber[parents[n]] if parents[n] >= 0 else -1 for n in keep]
+
+
+def check_tree_settings(top_k: int, depth: int, total_tokens: int, min_confidence: float | None
+                        ) -> tuple[int, int, int, float | None]:
+    """EAGLE-2's settings, or a ValueError that says which one is wrong."""
+    for label, value in (("top_k", top_k), ("depth", depth), ("total_tokens", total_tokens)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"EAGLE-2's {label} must be an integer >= 1, got {value!r}")
+    if min_confidence is not None:
+        number = isinstance(min_confidence, (int, float)) and not isinstance(min_confidence, bool)
+        if not number or not 0 < min_confidence < 1:
+            raise ValueError(f"EAGLE-2's min_confidence must be a probability strictly between 0 and 1, or None "
+                             f"to always grow `depth` levels; got {min_confidence!r}")
+        min_confidence = float(min_confidence)
+    return top_k, depth, total_tokens, min_confidence
+
+
+def node_depth(parents: Sequence[int], node: int) -> int:
+    depth = 1
+    while parents[node] >= 0:
+        node, depth = parents[node], depth + 1
+    return depth
+
+
+class EagleDrafter(ChainDrafter):
+    """An EAGLE head drafting a chain (tree="chain": k tokens per round, each from the head's own
+    output, sampled from the served distribution; EAGLE-1's way) or EAGLE-2's dynamic tree
+    (tree="dynamic", the default: Li et al. 2024b). The dynamic tree grows `depth` levels (at most k):
+    every frontier node's top_k children are scored by the cumulative log-probability of their path,
+    the best top_k of them become the next frontier, and at the end the best `total_tokens` of every
+    node scored form the tree the target verifies (expand_level, rerank). Its nodes are deterministic
+    top-k picks, so the rule sees point masses and stays lossless at any temperature. With one child
+    per node (top_k 1) and sampling, the tree is a chain, and its tokens are drawn from the head's
+    served distribution instead, as EAGLE-1's chain does: a point mass on the head's top token is
+    accepted only as often as the target would draw that token (at temperature 1, in one bench run on a
+    2-core CPU, the bundled EAGLE-1 head's 20-deep chain ran at 0.82x target-only with point masses and
+    1.57x with drawn tokens). The class
+    defaults (top_k 2, depth 6, 12 tokens) suit a small target on a CPU, where every head pass costs
+    about a tenth of a target step and a wider tree buys little; a head directory may carry the
+    settings measured fastest with it (tree.json, written by speclab.train.choose_eagle_tree), which
+    load_drafter uses instead. The reference implementation's defaults (top_k 10, depth 7, 60 tokens)
+    are for large targets on GPUs. Works alike for EAGLE-1 and EAGLE-3 heads.
+
+    min_confidence (speclab's addition, None: off): the tree stops growing after a level whose most
+    probable new node had a probability, given its parent, below it; that level's nodes are still
+    scored and may be kept. The published EAGLE-2 always grows `depth` levels: on a GPU a bigger tree
+    costs the verification pass almost nothing. On a CPU every node costs a head pass and a position
+    in the verification pass, so stopping where the head is unsure pays; with top_k = 1 it is
+    transformers' confidence stop (assistant_confidence_threshold) on EAGLE-1's chain. The head's own
+    probabilities decide it, so it changes which tokens are proposed, never what is emitted.
+
+    sampled (speclab's addition, None: the same settings): a dict of top_k, depth, total_tokens and
+    min_confidence for the rounds that sample. The fastest tree depends on the decoding: greedy, a
+    head's top token is accepted whenever it is the target's, and deep chains pay; sampled, every
+    draft is a gamble on the target's draw, and shorter ones do. tree.json keeps both, each timed.
+
+    Bookkeeping: pair j is (feature f_j, token x_{j+1}). After the prefill the target has handed over
+    f_0..f_{n-2} for a prompt of n tokens, and x_1..x_{n-1} are known, so pairs 0..n-2 are all true.
+    Each round the head rolls its cache back to the true pairs, feeds the new ones (the verify pass's
+    features of the pending token and the accepted drafts), and drafts on from there."""
+
+    def __init__(self, head: EagleHead, target: nn.Module, tree: str = "dynamic", top_k: int = 2, depth: int = 6,
+                 total_tokens: int = 12, min_confidence: float | None = None, sampled: dict | None = None):
+        head.check_fits(target)
+        if tree not in ("dynamic", "chain"):
+            raise ValueError(f"tree must be 'dynamic' (EAGLE-2) or 'chain' (EAGLE-1), got {tree!r}")
+        if tree == "chain" and (min_confidence is not None or sampled is not None):
+            raise ValueError("min_confidence and sampled are settings of EAGLE-2's dynamic tree; for a chain pass "
+                             "confidence_threshold= to speculative_generate instead")
+        self.top_k, self.depth, self.total_tokens, self.min_confidence = \
+            check_tree_settings(top_k, depth, total_tokens, min_confidence)
+        if sampled is not None:
+            unknown = set(sampled) - set(TREE_SETTINGS)
+            if unknown or not {"top_k", "depth", "total_tokens"} <= set(sampled):
+                raise ValueError(f"sampled= takes EAGLE-2's settings for sampled rounds, top_k, depth, total_tokens "
+                                 f"and optionally min_confidence; got {sorted(sampled)}")
+            sampled = dict(zip(TREE_SETTINGS, check_tree_settings(
+                sampled["top_k"], sampled["depth"], sampled["total_tokens"], sampled.get("min_confidence"))))
+        self.sampled = sampled
+        self.head, self.tree = head, tree
+        self.feature_layers = head.feature_layers
+        if head.version == 1:
+            self.name = "eagle-2" if tree == "dynamic" else "eagle"
+        else:
+            self.name = "eagle-3" if tree == "dynamic" else "eagle-3 chain"
+        self.embed = target.get_input_embeddings()
+        self.lm_head = target.get_output_embeddings()
+        self.forward_calls = 0
+        self.last_expansion: dict | None = None
+        self.start(torch.empty(0, dtype=torch.long))
+
+    def set_confidence_threshold(self, threshold: float | None) -> None:
+        if threshold is not None and self.tree != "chain":
+            raise ValueError("confidence_threshold stops a chain; EAGLE-2's dynamic tree has its own stop, set when "
+                             "the drafter is built: load_drafter('eagle', min_confidence=...); or load the drafter "
+                             "with tree='chain'")
+        super().set_confidence_threshold(threshold)
+
+    def start(self, prompt: torch.Tensor) -> None:
+        self.cache = self.head.drafting_cache()
+        self.true_pairs = 0                          # pairs in the head's cache computed from true features
+        self.pending: list[torch.Tensor] = []        # true features handed over, not yet in the cache
+        self.forward_calls = 0
+
+    def take_features(self, features: torch.Tensor) -> None:
+        self.pending.append(features)
+
+    def _head_step(self, tokens: torch.Tensor, features: torch.Tensor, **extra) -> torch.Tensor:
+        self.forward_calls += 1
+        return self.head(self.embed(tokens), features, self.cache, **extra)
+
+    def _logits(self, h: torch.Tensor, check: bool = True) -> torch.Tensor:
+        logits = self.lm_head(self.head.logits_input(h).to(self.lm_head.weight.dtype))
+        if check:
+            check_finite(logits, "EAGLE head")
+        return logits
+
+    def _catch_up(self, ids: torch.Tensor) -> torch.Tensor:
+        """Roll back the rows computed from guesses, feed the true pairs handed over since, and return
+        the head's output at the pending token (its prediction of the position after it)."""
+        crop = self.cache.get_seq_length() - self.true_pairs
+        if crop > 0:
+            self.cache.crop(-crop)
+        features = self.head.fuse(torch.cat(self.pending))
+        tokens = ids[self.true_pairs + 1:self.true_pairs + 1 + len(features)]
+        h = self._head_step(tokens, features)[-1]
+        self.true_pairs += len(features)
+        self.pending = []
+        return h
+
+    @torch.inference_mode()
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        if not self.pending:  # a one-token prompt (no feature yet), or a second call without a verify pass
+            return Draft(ids.new_empty(0))
+        h = self._catch_up(ids)
+        if self.tree == "dynamic":
+            return self._dynamic_tree(h, k, ids.device, sampling, generator)
+        drafted, probs = [], []
+        for i in range(k):
+            logits = self._logits(h)
+            q = sampling.probs(logits)
+            token = sample(q, generator)
+            drafted.append(token)
+            probs.append(q)
+            if i + 1 == k or stops_here(logits, self.confidence_threshold):
+                break
+            h = self._head_step(token.view(1), h.view(1, -1))[-1]
+        return Draft(torch.stack(drafted), torch.stack(probs))
+
+    @property
+    def max_depth(self) -> int:
+        """The deepest tree this drafter grows, greedy or sampled: the k that never cuts it."""
+        return max(self.depth, self.sampled["depth"] if self.sampled else 0)
+
+    @property
+    def own_depth(self) -> int | None:
+        return self.max_depth if self.tree == "dynamic" else None
+
+    def round_settings(self, sampling: SamplingParams) -> dict:
+        """The tree settings of a round: `sampled`'s when the round samples and they are set, else the
+        drafter's own (top_k, depth, total_tokens, min_confidence)."""
+        if self.sampled is not None and not sampling.greedy:
+            return self.sampled
+        return dict(top_k=self.top_k, depth=self.depth, total_tokens=self.total_tokens,
+                    min_confidence=self.min_confidence)
+
+    def _dynamic_tree(self, h: torch.Tensor, k: int, device: torch.device, sampling: SamplingParams,
+                      generator: torch.Generator | None = None) -> Draft:
+        """EAGLE-2: expand, score by cumulative log-probability, keep the best; one head pass per level,
+        at most k levels, with the round's settings. A sampled one-child tree draws its tokens (`drawn`:
+        see the class docstring)."""
+        settings = self.round_settings(sampling)
+        top_k, depth = settings["top_k"], min(k, settings["depth"])
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        drawn_from: list[torch.Tensor] = []         # each node's q, when drawn
+        drawn = top_k == 1 and not sampling.greedy
+        row_of: dict[int, int] = {}                 # node -> its row in the head's cache
+        frontier, frontier_h = [-1], h.view(1, -1)  # the root: the pending token
+        for level in range(depth):
+            logits = self._logits(frontier_h, check=drawn)
+            log_probs = torch.log_softmax(logits.float(), -1)
+            frontier_scores = [scores[n] if n >= 0 else 0.0 for n in frontier]
+            if drawn:
+                q = sampling.probs(logits)[0]
+                token = int(sample(q, generator))
+                drawn_from.append(q)
+                children = [(frontier_scores[0] + float(log_probs[0, token]), 0, token)]
+            else:
+                children = expand_level(frontier_scores, log_probs, top_k)
+            # a NaN or +inf logit makes its row's log-softmax NaN: checking the children's scores is
+            # cheaper than checking every logit at every level
+            if any(math.isnan(score) for score, _, _ in children):
+                check_finite(log_probs, "EAGLE head")
+            chosen = []                             # (child node, its parent's row in frontier_h)
+            for score, i, token in children:
+                tokens.append(token)
+                parents.append(frontier[i])
+                scores.append(score)
+                chosen.append((len(tokens) - 1, i))
+            if level + 1 == depth or self._unsure(log_probs, settings["min_confidence"]):
+                break
+            chosen = chosen[:top_k]
+            frontier = [node for node, _ in chosen]
+            frontier_h = self._tree_pass(frontier, tokens, parents, row_of, frontier_h[[i for _, i in chosen]],
+                                         device)
+        keep, kept_parents = rerank(scores, parents, settings["total_tokens"])
+        # every node expanded, for drawing and for the chapter: the draft is the `kept` part of it
+        self.last_expansion = {"tokens": tokens, "parents": parents, "scores": scores, "kept": keep}
+        probs = torch.stack([drawn_from[n] for n in keep]) if drawn and keep else None
+        return Draft(torch.tensor([tokens[n] for n in keep], dtype=torch.long, device=device), probs, kept_parents)
+
+    @staticmethod
+    def _unsure(log_probs: torch.Tensor, min_confidence: float | None) -> bool:
+        """Whether the tree stops growing here: the level's most probable node, given its parent, is
+        below min_confidence (log_probs: the level's (F, V) log-probabilities)."""
+        return min_confidence is not None and float(log_probs.max()) < math.log(min_confidence)
+
+    def _tree_pass(self, frontier: list[int], tokens: list[int], parents: list[int], row_of: dict[int, int],
+                   parent_h: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """One head pass over the frontier nodes, appended to the head's cache: each sees the true
+        prefix, its ancestors' rows and itself, at position true_pairs + depth - 1."""
+        cached = self.cache.get_seq_length()
+        if len(frontier) == 1 and cached - self.true_pairs == node_depth(parents, frontier[0]) - 1:
+            # one node whose ancestors are every row drafted so far (top_k = 1): it sees the whole
+            # cache at the next position, a plain step
+            row_of[frontier[0]] = cached
+            return self._head_step(torch.tensor([tokens[frontier[0]]], device=device), parent_h)
+        visible = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
+        visible[:, :self.true_pairs] = True
+        for i, node in enumerate(frontier):
+            ancestor = parents[node]
+            while ancestor >= 0:
+                visible[i, row_of[ancestor]] = True
+                ancestor = parents[ancestor]
+            visible[i, cached + i] = True
+            row_of[node] = cached + i
+        positions = torch.tensor([self.true_pairs + node_depth(parents, n) - 1 for n in frontier], device=device)
+        frontier_tokens = torch.tensor([tokens[n] for n in frontier], device=device)
+        return self._head_step(frontier_tokens, parent_h, positions=positions, visible=visible.to(device))
+
+
+def load_eagle(target: nn.Module, head: str | Path | EagleHead, version: int | None = None,
+               **options) -> EagleDrafter:
+    """An EAGLE drafter for `target` from a head directory (train eagle / train eagle3) or a head.
+    `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
+    the default) or "chain", top_k, depth, total_tokens, min_confidence (defaults: the head
+    directory's tree.json, where the settings measured fastest with that head are kept, else
+    EagleDrafter's; a chain takes none of them), sampled (the settings of sampled rounds: tree.json's
+    "sampled" entry, timed at temperature 1, unless any tree setting is passed here, which then
+    applies to every round)."""
+    if not isinstance(head, EagleHead):
+        if options.get("tree", "dynamic") == "dynamic":  # EAGLE-2's settings measured fastest for this head
+            measured = measured_settings(head)
+            # settings passed here apply to every round; without them, sampled rounds take the settings
+            # timed at temperature 1 where tree.json has them
+            if "sampled" in measured and not any(k in options for k in (*TREE_SETTINGS, "sampled")):
+                options["sampled"] = {k: measured["sampled"][k] for k in TREE_SETTINGS if k in measured["sampled"]}
+            options = {**{k: measured[k] for k in TREE_SETTINGS if k in measured}, **options}
+        head = EagleHead.load(head, device=target.device)
+    if version is not None and head.version != version:
+        raise ValueError(f"this is an {head.name} head, not an EAGLE-{version} head: load it with "
+                         f"load_drafter({head.train_command!r}, head=...)")
+    return EagleDrafter(head, target, **options)

@@ -1,0 +1,81 @@
+"""Multi-token prediction (DeepSeek-AI 2024, DeepSeek-V3 report, section 2.2) as a drafter.
+
+DeepSeek-V3 trains, with the model, a module that predicts one token further ahead: the target's
+hidden state h_t and the embedding of the next token x_{t+1}, each RMS-normed, concatenated and
+projected (2H -> H, no bias), go through one transformer block of the model's own kind; the shared
+output head (behind its own norm) reads the token x_{t+2}. Served as a drafter (vLLM `mtp`, SGLang
+`NEXTN`) it proposes one token per round; chained (its own output fed back as the next "hidden
+state") it proposes more, less reliably, since it was only ever trained one step deep (vLLM warns of
+this; chapter 9 measures it).
+
+That is EAGLE-3's head reading one layer, the last, and trained one step deep: so MtpModule is an
+EagleHead with those settings, and MtpDrafter is an EAGLE chain that drafts `num_tokens` per round.
+What differs from DeepSeek-V3 here: the module is trained after the fact on a frozen target, against
+the target's own distribution (speclab.train.eagle.train_eagle with version="mtp"), not jointly with the
+model's pretraining on the corpus's tokens; and it reads the target's last hidden state after the
+final norm (what the verification pass hands every feature drafter), where DeepSeek-V3 reads it
+before; the module's own RMSNorm rescales either alike.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from speclab.methods.eagle import EagleDrafter, EagleHead
+from speclab.sampling import SamplingParams
+
+
+class MtpModule(EagleHead):
+    """DeepSeek-V3's MTP module for a frozen Llama-family target: norm(h), norm(embedding), a 2H -> H
+    projection without bias, one decoder layer of the target's architecture (starting as a copy of its
+    last), a norm, and the target's own lm_head and embeddings (not stored with the module)."""
+
+    CONFIG_FILE, WEIGHTS_FILE = "mtp_config.json", "mtp_module.safetensors"
+    FC_BIAS = False  # DeepSeek-V3's projection M has no bias
+
+    def __init__(self, target_config: dict, target_fingerprint: dict | None = None, version: int = 3,
+                 feature_layers=None):
+        # EAGLE-3's norms and output norm, reading one layer (the last), so nothing is fused
+        super().__init__(target_config, target_fingerprint, version=3, feature_layers=(-1,))
+
+    @classmethod
+    def for_target(cls, target: nn.Module, version: int = 3) -> MtpModule:
+        """A fresh module: its layer a copy of the target's last, its norm a copy of the final norm."""
+        return super().for_target(target, 3)
+
+    @property
+    def name(self) -> str:
+        return "MTP"
+
+    @property
+    def train_command(self) -> str:
+        return "mtp"
+
+    @classmethod
+    def missing(cls, directory: str | Path) -> str:
+        return f"An MTP module is not in {directory}; train one with python -m speclab train mtp --target DIR --out DIR"
+
+
+class MtpDrafter(EagleDrafter):
+    """The MTP module drafting a chain of at most `num_tokens` tokens per round (1: DeepSeek-V3's use;
+    more: the module chained on its own outputs), sampled from the served distribution."""
+
+    def __init__(self, module: MtpModule, target: nn.Module, num_tokens: int = 1):
+        if not isinstance(num_tokens, int) or num_tokens < 1:
+            raise ValueError(f"num_tokens (MTP drafts per round) must be an integer >= 1, got {num_tokens!r}")
+        super().__init__(module, target, tree="chain")
+        self.num_tokens = num_tokens
+        self.name = "mtp" if num_tokens == 1 else f"mtp x{num_tokens}"
+
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None):
+        return super().propose(ids, min(k, self.num_tokens), sampling, generator)
+
+
+def load_mtp(target: nn.Module, module: str | Path | MtpModule, num_tokens: int = 1) -> MtpDrafter:
+    """An MTP drafter for `target` from a directory written by `python -m speclab train mtp` or a module."""
+    if not isinstance(module, MtpModule):
+        module = MtpModule.load(module, device=target.device)
+    return MtpDrafter(module, target, num_tokens)

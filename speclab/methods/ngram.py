@@ -1,0 +1,106 @@
+"""Prompt lookup decoding (Saxena 2023; vLLM's `ngram`): draft by copying what followed an earlier
+occurrence of the sequence's last few tokens. No model and no probabilities."""
+from __future__ import annotations
+
+import torch
+
+from speclab.drafting import Draft, Drafter
+from speclab.sampling import SamplingParams
+
+
+MATCH_CHOICES = ("latest", "first", "frequent", "longest")
+
+
+def lookup_continuation(seq: list[int], num_tokens: int, max_ngram: int = 3, min_ngram: int = 1,
+                        choose: str = "latest") -> list[int]:
+    """Prompt lookup's proposal for the sequence `seq`: find earlier occurrences of its last n tokens
+    (n from max_ngram down to min_ngram; the longest n with a match wins) and return up to num_tokens
+    of what followed one of them ([] when nothing matches). Which occurrence, when there are several:
+
+    latest    the most recent one (the reference implementation's scan from the end; recent text is
+              the most likely to be restated)
+    first     the earliest one (transformers' prompt lookup scans left to right)
+    frequent  the most common continuation: walk the occurrences' continuations token by token,
+              taking the token most of them agree on (ties to the latest)
+    longest   the one whose preceding text agrees with the sequence's for longest (a longer context
+              match, beyond max_ngram), ties to the latest
+    """
+    if choose not in MATCH_CHOICES:
+        raise ValueError(f"choose must be one of {MATCH_CHOICES}, got {choose!r}")
+    for n in range(min(max_ngram, len(seq) - 1), min_ngram - 1, -1):
+        tail = seq[-n:]
+        # starts i with seq[i:i+n] == tail and at least one token after the match, latest first
+        starts = [i for i in range(len(seq) - n - 1, -1, -1) if seq[i:i + n] == tail]
+        if not starts:
+            continue
+        if choose == "latest":
+            i = starts[0]
+        elif choose == "first":
+            i = starts[-1]
+        elif choose == "longest":
+            i = max(starts, key=lambda j: (_agreement(seq, j + n, len(seq)), j))
+        else:
+            return _most_frequent(seq, [j + n for j in starts], num_tokens)
+        return seq[i + n:i + n + num_tokens]
+    return []
+
+
+def _agreement(seq: list[int], end_a: int, end_b: int, cap: int = 256) -> int:
+    """How many tokens before end_a equal those before end_b (a common suffix length, at most cap)."""
+    m = 0
+    while m < cap and m < end_a and seq[end_a - 1 - m] == seq[end_b - 1 - m]:
+        m += 1
+    return m
+
+
+def _most_frequent(seq: list[int], follows: list[int], num_tokens: int) -> list[int]:
+    """From continuation starts `follows` (latest first), the token-by-token majority continuation."""
+    out: list[int] = []
+    while follows and len(out) < num_tokens:
+        counts: dict[int, int] = {}
+        for j in follows:
+            if j < len(seq):
+                counts[seq[j]] = counts.get(seq[j], 0) + 1
+        if not counts:
+            break
+        token = max(counts, key=counts.get)  # dicts keep insertion order, so ties go to the latest
+        out.append(token)
+        follows = [j + 1 for j in follows if j < len(seq) and seq[j] == token]
+    return out
+
+
+class PromptLookupDrafter(Drafter):
+    """Prompt lookup decoding (Saxena 2023): find an earlier occurrence of the sequence's last n tokens
+    (n from max_ngram down to min_ngram) and propose the num_tokens that followed it (None: as many as
+    the round allows, k). No model, no probabilities; it wins where the output copies its context
+    (code edits, answers quoting a passage, summaries). `choose` picks among several occurrences
+    (see lookup_continuation); "frequent" is the default because it gave the most tokens per round on
+    every workload of chapter 6 (the latest match is often so recent that little follows it). The
+    same knobs elsewhere:
+
+    speclab      transformers generate()        vLLM speculative_config (method "ngram")
+    max_ngram    max_matching_ngram_size (2)    prompt_lookup_max
+    min_ngram    - (1)                          prompt_lookup_min
+    num_tokens   prompt_lookup_num_tokens       num_speculative_tokens
+    choose       "first"                        -
+    """
+
+    name = "prompt lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int | None = None,
+                 choose: str = "frequent"):
+        if not isinstance(min_ngram, int) or not isinstance(max_ngram, int) or not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need integers 1 <= min_ngram <= max_ngram; got min_ngram={min_ngram!r}, "
+                             f"max_ngram={max_ngram!r}")
+        if num_tokens is not None and (not isinstance(num_tokens, int) or num_tokens < 1):
+            raise ValueError(f"num_tokens (tokens per proposal) must be an integer >= 1 or None (use k); "
+                             f"got {num_tokens!r}")
+        if choose not in MATCH_CHOICES:
+            raise ValueError(f"choose must be one of {MATCH_CHOICES}, got {choose!r}")
+        self.max_ngram, self.min_ngram, self.num_tokens, self.choose = max_ngram, min_ngram, num_tokens, choose
+
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        n = k if self.num_tokens is None else min(k, self.num_tokens)  # never more than the round allows
+        follow = lookup_continuation(ids.tolist(), n, self.max_ngram, self.min_ngram, self.choose)
+        return Draft(torch.tensor(follow, dtype=torch.long, device=ids.device))

@@ -1,0 +1,142 @@
+"""The command line: `python -m speclab --help` is the map, and each command runs."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from speclab.__main__ import main
+from speclab.devices import cpu_name
+
+
+def test_help_lists_every_command():
+    out = subprocess.run([sys.executable, "-m", "speclab", "--help"], capture_output=True, text=True, check=True).stdout
+    for command in ("generate", "bench", "profile", "evaluate", "card", "theory", "pairs", "train", "labs",
+                    "workloads"):
+        assert command in out
+
+
+def test_theory_prints_breakeven_and_best_k(capsys):
+    main(["theory", "--c", "0.1", "--alpha", "0.7", "--k-max", "4"])
+    out = capsys.readouterr().out
+    assert "breakeven" in out and "best K at a=0.7: 4" in out
+
+
+def test_generate_and_bench_on_a_local_pair(tmp_path, capsys):
+    from speclab.train import main as train_main
+    out = tmp_path / "micro"
+    train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    capsys.readouterr()
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--draft-dtype", "float32"])
+    text = capsys.readouterr().out
+    assert text.startswith("import os\n") and "acceptance rate" in text
+    main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--json", str(tmp_path / "bench.json")])
+    table = capsys.readouterr().out
+    for method in ("speclab target-only", "speclab speculative", "hf assisted", "hf prompt-lookup"):
+        assert method in table
+    assert "target torch.float32, draft torch.float16" in table  # the CPU default
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert record["cpu"] == cpu_name() and record["torch"] == torch.__version__  # which machine timed it
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"),
+          "--prompt", "import os\nimport sys\nimport os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "lookahead", "--lookahead", "3,3,2"])
+    assert "speculative (lookahead)" in capsys.readouterr().out
+    main(["bench", "--workload", "edit,quote",  # the bundled pair: the copying prompts need its 1024 positions
+          "--num-prompts", "1", "--max-new-tokens", "6", "--device", "cpu", "--repeats", "1", "--lookahead", "2,2,1",
+          "3,3,3", "--methods", "speclab target-only,speclab lookahead,speclab prompt-lookup", "--lookup-k", "6",
+          "--json", str(tmp_path / "two.json")])
+    table = capsys.readouterr().out
+    assert "1 edit prompts" in table and "1 quote prompts" in table and "speclab lookahead 3,3,3" in table
+    assert [w["workload"] for w in json.loads((tmp_path / "two.json").read_text())["workloads"]] == ["edit", "quote"]
+    with pytest.raises(SystemExit):
+        main(["bench", "--workload", "poetry"])
+    with pytest.raises(SystemExit):
+        main(["bench", "--lookahead", "4,4"])
+
+
+def test_generate_refuses_a_bad_k(tmp_path):
+    with pytest.raises(SystemExit):
+        main(["generate", "--prompt", "x", "--k", "not-a-number"])
+
+
+def test_profile_writes_a_measurement_file_named_with_the_device(tmp_path, capsys):
+    from speclab.train import main as train_main
+    out = tmp_path / "micro"
+    train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    main(["profile", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--device", "cpu",
+          "--json", str(tmp_path / "profile-{device}.json")])
+    import json
+    written = list(tmp_path.glob("profile-*cpu.json"))
+    assert len(written) == 1
+    record = json.loads(written[0].read_text())
+    assert record["positions"][:2] == [1, 2] and len(record["target_ms"]) == len(record["positions"])
+
+
+def test_the_help_lists_the_same_bench_methods_as_the_bench():
+    from speclab.__main__ import BENCH_METHODS
+    from speclab.measure.bench import METHODS
+    assert BENCH_METHODS == METHODS
+
+
+def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(tmp_path, capsys):
+    from speclab.methods.eagle import EagleHead
+    from speclab.methods.medusa import MedusaHeads
+    from speclab.models import load_model
+    from speclab.train import main as train_main
+    out = tmp_path / "micro"
+    train_main(["pair", "--out", str(out), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
+    MedusaHeads.for_target(load_model(out / "target", "cpu", None), num_heads=2).save(tmp_path / "heads")
+    EagleHead.for_target(load_model(out / "target", "cpu", None)).save(tmp_path / "eagle")
+    EagleHead.for_target(load_model(out / "target", "cpu", None), version=3).save(tmp_path / "eagle3")
+    from speclab.methods.mtp import MtpModule
+    MtpModule.for_target(load_model(out / "target", "cpu", None)).save(tmp_path / "mtp")
+    capsys.readouterr()
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "mtp", "--mtp", str(tmp_path / "mtp")])
+    assert "speculative (mtp)" in capsys.readouterr().out
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "layer_skip", "--exit-layer", "1",
+          "--k-schedule", "heuristic", "--confidence-threshold", "0.5"])
+    assert "speculative (layer skip E=1), heuristic K, confidence stop 0.5" in capsys.readouterr().out
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle3", "--eagle3", str(tmp_path / "eagle3")])
+    assert "speculative (eagle-3)" in capsys.readouterr().out
+    eagle = ["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+             "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle", "--eagle", str(tmp_path / "eagle")]
+    main(eagle)
+    printed = capsys.readouterr().out
+    assert "speculative (eagle-2)" in printed and "K=6:" in printed  # the tree's own depth, not K = 4
+    main(eagle + ["--k", "3"])
+    assert "K=3:" in capsys.readouterr().out  # an explicit --k caps the depth
+    main(eagle + ["--eagle-tree", "chain"])
+    printed = capsys.readouterr().out
+    assert "speculative (eagle)" in printed and "K=4:" in printed
+    main(eagle + ["--eagle-tree", "1,5,5,0.5"])
+    assert "speculative (eagle-2)" in (printed := capsys.readouterr().out) and "K=5:" in printed
+    for bad in (["--eagle-tree", "1,5"], ["--eagle-tree", "tree"], ["--eagle-tree", "1,5,5", "--method", "medusa"]):
+        with pytest.raises(SystemExit):
+            main(eagle + bad)
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "medusa", "--heads", str(tmp_path / "heads")])
+    assert "speculative (medusa)" in capsys.readouterr().out
+    main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--heads", str(tmp_path / "heads"),
+          "--eagle", str(tmp_path / "eagle"), "--eagle3", str(tmp_path / "eagle3")])
+    table = capsys.readouterr().out
+    assert "speclab medusa " in table and "speclab medusa-chain" in table
+    assert "speclab eagle " in table and "speclab eagle-chain" in table and "speclab eagle3" in table
+    main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1"])
+    table = capsys.readouterr().out
+    assert "medusa" not in table and "eagle" not in table  # no heads for this target: the rows are left out
+    assert "mtp" not in table and "layer-skip" not in table  # nor an MTP module, nor exit adapters
+    assert "speclab adaptive-heuristic" in table and "speclab adaptive-confidence" in table
+
+
+def test_workloads_shows_each_set(capsys):
+    main(["workloads"])
+    out = capsys.readouterr().out
+    assert all(f"== {name}:" in out for name in ("code", "prose", "edit", "quote")) and "_revised(" in out

@@ -1,0 +1,349 @@
+"""The lab tool: markers and learner versions (speclab.course.labbuild), check/score and the expectation helpers
+(speclab.course.checks), and folder grading (speclab.course.grading)."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from speclab import checks, grading
+from speclab.course.checks import CheckFailed, Lab, expect_allclose, expect_close, expect_distribution, expect_equal
+from speclab.course.grading import detect_lab, grade_folder
+from speclab.course.labbuild import cell_kind, checks_source, learner_notebook, strip_solutions
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------- markers and the learner version
+def test_a_solution_block_becomes_a_stub_with_its_indentation():
+    src = "def f(x):\n    \"\"\"Doc.\"\"\"\n    # BEGIN SOLUTION\n    y = x + 1\n    return y\n    # END SOLUTION\n"
+    assert strip_solutions(src) == "def f(x):\n    \"\"\"Doc.\"\"\"\n    # YOUR CODE HERE\n    ..."
+    assert strip_solutions(src, keep=True) == "def f(x):\n    \"\"\"Doc.\"\"\"\n    y = x + 1\n    return y"
+
+
+def test_a_solution_line_keeps_its_name_and_loses_its_value():
+    assert strip_solutions("K_CHOICE = 4  # SOLUTION") == "K_CHOICE = ...  # YOUR CODE HERE"
+    assert strip_solutions("K_CHOICE = 4  # SOLUTION", keep=True) == "K_CHOICE = 4"
+
+
+@pytest.mark.parametrize("src", ["# BEGIN SOLUTION\nx = 1", "x = 1\n# END SOLUTION",
+                                 "# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION"])
+def test_unbalanced_markers_are_refused(src):
+    with pytest.raises(ValueError, match="SOLUTION"):
+        strip_solutions(src, where="labXX cell 3")
+
+
+def source_notebook():
+    return new_notebook(cells=[
+        new_markdown_cell("# Lab 99"),
+        new_code_cell('from speclab.course.checks import Lab\nlab = Lab("lab99")\ncheck, score = lab.check, lab.score'),
+        new_code_cell("def double(x):\n    # BEGIN SOLUTION\n    return 2 * x\n    # END SOLUTION"),
+        new_code_cell('# TESTS q1\nfrom speclab.course.checks import expect_equal\nlab.question("q1", "double")\n\n'
+                      '@lab.case("q1", "double(2) is 4", hint="Multiply by 2.")\ndef _(f):\n'
+                      '    expect_equal(f(2), 4, "double(2)")'),
+        new_code_cell('# HIDDEN TESTS q1\n@lab.case("q1", "double(-3) is -6", hidden=True)\ndef _(f):\n'
+                      '    expect_equal(f(-3), -6, "double(-3)")'),
+        new_code_cell("## Ignore ##\nprint('instructor only')"),
+        new_code_cell('# NBVAL_CHECK_OUTPUT\ncheck("q1")'),
+    ])
+
+
+def test_cells_are_classified_by_their_first_line():
+    kinds = [cell_kind(c) for c in source_notebook().cells]
+    assert kinds == ["content", "content", "content", "public", "hidden", "ignore", "content"]
+
+
+def test_the_learner_version_drops_tests_solutions_outputs_and_metadata():
+    nb = source_notebook()
+    nb.cells[2].outputs = [nbformat.v4.new_output("stream", text="x")]
+    nb.cells[2].metadata["tags"] = ["solution"]
+    learner = learner_notebook(nb, "lab99")
+    text = nbformat.writes(learner)
+    for gone in ("BEGIN SOLUTION", "return 2 * x", "TESTS", "double(-3)", "instructor only", "NBVAL"):
+        assert gone not in text
+    assert [c.source for c in learner.cells][-1] == 'check("q1")'
+    assert [c["id"] for c in learner.cells] == [f"lab99-{i:02d}" for i in range(4)]
+    assert all(not c.get("outputs") and not c.metadata for c in learner.cells)
+    assert nbformat.writes(learner_notebook(source_notebook(), "lab99")) == text  # deterministic
+    nbformat.validate(learner)
+
+
+def test_public_and_grading_test_sources():
+    nb = source_notebook()
+    assert "double(2)" in checks_source(nb, hidden=False) and "double(-3)" not in checks_source(nb, hidden=False)
+    assert "double(-3)" in checks_source(nb, hidden=True)
+
+
+# ---------------------------------------------------------------- check and score
+def make_lab() -> Lab:
+    lab = Lab("lab99", public_tests=False)
+    lab.load_tests(checks_source(source_notebook(), hidden=True))
+    return lab
+
+
+def test_check_reports_a_pass(capsys):
+    def double(x):
+        return 2 * x
+    result = make_lab().check("q1", {"double": double})
+    assert result.passed and result.n_passed == 2
+    assert capsys.readouterr().out.strip() == "✓ q1 · double: all 2 checks (1 public, 1 hidden) passed."
+
+
+def test_check_reports_the_first_failure_in_words_with_a_hint(capsys):
+    def double(x):
+        return x + 2  # right for x = 2 only
+    result = make_lab().check("q1", {"double": double})
+    out = capsys.readouterr().out
+    assert not result.passed and result.n_passed == 1
+    assert "First failing check: double(-3) is -6" in out
+    assert "What happened: double(-3) returned -1; expected -6" in out
+
+
+def test_an_untouched_stub_is_reported_as_unfinished(capsys):
+    def double(x):
+        ...
+    make_lab().check("q1", {"double": double})
+    out = capsys.readouterr().out
+    assert "returned None, not 4" in out and "YOUR CODE HERE" in out and "Hint: Multiply by 2." in out
+
+
+def test_check_never_raises(capsys):
+    lab = make_lab()
+
+    def double(x):
+        return 1 / 0
+    assert "your code raised ZeroDivisionError: division by zero in `double`, at the line `return 1 / 0`" in \
+        lab.check("q1", {"double": double}).first_failure.message
+    assert "is not defined: run the cell" in lab.check("q1", {}).first_failure.message
+    assert "no such question" in lab.check("q7", {}).report()
+    assert "q1 (double)" in lab.check("q7", {}).report()
+
+    def stub(x):
+        raise NotImplementedError
+    assert "not attempted yet" in lab.check("q1", {"double": stub}).first_failure.message
+
+
+def double(x):  # a learner's answer, defined at the top level of the "notebook" (this module)
+    return 2 * x
+
+
+def test_check_accepts_the_function_itself_and_finds_the_callers_namespace(capsys):
+    lab = make_lab()
+    assert lab.check(double).passed  # the question is found from the function's name
+    assert lab.check("q1").passed  # the answer is found in the caller's globals, as in a notebook
+    assert lab.check("double", {"double": lambda x: 2 * x}).passed
+
+
+def test_a_case_that_runs_too_long_is_stopped(capsys):
+    lab = Lab("lab98", public_tests=False, time_limit=0.3)
+    lab.question("q1", "spin")
+
+    @lab.case("q1", "returns")
+    def _(f):
+        f()
+
+    @lab.case("q1", "returns again")
+    def _(f):
+        f()
+
+    def spin():
+        while True:
+            pass
+    start = time.perf_counter()
+    result = lab.check("q1", {"spin": spin})
+    assert time.perf_counter() - start < 5
+    assert result.cases[0].message.startswith("took longer than 0.3 s")
+    assert result.cases[1].message.startswith("not run")
+
+
+def test_cases_see_their_own_seed_and_leave_the_notebooks_random_state_alone(capsys):
+    import torch
+    lab = Lab("lab97", public_tests=False)
+    lab.question("q1", "draw")
+    seen = []
+
+    @lab.case("q1", "draws")
+    def _(f):
+        seen.append(f())
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    ns = {"draw": lambda: float(torch.rand(()))}
+    lab.check("q1", ns)
+    lab.check("q1", ns)
+    assert seen[0] == seen[1]
+    assert torch.equal(torch.random.get_rng_state(), before)
+
+
+def test_what_the_learners_code_prints_is_captured_and_shown(capsys):
+    lab = make_lab()
+
+    def double(x):
+        print("debug", x)
+        return x
+    lab.check("q1", {"double": double})
+    out = capsys.readouterr().out
+    assert "Your code printed: debug 2" in out and "\ndebug" not in out.split("Your code printed")[0]
+
+
+def test_the_graders_feedback_counts_hidden_cases_and_never_describes_them(capsys):
+    lab = make_lab()
+    wrong = lab.run("q1", {"double": lambda x: x + 2})  # passes the public case, fails the hidden one
+    assert "double(-3)" in wrong.report()  # in the instructor's source, check() says which case failed
+    feedback = wrong.report(hidden_details=False)
+    assert "double(-3)" not in feedback and "First failing check" not in feedback
+    assert "1 of 2 checks (1 public, 1 hidden) passed" in feedback and "1 hidden check failed" in feedback
+    stub = lab.run("q1", {"double": lambda x: None}).report(hidden_details=False)
+    assert "First failing check: double(2) is 4" in stub and "Hint: Multiply by 2." in stub
+    assert "double(-3)" not in stub and "1 hidden check failed" in stub
+
+
+def test_score_sums_points_and_is_never_negative(capsys):
+    lab = make_lab()
+
+    def double(x):
+        return x + 2
+    summary = lab.score({"double": double})
+    assert summary.points == pytest.approx(0.5) and summary.max_points == 1
+    assert "Total: 0.50 of 1 points; 0 of 1 questions complete." in capsys.readouterr().out
+
+
+def test_the_result_objects_do_not_print_twice_in_a_notebook(capsys):
+    result = make_lab().check("q1", {})
+    assert result._ipython_display_() is None and "q1" in repr(result) and str(result).startswith("✗ q1")
+
+
+def test_a_learner_loads_the_public_checks_shipped_in_the_package(capsys):
+    lab = Lab("lab04")
+    result = lab.check("q1", {"expected_tokens": lambda alpha, k: 1.0})
+    assert not result.passed and all(not c.hidden for c in result.cases)
+    assert set(lab.questions) == {"q1", "q2", "q3", "q4", "q5"}
+
+
+def test_a_missing_public_file_is_a_message_not_an_exception(capsys):
+    result = Lab("lab00").check("q1", {})
+    assert "the check itself failed" in result.report() and "speclab has no public checks" in result.report()
+
+
+# ---------------------------------------------------------------- expectation helpers
+def test_expect_helpers_write_messages_for_learners():
+    import torch
+    with pytest.raises(CheckFailed, match=r"f\(1\) returned \[1, 2\]; expected \[1, 3\] \(why\)"):
+        expect_equal(torch.tensor([1, 2]), (1, 3), "f(1)", why="why")
+    expect_equal(torch.tensor([1, 3]), [1, 3], "f")
+    with pytest.raises(CheckFailed, match="expected a number"):
+        expect_close("0.5", 0.5, "g()")
+    expect_close(float("nan"), float("nan"), "g()")
+    with pytest.raises(CheckFailed, match="at index 1 you have 0.5, expected 0.4"):
+        expect_allclose([0.6, 0.5], [0.6, 0.4], "h()", atol=0.05)
+    with pytest.raises(CheckFailed, match="shape"):
+        expect_allclose([0.5, 0.5, 0.0], [0.6, 0.4], "h()")
+    with pytest.raises(CheckFailed, match="has probability 0"):
+        expect_distribution([5, 5, 1], [0.5, 0.5, 0.0], "draws")
+    with pytest.raises(CheckFailed, match="chi-square"):
+        expect_distribution([900, 100], [0.5, 0.5], "draws")
+    expect_distribution([510, 490], [0.5, 0.5], "draws")
+
+
+# ---------------------------------------------------------------- grading a folder
+def test_shell_lines_are_neutralised_without_breaking_blocks(tmp_path):
+    nb = new_notebook(cells=[new_code_cell('import sys\nif "google.colab" in sys.modules:\n    %pip install -q x\n!ls')])
+    path = tmp_path / "s.ipynb"
+    nbformat.write(nb, path)
+    prepared = grading._prepare(path, "lab99", "", "NONCE:")
+    compile(prepared.cells[0].source, "cell", "exec")  # still valid Python
+    assert "%pip" not in prepared.cells[0].source.split("#")[0]
+    assert "grade_namespace('lab99'" in prepared.cells[-1].source
+
+
+def test_the_feedback_notebook_keeps_the_learners_cells_and_only_the_printed_feedback():
+    cell = new_code_cell("print(grade_namespace('lab99', 'HIDDEN CHECK SOURCE', 'NONCE:', globals()))")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ q1 · double: all passed.\nNONCE:{}\n"),
+                    nbformat.v4.new_output("stream", name="stderr", text="<lab99 grading tests>:3: Warning\n"
+                                           "  expect_equal(f(-3), -6)\n"),
+                    nbformat.v4.new_output("error", ename="KeyError", evalue="x",
+                                           traceback=["expect_equal(f(-3), -6)"])]
+    learner = new_code_cell("x = 1")
+    learner.outputs = [nbformat.v4.new_output("stream", name="stdout", text="mine\n")]
+    nb = grading.feedback_notebook(new_notebook(cells=[learner, cell]), "NONCE:")
+    text = nbformat.writes(nb)
+    for gone in ("HIDDEN CHECK SOURCE", "NONCE", "grade_namespace", "expect_equal", "grading tests"):
+        assert gone not in text
+    assert nb.cells[0].outputs[0].text == "mine\n" and nb.cells[-1].source == grading.FEEDBACK_CELL
+    assert [o.text for o in nb.cells[-1].outputs][0] == "✓ q1 · double: all passed.\n"
+    assert "could not finish checking this notebook (KeyError)" in nb.cells[-1].outputs[1].text
+    nbformat.validate(nb)
+
+
+def test_the_lab_is_read_from_the_notebook_text_not_its_metadata(tmp_path):
+    nb = new_notebook(cells=[new_code_cell('lab = Lab("lab03")')])
+    (tmp_path / "anything.ipynb").write_text(nbformat.writes(nb))
+    (tmp_path / "my_lab02_try.ipynb").write_text(nbformat.writes(new_notebook()))
+    known = ["lab02", "lab03"]
+    assert detect_lab(tmp_path / "anything.ipynb", known) == "lab03"
+    assert detect_lab(tmp_path / "my_lab02_try.ipynb", known) == "lab02"
+
+
+def colab_copy(nb) -> dict:
+    """What a notebook looks like after Colab: no notebook or cell metadata, no cell ids, outputs kept."""
+    raw = json.loads(nbformat.writes(nb))
+    raw["metadata"] = {}
+    raw["nbformat_minor"] = 4
+    for cell in raw["cells"]:
+        cell["metadata"] = {}
+        cell.pop("id", None)
+    return raw
+
+
+def test_the_grader_scores_a_full_and_an_empty_submission_100_and_0(tmp_path):
+    source = nbformat.read(ROOT / "labs" / "source" / "lab04.ipynb", as_version=4)
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    nbformat.write(learner_notebook(source, "lab04", keep_solutions=True), subs / "full.ipynb")
+    (subs / "empty.ipynb").write_bytes((ROOT / "labs" / "lab04.ipynb").read_bytes())
+    (subs / "full_from_colab.ipynb").write_text(json.dumps(colab_copy(learner_notebook(source, "lab04", True))))
+    (subs / "unreadable.ipynb").write_text("{not json")
+    out = tmp_path / "scores.csv"
+    grades = grade_folder(subs, out, timeout=300, jobs=2, executed_dir=tmp_path / "executed")
+    rows = {r["submission"]: r for r in csv.DictReader(out.open())}
+    assert rows["full.ipynb"]["percent"] == "100" and rows["full.ipynb"]["status"] == "ok"
+    assert rows["full_from_colab.ipynb"]["percent"] == "100"
+    assert rows["empty.ipynb"]["percent"] == "0" and rows["empty.ipynb"]["status"] == "ok"
+    assert rows["unreadable.ipynb"]["percent"] == "0" and "unreadable" in rows["unreadable.ipynb"]["status"]
+    assert [k for k in rows["full.ipynb"]][:5] == ["submission", "lab", "score", "max_score", "percent"]
+    assert {"q1", "q2", "q3", "q4", "q5"} <= set(rows["full.ipynb"])
+    assert len(grades) == 4
+    feedback = nbformat.read(tmp_path / "executed" / "empty.ipynb", as_version=4).cells[-1].outputs
+    text = "".join(o.get("text", "") for o in feedback)
+    assert "First failing check" in text and re.search(r"\d+ hidden checks? failed", text)
+    whole = (tmp_path / "executed" / "empty.ipynb").read_text()
+    assert grading.RESULT_MARK not in whole and "grade_namespace" not in whole and "hidden=True" not in whole
+
+
+def test_a_submission_that_never_ends_is_stopped_and_scores_0(tmp_path):
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    nb = new_notebook(cells=[new_code_cell('from speclab.course.grading import Lab\nlab = Lab("lab04")'),
+                             new_code_cell("while True:\n    pass")])
+    nbformat.write(nb, subs / "loop.ipynb")
+    start = time.perf_counter()
+    grade_folder(subs, tmp_path / "scores.csv", timeout=6)
+    assert time.perf_counter() - start < 30
+    row = next(csv.DictReader((tmp_path / "scores.csv").open()))
+    assert row["status"] == "timeout after 6 s" and row["percent"] == "0" and row["lab"] == "lab04"
+
+
+def test_notebooks_handed_out_before_the_split_still_import_lab_from_grading():
+    assert grading.Lab is checks.Lab
+
+
+def test_the_command_line(tmp_path, capsys):
+    assert grading.main(["build", "--check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        grading.main(["grade"])

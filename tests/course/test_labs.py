@@ -1,0 +1,466 @@
+"""The graded labs (labs/): the solutions pass every check, the learner stubs fail every one, plausible
+mistakes are caught, the notebooks run in kernels as learners and the grader run them, and the committed
+learner versions are what `python -m speclab.course.grading build` writes.
+
+The kernel runs (one per instructor source and one per learner version, two at a time) go through the
+grader itself, so they also show that `grade` scores each instructor source 100% and each untouched
+learner version 0%.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from speclab.course.checks import Lab
+from speclab.course.grading import RESULT_MARK, grade_folder
+from speclab.course.labbuild import cell_kind, checks_source, learner_notebook, stale, strip_solutions
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = sorted((ROOT / "labs" / "source").glob("lab*.ipynb"))
+LABS = [p.stem for p in SOURCES]
+
+
+def read(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def answers(lab: str, keep: bool) -> dict:
+    """A namespace with the lab's answer cells run in process: the solutions (keep=True) or the stubs."""
+    ns: dict = {"__name__": "__main__"}
+    for cell in read(ROOT / "labs" / "source" / f"{lab}.ipynb").cells:
+        if cell.cell_type == "code" and cell_kind(cell) == "content" and ("SOLUTION" in cell.source or "Lab(" in cell.source):
+            exec(compile(strip_solutions(cell.source, keep), f"<{lab} answers>", "exec"), ns)
+    return ns
+
+
+def all_checks(lab: str) -> Lab:
+    checker = Lab(lab, public_tests=False)
+    checker.load_tests(checks_source(read(ROOT / "labs" / "source" / f"{lab}.ipynb"), hidden=True), f"<{lab} tests>")
+    return checker
+
+
+def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_nine():
+    assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
+    assert {"lab06", "lab07", "lab08", "lab09"} <= set(LABS)
+
+
+# ---------------------------------------------------------------- in process: every case can pass and can fail
+@pytest.mark.parametrize("lab", LABS)
+def test_every_check_passes_on_the_solutions_and_fails_on_the_stubs(lab):
+    checker = all_checks(lab)
+    solved, stubs = answers(lab, keep=True), answers(lab, keep=False)
+    assert len(checker.questions) >= 4
+    for qid, question in checker.questions.items():
+        cases = [c for c in checker.cases if c.question == qid]
+        assert any(not c.hidden for c in cases) and any(c.hidden for c in cases), f"{lab} {qid}: public and hidden cases"
+        good = checker.run(qid, solved)
+        assert good.passed, f"{lab} {qid} fails on the solution:\n{good.report()}"
+        bad = checker.run(qid, stubs)
+        passing = [c.name for c in bad.cases if c.passed]
+        assert not passing, f"{lab} {qid}: these cases pass on the untouched stub, so they cannot fail: {passing}"
+        assert all(c.message for c in bad.cases)
+
+
+# Plausible mistakes, each with the case that must catch it. Each replaces one answer of the solved lab.
+MISTAKES = [
+    ("lab01", "q1", "tied embeddings", "def weight_bytes(model):\n"
+     "    return sum(t.numel() * t.element_size() for t in model.state_dict().values())"),
+    ("lab01", "q2", "Qwen3-0.6B", "def kv_bytes_per_token(config, b):\n"
+     "    return 2 * config.num_hidden_layers * config.num_key_value_heads * "
+     "(config.hidden_size // config.num_attention_heads) * b"),
+    ("lab01", "q4", "memory-bound", "def attainable_tflops(i, peak, bw):\n    return min(peak, i * bw)"),
+    ("lab02", "q1", "mismatch in the middle", "def accepted_prefix_length(choices, drafts):\n"
+     "    return int((choices[:len(drafts)] == drafts).sum())"),
+    ("lab02", "q2", "all drafts accepted", "def round_tokens(logits, drafts):\n"
+     "    choices = logits.argmax(-1)\n    n = accepted_prefix_length(choices, drafts)\n"
+     "    return [int(t) for t in drafts[:n]] + [int(choices[min(n, len(drafts) - 1)])]"),
+    ("lab02", "q3", "first draft rejected", "def verify_and_rollback(runner, pending, drafts):\n"
+     "    logits = runner.forward(torch.cat([drafts.new_tensor([pending]), drafts]))\n"
+     "    return round_tokens(logits, drafts)  # forgets to roll the cache back"),
+    ("lab03", "q1", "top-p = 0.8", "def served_probs(logits, t, top_k=None, top_p=None):\n"
+     "    probs = speclab.logits_to_probs(logits, t, top_k, None)\n"
+     "    if top_p is not None and top_p < 1:\n"
+     "        s, order = torch.sort(probs, descending=True)\n"
+     "        s = s.masked_fill(s.cumsum(-1) > top_p, 0.0)  # drops the token that crosses top_p\n"
+     "        probs = torch.zeros_like(probs).scatter(-1, order, s)\n"
+     "        probs = probs / probs.sum(-1, keepdim=True)\n"
+     "    return probs"),
+    ("lab03", "q3", "renormalised", "def residual(p, q):\n    r = torch.clamp(p - q, min=0)\n"
+     "    return r if r.sum() > 0 else p"),
+    ("lab03", "q4", "lossless", "def verify_round(p, q, drafts, generator=None):\n"
+     "    for i in range(len(drafts)):\n"
+     "        if torch.rand((), generator=generator) >= accept_probability(p[i], q[i], int(drafts[i])):\n"
+     "            return i, int(torch.multinomial(p[i], 1, generator=generator))  # p instead of the residual\n"
+     "    return len(drafts), int(torch.multinomial(p[len(drafts)], 1, generator=generator))"),
+    ("lab03", "q5", "top-k = 2", "def served_acceptance(tl, dl, x, t, top_k=None, top_p=None):\n"
+     "    return accept_probability(served_probs(tl, t, top_k, top_p), torch.softmax(dl, -1), x)  # raw q"),
+    ("lab04", "q1", "alpha = 1", "def expected_tokens(alpha, k):\n    return (1 - alpha ** (k + 1)) / (1 - alpha)"),
+    ("lab04", "q3", "no breakeven", "def breakeven_alpha(k, c):\n"
+     "    from scipy.optimize import brentq\n    return brentq(lambda a: speedup(a, k, c) - 1, 0, 1)"),
+    ("lab04", "q4", "ties go to the smaller K", "def best_k(alpha, c, k_max=16):\n"
+     "    return max(range(k_max, 0, -1), key=lambda k: speedup(alpha, k, c))  # the largest K wins ties"),
+    ("lab05", "q1", "histogram [21, 15, 3, 1, 0]", "def alpha_from_histogram(h):\n"
+     "    k = len(h) - 1\n    return sum(j * c for j, c in enumerate(h)) / (k * sum(h))  # accepted / drafted"),
+    ("lab05", "q4", "averaging speedups", "def choose_k(workloads, c, k_max=8):\n"
+     "    return max(range(1, k_max + 1), key=lambda k: sum(s * theory.speedup(a, k, c) for s, a in workloads))"),
+    ("lab06", "q1", "the latest one wins", "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min(max_ngram, len(seq) - 1), min_ngram - 1, -1):\n"
+     "        for i in range(len(seq) - n):  # left to right: the first occurrence\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q1", "a longer match beats", "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min_ngram, min(max_ngram, len(seq) - 1) + 1):  # the shortest n first\n"
+     "        for i in range(len(seq) - n - 1, -1, -1):\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q1", "never its own match", "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min(max_ngram, len(seq)), min_ngram - 1, -1):\n"
+     "        for i in range(len(seq) - n, -1, -1):  # the tail itself is a start too\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q2", "the oldest continuation is dropped", "def update_pool(pool, levels, outputs, per_key):\n"
+     "    for i, out in enumerate(outputs):\n"
+     "        gram = [level[i] for level in levels] + [out]\n        entries = pool.setdefault(gram[0], [])\n"
+     "        if tuple(gram[1:]) in entries:\n            entries.remove(tuple(gram[1:]))\n"
+     "        if len(entries) >= per_key:\n            entries.pop()  # drops the newest\n"
+     "        entries.append(tuple(gram[1:]))"),
+    ("lab06", "q2", "re-adding a stored continuation", "def update_pool(pool, levels, outputs, per_key):\n"
+     "    for i, out in enumerate(outputs):\n"
+     "        gram = [level[i] for level in levels] + [out]\n        entries = pool.setdefault(gram[0], [])\n"
+     "        if tuple(gram[1:]) not in entries:  # a stored one stays where it is\n"
+     "            entries.append(tuple(gram[1:]))\n            del entries[:-per_key]"),
+    ("lab06", "q3", "up to its slot", "def lookahead_mask(width, levels):\n"
+     "    mask = speclab.methods.lookahead.window_sees(width, levels)\n"
+     "    mask[width:, :width] = True  # higher levels see the whole of level 0\n    return mask"),
+    ("lab06", "q3", "its own column above level 0", "def lookahead_mask(width, levels):\n"
+     "    m = width * levels\n    mask = torch.zeros(m, m, dtype=torch.bool)\n"
+     "    for r in range(m):\n        for c in range(m):\n"
+     "            mask[r, c] = (c < width and c <= r % width) or c % width == r % width  # the whole column\n"
+     "    return mask"),
+    ("lab06", "q4", "verified once", "def candidate_tree(candidates):\n    tokens, parents = [], []\n"
+     "    for candidate in dict.fromkeys(tuple(c) for c in candidates):  # chains side by side, no merging\n"
+     "        for j, t in enumerate(candidate):\n"
+     "            parents.append(-1 if j == 0 else len(tokens) - 1)\n            tokens.append(t)\n"
+     "    return tokens, parents"),
+    ("lab07", "q1", "sorted by depth, then by ranks", "def tree_from_choices(choices):\n"
+     "    nodes = sorted(tuple(c) for c in choices)  # tuple order only: (0, 0) before (1,)\n"
+     "    index = {c: i for i, c in enumerate(nodes)}\n"
+     "    return [index[c[:-1]] if len(c) > 1 else -1 for c in nodes], [c[-1] for c in nodes]"),
+    ("lab07", "q2", "siblings see neither", "def tree_buffers(parents):\n"
+     "    visible = torch.ones(len(parents) + 1, len(parents) + 1, dtype=torch.bool).tril()  # a causal mask\n"
+     "    return visible, [0] + speclab.trees.depths(parents), speclab.trees.leaf_paths(parents)"),
+    ("lab07", "q2", "one per leaf", "def tree_buffers(parents):\n"
+     "    return (speclab.trees.ancestor_matrix(parents), [0] + speclab.trees.depths(parents),\n"
+     "            [speclab.trees.path_to(parents, i) for i in range(len(parents))])  # every node, not only leaves"),
+    ("lab07", "q3", "its sibling matches", "def greedy_path(tokens, parents, target_argmax):\n"
+     "    path, node = [], -1\n    while True:\n"
+     "        kids = [i for i, p in enumerate(parents) if p == node]\n"
+     "        child = next((i for i in kids if int(tokens[i]) == int(target_argmax[i + 1])), None)  # the child's row\n"
+     "        if child is None:\n            return path, int(target_argmax[node + 1])\n"
+     "        path.append(child)\n        node = child"),
+    ("lab07", "q4", "tested against the residual", "def try_children(p, tokens, qs, u):\n"
+     "    for i, x in enumerate(tokens):\n"
+     "        q = qs[i] if qs is not None else torch.zeros_like(p).index_fill_(0, torch.tensor([int(x)]), 1.0)\n"
+     "        if u[i] * q[int(x)] < p[int(x)]:\n            return i, None\n"
+     "    r = torch.clamp(p - q, min=0.0)  # one residual after the loop, instead of one after each rejection\n"
+     "    return None, r / r.sum()"),
+    ("lab07", "q4", "without replacement", "def try_children(p, tokens, qs, u):\n"
+     "    for i, x in enumerate(tokens):\n"
+     "        q = qs[0] if qs is not None else torch.zeros_like(p).index_fill_(0, torch.tensor([int(x)]), 1.0)  # row 0\n"
+     "        if u[i] * q[int(x)] < p[int(x)]:\n            return i, None\n"
+     "        p = speclab.residual_distribution(p, q)\n    return None, p"),
+    ("lab08", "q1", "pair t reads", "def eagle_inputs(tokens, features):\n"
+     "    return tokens[1:], features[1:], features[:-1]  # reads f_{t+1}, predicts f_t"),
+    ("lab08", "q1", "pair t reads", "def eagle_inputs(tokens, features):\n"
+     "    return tokens[:-1], features[:-1], features[1:]  # x_t with f_t, not x_{t+1}"),
+    ("lab08", "q2", "scores add up along the path", "def expand_level(frontier_scores, log_probs, top_k):\n"
+     "    top = torch.topk(log_probs, top_k, dim=-1)\n"
+     "    children = [(v, i, t) for i in range(len(frontier_scores))\n"
+     "                for v, t in zip(top.values[i].tolist(), top.indices[i].tolist())]  # own log-prob only\n"
+     "    return sorted(children, key=lambda c: -c[0])"),
+    ("lab08", "q2", "equal scores", "def expand_level(frontier_scores, log_probs, top_k):\n"
+     "    top = torch.topk(log_probs, top_k, dim=-1)\n"
+     "    children = [(s + v, i, t) for i, s in enumerate(frontier_scores)\n"
+     "                for v, t in zip(top.values[i].tolist(), top.indices[i].tolist())]\n"
+     "    return sorted(children, reverse=True)  # ties: the later node first"),
+    ("lab08", "q2", "all F x top_k children", "def expand_level(frontier_scores, log_probs, top_k):\n"
+     "    top = torch.topk(log_probs, top_k, dim=-1)\n"
+     "    children = [(s + v, i, t) for i, s in enumerate(frontier_scores)\n"
+     "                for v, t in zip(top.values[i].tolist(), top.indices[i].tolist())]\n"
+     "    return sorted(children, key=lambda c: -c[0])[:top_k]  # only the next frontier"),
+    ("lab08", "q3", "kept nodes in node order", "def rerank(scores, parents, total_tokens):\n"
+     "    keep = sorted(range(len(scores)), key=lambda n: (-scores[n], n))[:total_tokens]  # best first\n"
+     "    position = {n: j for j, n in enumerate(keep)}\n"
+     "    return keep, [position[parents[n]] if parents[n] >= 0 else -1 for n in keep]"),
+    ("lab08", "q3", "parents renumbered", "def rerank(scores, parents, total_tokens):\n"
+     "    keep = sorted(sorted(range(len(scores)), key=lambda n: (-scores[n], n))[:total_tokens])\n"
+     "    return keep, [parents[n] for n in keep]  # node indices, not positions in keep"),
+    ("lab08", "q3", "a tie at the cut", "def rerank(scores, parents, total_tokens):\n"
+     "    best = sorted(range(len(scores)), key=lambda n: scores[n])[-total_tokens:]  # ties: the later\n"
+     "    keep = sorted(best)\n"
+     "    position = {n: j for j, n in enumerate(keep)}\n"
+     "    return keep, [position[parents[n]] if parents[n] >= 0 else -1 for n in keep]"),
+    ("lab08", "q4", "a perfect prediction", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    F = torch.nn.functional\n    labels = (truth @ lm_head_weight.T).argmax(-1)  # hard labels\n"
+     "    ce = F.cross_entropy(predicted @ lm_head_weight.T, labels)\n"
+     "    return F.smooth_l1_loss(predicted, truth) + ce_weight * ce"),
+    ("lab08", "q4", "against the target's distribution", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    logits = predicted @ lm_head_weight.T\n"
+     "    ce = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1).mean()  # the predicted's own\n"
+     "    return torch.nn.functional.smooth_l1_loss(predicted, truth) + ce_weight * ce"),
+    ("lab08", "q4", "a perfect prediction", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1)\n"
+     "    ce = -(p * torch.log_softmax(predicted @ lm_head_weight.T, -1)).sum(-1).mean()\n"
+     "    return torch.nn.functional.smooth_l1_loss(predicted, truth) + ce  # no ce_weight"),
+    ("lab08", "q4", "half their square", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1)\n"
+     "    ce = -(p * torch.log_softmax(predicted @ lm_head_weight.T, -1)).sum(-1).mean()\n"
+     "    return torch.nn.functional.mse_loss(predicted, truth) + ce_weight * ce  # not smooth L1"),
+    ("lab08", "q4", "logits far apart", "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1)\n"
+     "    log_q = torch.log(torch.softmax(predicted @ lm_head_weight.T, -1))  # log(0) = -inf\n"
+     "    ce = -(p * log_q).sum(-1).mean()\n"
+     "    return torch.nn.functional.smooth_l1_loss(predicted, truth) + ce_weight * ce"),
+    ("lab08", "q5", "each anchor's own earlier drafts", "def unroll_mask(n, step):\n"
+     "    return torch.ones(n, n, dtype=torch.bool).tril().repeat(1, step + 1)  # causal in every step"),
+    ("lab08", "q5", "step 0", "def unroll_mask(n, step):\n"
+     "    return torch.eye(n, dtype=torch.bool).repeat(1, step + 1)  # step 0 too: no true prefix"),
+    ("lab09", "q1", "2 more next round", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return min(k_max, k + 1) if accepted == drafted else max(1, k - 1)  # +1, not +2"),
+    ("lab09", "q1", "1 fewer next round", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return min(k_max, k + 2) if accepted == drafted else 1  # back to 1 after a rejection"),
+    ("lab09", "q1", "capped at k_max", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return k + 2 if accepted == drafted else max(1, k - 1)  # no cap"),
+    ("lab09", "q1", "never below 1", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return min(k_max, k + 2) if accepted == drafted else k - 1  # no floor"),
+    ("lab09", "q1", "nothing drafted", "def next_k(k, drafted, accepted, k_max):\n"
+     "    return min(k_max, k + 2) if accepted == drafted else max(1, k - 1)  # 0 of 0 counts as all kept"),
+    ("lab09", "q1", "fewer drafted than K", "def next_k(k, drafted, accepted, k_max):\n"
+     "    if drafted == 0:\n        return k\n"
+     "    return min(k_max, k + 2) if accepted == k else max(1, k - 1)  # all of k, not all drafted"),
+    ("lab09", "q2", "not the one-hot served distribution", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        probs = speclab.logits_to_probs(next_logits(list(drafted)), temperature)\n"
+     "        drafted.append(int(speclab.sample(probs, generator)))\n"
+     "        if threshold is not None and probs.max() < threshold:  # the served distribution\n"
+     "            break\n    return drafted"),
+    ("lab09", "q2", "the unsure token is still proposed", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        if threshold is not None and torch.softmax(logits, -1).max() < threshold:\n"
+     "            break  # drops the unsure token\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "    return drafted"),
+    ("lab09", "q2", "exactly at the threshold", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "        if threshold is not None and torch.softmax(logits, -1).max() <= threshold:  # <=\n"
+     "            break\n    return drafted"),
+    ("lab09", "q2", "not again after the stop", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted, sure = [], []\n    for _ in range(k):  # all k, cut after\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "        sure.append(threshold is None or torch.softmax(logits, -1).max() >= threshold)\n"
+     "    return drafted[:sure.index(False) + 1] if False in sure else drafted"),
+    ("lab09", "q2", "no threshold (None)", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "        if torch.softmax(logits, -1).max() < threshold:  # None not handled\n"
+     "            break\n    return drafted"),
+    ("lab09", "q2", "the stop reads the raw logits", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)))\n"
+     "        t = temperature if temperature > 0 else 1.0  # the confidence at the sampling temperature\n"
+     "        if threshold is not None and torch.softmax(logits / t, -1).max() < threshold:\n"
+     "            break\n    return drafted"),
+    ("lab09", "q2", "tokens drawn from the served", "def draft_with_stop(next_logits, k, threshold, "
+     "temperature=0.0, generator=None):\n    drafted = []\n    for _ in range(k):\n"
+     "        logits = next_logits(list(drafted))\n"
+     "        drafted.append(int(logits.argmax()))  # greedy whatever the temperature\n"
+     "        if threshold is not None and torch.softmax(logits, -1).max() < threshold:\n"
+     "            break\n    return drafted"),
+    ("lab09", "q3", "the cheap shallow exit", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(sorted(alphas), key=lambda e: alphas[e])  # the most accurate, whatever it costs"),
+    ("lab09", "q3", "a middle exit wins", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(sorted(alphas), key=lambda e: alphas[e] / costs[e])  # alpha per unit of cost"),
+    ("lab09", "q3", "verify pass's cost", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(sorted(alphas), key=lambda e: theory.speedup(alphas[e], k, costs[e]))  # v = 1"),
+    ("lab09", "q3", "a tie", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(alphas, key=lambda e: theory.speedup(alphas[e], k, costs[e], verify_cost))  # key order"),
+    ("lab09", "q3", "a tie", "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    return max(alphas, key=lambda e: (theory.speedup(alphas[e], k, costs[e], verify_cost), e))"),
+    ("lab09", "q4", "E and K chosen together", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    s = lambda e, k: theory.speedup(alphas[e], k, costs[e], verify_cost)\n"
+     "    e = max(sorted(alphas), key=lambda e: s(e, 1))  # the exit first, at K = 1\n"
+     "    k = max(range(1, k_max + 1), key=lambda k: s(e, k))\n"
+     "    return (e, k) if s(e, k) > 1 else None"),
+    ("lab09", "q4", "no plan beats the target alone", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max + 1)]\n"
+     "    return max(plans, key=lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost))"),
+    ("lab09", "q4", "no plan beats the target alone", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max + 1)]\n"
+     "    best = max(plans, key=lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]]))  # v = 1\n"
+     "    return best if theory.speedup(alphas[best[0]], best[1], costs[best[0]]) > 1 else None"),
+    ("lab09", "q4", "exactly 1 is no gain", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max + 1)]\n"
+     "    s = lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost)\n"
+     "    best = max(plans, key=s)\n    return best if s(best) >= 1 else None  # breaking even is no gain"),
+    ("lab09", "q4", "a tie", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    best, plan = 1.0, None\n    for e in sorted(alphas):\n        for k in range(1, k_max + 1):\n"
+     "            s = theory.speedup(alphas[e], k, costs[e], verify_cost)\n"
+     "            if s >= best:  # a tie goes to the later plan\n                best, plan = s, (e, k)\n"
+     "    return plan if best > 1 else None"),
+    ("lab09", "q4", "the best K is k_max", "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n"
+     "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max)]  # stops before k_max\n"
+     "    s = lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost)\n"
+     "    best = max(plans, key=s, default=None)\n    return best if best and s(best) > 1 else None"),
+]
+
+
+@pytest.mark.parametrize("lab,qid,case,wrong", MISTAKES, ids=[f"{m[0]}-{m[1]}" for m in MISTAKES])
+def test_a_plausible_mistake_is_caught_by_the_case_written_for_it(lab, qid, case, wrong, capsys):
+    ns = answers(lab, keep=True)
+    exec(compile(wrong, f"<{lab} mistake>", "exec"), ns)
+    result = all_checks(lab).check(qid, ns)
+    failed = [c.name for c in result.cases if not c.passed]
+    assert any(case in name for name in failed), f"{lab} {qid}: no failing case mentions {case!r}; failed: {failed}"
+    out = capsys.readouterr().out
+    assert "First failing check:" in out and "What happened:" in out and "Hint:" in out
+
+
+# ---------------------------------------------------------------- the committed files
+def test_learner_versions_and_public_checks_are_not_stale():
+    """CI fails here when a source changed without `python -m speclab.course.grading build`."""
+    assert stale(ROOT) == [], "run `python -m speclab.course.grading build` and commit the result"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_learner_versions_hold_no_solution_and_no_test(lab):
+    learner = (ROOT / "labs" / f"{lab}.ipynb").read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "# SOLUTION", "# TESTS", "HIDDEN", "NBVAL_CHECK_OUTPUT"):
+        assert marker not in learner, f"{lab}.ipynb contains {marker!r}"
+    nb = read(ROOT / "labs" / f"{lab}.ipynb")
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    public = (ROOT / "speclab" / "course" / "labs" / f"{lab}.py").read_text()
+    assert "hidden=True" not in public and "BEGIN SOLUTION" not in public
+    checks = [c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith("check(")]
+    assert checks == [f'check("{q}")' for q in all_checks(lab).questions]
+
+
+def test_the_readme_links_every_lab_on_colab_from_the_configured_repository():
+    import yaml
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    slug = url.removeprefix("https://github.com/")
+    readme = (ROOT / "labs" / "README.md").read_text()
+    for lab in LABS:
+        assert f"https://colab.research.google.com/github/{slug}/blob/main/labs/{lab}.ipynb" in readme
+    assert set(re.findall(r"colab\.research\.google\.com/github/([^/]+/[^/]+)/", readme)) == {slug}
+
+
+# ---------------------------------------------------------------- in kernels, through the grader
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Every instructor source, every learner version, and every learner version with the solutions filled
+    in (what a learner who got everything right hands in), run by the grader, two at a time."""
+    tmp = tmp_path_factory.mktemp("labs")
+    subs = tmp / "submissions"
+    subs.mkdir()
+    for lab in LABS:
+        shutil.copy(ROOT / "labs" / "source" / f"{lab}.ipynb", subs / f"instructor_{lab}.ipynb")
+        shutil.copy(ROOT / "labs" / f"{lab}.ipynb", subs / f"learner_{lab}.ipynb")
+        nbformat.write(learner_notebook(read(ROOT / "labs" / "source" / f"{lab}.ipynb"), lab, keep_solutions=True),
+                       subs / f"solved_{lab}.ipynb")
+    grade_folder(subs, tmp / "scores.csv", timeout=300, jobs=2, executed_dir=tmp / "executed")
+    rows = {r["submission"]: r for r in csv.DictReader((tmp / "scores.csv").open())}
+    return rows, tmp / "executed"
+
+
+def cell_outputs(nb, start: str) -> list[tuple[str, str]]:
+    return [(c.source, "".join(o.get("text", "") for o in c.outputs)) for c in nb.cells
+            if c.cell_type == "code" and c.source.lstrip().startswith(start)]
+
+
+def errors(nb) -> list[str]:
+    return [f"{c.source[:60]!r}: {o.ename}: {o.evalue}" for c in nb.cells[:-1] if c.cell_type == "code"
+            for o in c.outputs if o.output_type == "error"]
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_instructor_version_runs_and_every_check_passes(lab, graded):
+    rows, executed = graded
+    row = rows[f"instructor_{lab}.ipynb"]
+    assert row["status"] == "ok" and row["lab"] == lab, row
+    nb = read(executed / f"instructor_{lab}.ipynb")
+    assert not errors(nb)
+    checks = cell_outputs(nb, "# NBVAL_CHECK_OUTPUT\ncheck(")
+    assert checks and all(out.startswith("✓ q") and "passed." in out for _, out in checks), checks
+    assert row["percent"] == "100", row
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_learner_version_runs_unchanged_and_every_check_fails_with_its_message(lab, graded):
+    rows, executed = graded
+    row = rows[f"learner_{lab}.ipynb"]
+    assert row["status"] == "ok" and row["lab"] == lab, row
+    nb = read(executed / f"learner_{lab}.ipynb")
+    assert not errors(nb), errors(nb)
+    checks = cell_outputs(nb, "check(")
+    assert len(checks) == len(all_checks(lab).questions)
+    for source, out in checks:
+        qid = re.search(r'check\("(q\d+)"\)', source).group(1)
+        assert out.startswith(f"✗ {qid} · "), out
+        for part in ("First failing check:", "What happened:", "Hint:"):
+            assert part in out, f"{lab} {qid}: {part!r} missing from\n{out}"
+    assert row["percent"] == "0", row
+
+
+def strings(node) -> list[str]:
+    """Every string in a JSON document (cell sources, outputs, metadata), decoded."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        node = list(node.values())
+    return [s for item in node for s in strings(item)] if isinstance(node, list) else []
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_executed_feedback_notebooks_give_no_hidden_check_away(lab, graded):
+    """The executed notebooks (`grade --executed`) go back to learners: they must hold no line of a hidden
+    test cell, nothing of the grading harness, and no hidden case's name or message, whether every check
+    passes (the solved version) or fails (the untouched stubs)."""
+    rows, executed = graded
+    source = read(ROOT / "labs" / "source" / f"{lab}.ipynb")
+    hidden = [line.strip() for cell in source.cells if cell_kind(cell) == "hidden"
+              for line in cell.source.splitlines()]
+    checker = all_checks(lab)
+    public_names = {c.name for c in checker.cases if not c.hidden}
+    hidden_names = [c.name for c in checker.cases if c.hidden and not any(c.name in n for n in public_names)]
+    assert hidden and hidden_names
+    for who in ("solved", "learner"):
+        name = f"{who}_{lab}.ipynb"
+        assert rows[name]["percent"] == ("100" if who == "solved" else "0"), rows[name]
+        handed_in = "\n".join(strings(json.loads(nbformat.writes(read(executed.parent / "submissions" / name)))))
+        raw = (executed / name).read_text(encoding="utf-8")
+        text = raw + "\n".join(strings(json.loads(raw)))
+        # a line the submission itself holds (`import torch`, a blank line) may of course appear
+        leaked = sorted({line for line in hidden if line and line not in handed_in and line in text})
+        assert not leaked, f"{name}: the feedback notebook holds hidden test lines: {leaked[:5]}"
+        for harness in (RESULT_MARK, "grade_namespace", "HIDDEN TESTS", "hidden=True"):
+            assert harness not in text, f"{name}: the feedback notebook holds {harness!r}"
+        shown = [n for n in hidden_names if n in text and n not in handed_in]
+        assert not shown, f"{name}: the feedback names hidden cases: {shown}"
+        feedback = "".join(o.get("text", "") for o in read(executed / name).cells[-1].outputs)
+        assert "Total:" in feedback and all(f"{q} " in feedback for q in checker.questions), feedback

@@ -1,0 +1,203 @@
+"""The benchmark: interleaved repeats, exact outputs, and the model check's arithmetic."""
+import json
+
+import pytest
+
+from speclab import theory
+from speclab.measure.bench import BenchRow, format_table, model_check, round_costs, run_bench, speedup_interval
+from speclab.stats import GenerationStats
+
+
+def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
+    target, draft = pair
+    methods = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf target-only")
+    rows = run_bench(target, draft, [prompt, prompt[:5]], k=3, max_new_tokens=12, methods=methods, repeats=3)
+    assert [r.method for r in rows] == list(methods)
+    for r in rows:
+        assert r.new_tokens == 24 and len(r.repeat_seconds) == 3
+        assert min(r.repeat_seconds) <= r.seconds <= max(r.repeat_seconds)
+        assert len(r.prompt_seconds) == 2 and sum(r.prompt_seconds) == pytest.approx(r.seconds)  # the median repeat's
+    base, spec = rows[0].stats, rows[1].stats
+    assert rows[1].matches_target_only and rows[3].matches_target_only and rows[3].stats is None
+    assert spec.drafted > 0 and 0 <= rows[1].acceptance_rate <= 1 and spec.rounds >= 24 / 4
+    assert spec.new_tokens == 24 and sum(spec.accepted_lengths) == spec.rounds
+    assert spec.draft_s > 0 and spec.target_s > 0 and spec.prefill_s + spec.draft_s + spec.target_s < spec.wall_s
+    assert base.draft_s == 0 and base.target_s > 0 and rows[0].alpha is None
+
+
+def test_a_recorded_row_reads_back_as_the_row_the_bench_measured(pair, prompt):
+    methods = ("speclab target-only", "speclab speculative", "hf target-only")
+    rows = run_bench(*pair, [prompt, prompt[:5]], k=3, max_new_tokens=8, methods=methods, repeats=1)
+    back = [BenchRow.from_record(json.loads(json.dumps(r.to_record()))) for r in rows]  # as a book record holds it
+    assert format_table(back) == format_table(rows)
+    assert back[1].stats == rows[1].stats and back[1].alpha == rows[1].alpha and back[2].stats is None
+    assert back[1].prompt_seconds == rows[1].prompt_seconds and back[1].tokens_per_s == rows[1].tokens_per_s
+
+
+def test_a_slow_stretch_of_the_machine_slows_every_method_alike(pair, prompt, monkeypatch):
+    """Methods that do the same work get the same time when the machine runs 10x slower for the first
+    half of the run: the bench interleaves them prompt by prompt, in a rotated order. (Run method by
+    method, the first would take all the slow calls and look 10x slower.)"""
+    import speclab.measure.bench as bench
+    calls = []
+    total = 2 * 4 * 3  # methods x prompts x repeats, after the warm-up
+
+    def fake_run(method, target, draft, prompt, *args, **kwargs):
+        calls.append(method)
+        return prompt, 10.0 if len(calls) <= total // 2 else 1.0, None
+
+    monkeypatch.setattr(bench, "run_method", fake_run)
+    methods = ("speclab target-only", "hf target-only")
+    rows = run_bench(*pair, [prompt] * 4, methods=methods, repeats=3, max_new_tokens=1, warmup=False)
+    a, b = methods
+    assert len(calls) == total and calls[:6] == [a, b, b, a, a, b]  # one prompt after another, order rotated
+    assert sorted(rows[0].repeat_seconds) == sorted(rows[1].repeat_seconds)
+    assert rows[0].seconds == rows[1].seconds
+
+
+def test_transformers_rows_go_on_past_eos_as_speclab_does(pair, prompt):
+    """Where the target's greedy choice is its EOS token, transformers' loops must emit it and go on,
+    as speclab's do: forbidding EOS (min_new_tokens) would give another text."""
+    from speclab.decoding import generate
+    target, draft = pair
+    first = generate(target, prompt, max_new_tokens=1).tokens[0].item()
+    eos = target.generation_config.eos_token_id
+    target.generation_config.eos_token_id = first  # the very first greedy token is now EOS
+    try:
+        rows = run_bench(target, draft, [prompt], max_new_tokens=6, warmup=False,
+                         methods=("speclab target-only", "hf target-only", "hf assisted"))
+    finally:
+        target.generation_config.eos_token_id = eos
+    assert all(r.new_tokens == 6 for r in rows)
+    assert rows[1].matches_target_only and rows[2].matches_target_only
+
+
+def test_the_speedup_interval_is_a_bootstrap_over_prompts():
+    base = BenchRow("speclab target-only", 80, 16.0, prompt_seconds=[2.0] * 8)
+    same = BenchRow("a", 80, 8.0, prompt_seconds=[1.0] * 8)  # 2x on every prompt
+    assert speedup_interval(same, base) == pytest.approx((2.0, 2.0))
+    mixed = BenchRow("b", 80, 8.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5] * 2)  # 4x on half, 1.33x on half
+    low, high = speedup_interval(mixed, base)
+    assert 1.33 <= low < 2.0 < high <= 4.0  # the total's 2x, and how far other prompts could move it
+    narrower = speedup_interval(BenchRow("c", 320, 32.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5] * 8),
+                                BenchRow("speclab target-only", 320, 64.0, prompt_seconds=[2.0] * 32))
+    assert low < narrower[0] and narrower[1] < high  # four times the prompts, a narrower interval
+    table = format_table([base, mixed]).splitlines()
+    assert "95% over prompts" in table[0] and f"{low:.2f}-{high:.2f}x" in table[2] and " - " in table[1]
+    assert len(table) == 3  # no footer: enough prompts
+
+
+def test_too_few_prompts_give_no_interval_and_the_table_says_why():
+    base = BenchRow("speclab target-only", 40, 8.0, prompt_seconds=[2.0] * 4)
+    few = BenchRow("b", 40, 4.0, prompt_seconds=[0.5, 0.5, 1.5, 1.5])
+    assert speedup_interval(few, base) is None
+    assert speedup_interval(few, base, min_prompts=4) is not None
+    table = format_table([base, few]).splitlines()
+    assert "no interval over 4 prompts" in table[-1] and "--num-prompts" in table[-1]
+
+
+def test_bench_refuses_an_unknown_method(pair, prompt):
+    with pytest.raises(ValueError, match="unknown method"):
+        run_bench(*pair, [prompt], methods=("speclab target-only", "vllm"))
+
+
+def test_model_check_puts_costs_in_target_token_units():
+    # target-only: 100 tokens in 1.0 s after a 0.1 s prefill -> 9 ms per token
+    base = GenerationStats(new_tokens=100, wall_s=1.0, prefill_s=0.1, target_s=0.8, rounds=100)
+    # speculative, K = 4: 25 rounds, 100 drafted, 75 accepted, 20 rejections
+    spec = GenerationStats(method="speculative", k=4, new_tokens=100, wall_s=0.6, prefill_s=0.1, rounds=25,
+                           drafted=100, accepted=75, rejections=20, target_s=0.3, draft_s=0.18)
+    check = model_check(base, spec)
+    unit = 0.9 / 100
+    assert check.unit_ms == pytest.approx(9.0)
+    assert check.alpha == pytest.approx(75 / 95)
+    assert check.verify_cost == pytest.approx(0.3 / 25 / unit)
+    assert check.c == pytest.approx(0.18 / 100 / unit)
+    assert check.other == pytest.approx((0.5 - 0.3 - 0.18) / 25 / unit)
+    assert check.measured == pytest.approx(0.9 / 0.5)
+    assert check.modelled == pytest.approx(theory.speedup(75 / 95, 4, check.c, check.verify_cost))
+    assert check.ratio == pytest.approx(check.measured / check.modelled)
+    assert "measured/modelled" in str(check)
+    with pytest.raises(ValueError, match="drafted"):
+        model_check(base, base)
+
+
+def test_round_costs_are_in_decode_steps_of_the_target_only_row():
+    # target-only: 100 decode steps in 0.8 s of target time -> 8 ms a step
+    base = BenchRow("speclab target-only", 100, 1.0,
+                    GenerationStats(new_tokens=100, wall_s=1.0, prefill_s=0.1, target_s=0.8, rounds=100))
+    # 20 rounds of 5 tokens: 0.24 s verifying (1.5 steps a round), 0.08 s drafting, 0.02 s else
+    spec = BenchRow("speclab eagle", 100, 0.44, GenerationStats(
+        method="speculative", k=8, new_tokens=100, rounds=20, draft_calls=120, drafted=140, accepted=80,
+        rejections=15, prefill_s=0.1, draft_s=0.08, target_s=0.24, wall_s=0.44))
+    cost = round_costs(spec, base)
+    assert cost == pytest.approx(dict(tpr=5.0, draft=0.5, verify=1.5, other=0.125, passes=6.0, nodes=7.0))
+    with pytest.raises(ValueError, match="drafted"):
+        round_costs(base, base)
+    with pytest.raises(ValueError, match="target-only"):
+        round_costs(spec, spec)
+
+
+def test_combined_stats_sum_runs_and_refuse_mixed_methods():
+    a = GenerationStats(method="speculative", k=2, new_tokens=5, rounds=2, drafted=4, accepted=3, rejections=1,
+                        accepted_lengths=[0, 1, 1], wall_s=0.5, draft_s=0.1)
+    b = GenerationStats(method="speculative", k=2, new_tokens=7, rounds=3, drafted=6, accepted=4, rejections=2,
+                        accepted_lengths=[1, 0, 2], wall_s=0.25, draft_s=0.05)
+    total = GenerationStats.combine([a, b])
+    assert (total.new_tokens, total.rounds, total.accepted, total.accepted_lengths) == (12, 5, 7, [1, 1, 3])
+    assert total.wall_s == pytest.approx(0.75) and total.alpha == pytest.approx(7 / 10)
+    with pytest.raises(ValueError, match="cannot combine"):
+        GenerationStats.combine([a, GenerationStats()])
+
+
+def test_lookahead_settings_become_rows_side_by_side(pair, prompt):
+    from speclab.measure.bench import expand_methods
+    methods = ("speclab target-only", "speclab lookahead", "speclab prompt-lookup", "hf prompt-lookup")
+    assert expand_methods(methods, [(4, 4, 4)]) == methods
+    settings = [(2, 2, 1), (3, 3, 2)]
+    rows = run_bench(*pair, [prompt], k=3, max_new_tokens=10, methods=methods, lookahead=settings, lookup_k=5,
+                     warmup=False)
+    names = [r.method for r in rows]
+    assert names == ["speclab target-only", "speclab lookahead 2,2,1", "speclab lookahead 3,3,2",
+                     "speclab prompt-lookup", "hf prompt-lookup"]
+    by_name = {r.method: r for r in rows}
+    assert by_name["speclab prompt-lookup"].stats.k == 5 and by_name["speclab lookahead 2,2,1"].stats.k == 3
+    wide, narrow = by_name["speclab lookahead 3,3,2"].stats, by_name["speclab lookahead 2,2,1"].stats
+    assert wide.verified_positions / wide.rounds > narrow.verified_positions / narrow.rounds  # a wider window
+    assert all(r.matches_target_only for r in rows[1:])
+
+
+def test_prompt_lookup_rules_become_rows_side_by_side(pair, prompt):
+    methods = ("speclab target-only", "speclab prompt-lookup", "hf prompt-lookup")
+    rows = run_bench(*pair, [prompt], k=3, max_new_tokens=10, methods=methods, lookup_k=6, warmup=False,
+                     lookup_choices=["latest", "frequent"])
+    assert [r.method for r in rows] == ["speclab target-only", "speclab prompt-lookup latest",
+                                        "speclab prompt-lookup frequent", "hf prompt-lookup"]
+    assert rows[1].stats.k == rows[2].stats.k == 6 and all(r.matches_target_only for r in rows[1:])
+    table = format_table(rows).splitlines()  # one prompt: no footer
+    assert len({len(line) for line in table}) == 1, "a long row name pushed its columns out of line"
+
+
+def test_k_sweep_adaptive_k_layer_skip_and_mtp_rows_side_by_side(pair, prompt, tmp_path):
+    from speclab.methods.mtp import MtpModule
+    target, draft = pair
+    MtpModule.for_target(target).save(tmp_path / "mtp")
+    methods = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic",
+               "speclab adaptive-confidence", "speclab mtp", "speclab mtp-chain", "speclab layer-skip")
+    rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, warmup=False,
+                     k_sweep=[1, 5], layer_skip=[(1, False)], mtp=tmp_path / "mtp", confidence_thresholds=[0.5])
+    by_name = {r.method: r for r in rows}
+    assert list(by_name) == ["speclab target-only", "speclab speculative", "speclab speculative K=1",
+                             "speclab speculative K=5", "speclab adaptive-heuristic", "speclab adaptive-confidence",
+                             "speclab mtp", "speclab mtp-chain", "speclab layer-skip E=1"]
+    assert by_name["speclab speculative K=1"].stats.k == 1 and by_name["speclab speculative K=5"].stats.k == 5
+    assert by_name["speclab adaptive-heuristic"].stats.k == 5  # the sweep's largest K is the upper bound
+    assert "heuristic K" in by_name["speclab adaptive-heuristic"].stats.method
+    assert "confidence stop 0.5" in by_name["speclab adaptive-confidence"].stats.method
+    assert by_name["speclab mtp"].stats.drafted <= by_name["speclab mtp"].stats.rounds  # one token a round
+    rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=8, warmup=False, confidence_thresholds=[0.2, 0.6],
+                     methods=("speclab target-only", "speclab adaptive-confidence"))
+    assert [r.method for r in rows][1:] == ["speclab adaptive-confidence 0.2", "speclab adaptive-confidence 0.6"]
+    assert "confidence stop 0.6" in rows[2].stats.method
+    assert by_name["speclab mtp-chain"].stats.drafted > by_name["speclab mtp-chain"].stats.rounds
+    assert all(r.matches_target_only for r in rows[1:])

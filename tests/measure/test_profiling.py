@@ -1,0 +1,65 @@
+"""Profiling: the roofline arithmetic and the measured costs."""
+import pytest
+import torch
+from transformers import GPT2Config, Qwen3Config
+
+from speclab.measure import profiling
+from speclab.runner import ModelRunner
+from tests.conftest import tiny_model
+
+
+def test_kv_bytes_per_token_matches_a_real_cache_and_known_shapes():
+    model = tiny_model("qwen3", layers=2)  # 4 query heads, 2 KV heads of head_dim 8
+    runner = ModelRunner(model)
+    runner.forward(torch.arange(6))
+    cached = sum(t.numel() * t.element_size() for layer in runner.cache.layers for t in (layer.keys, layer.values))
+    assert profiling.kv_bytes_per_token(model.config, 4) == cached // 6
+    qwen3_06b = Qwen3Config(num_hidden_layers=28, hidden_size=1024, num_attention_heads=16, num_key_value_heads=8,
+                            head_dim=128)
+    assert profiling.kv_bytes_per_token(qwen3_06b, 2) == 114688
+    assert profiling.kv_bytes_per_token(GPT2Config(n_layer=12, n_head=12, n_embd=768), 2) == 2 * 12 * 12 * 64 * 2
+
+
+def test_roofline_arithmetic():
+    assert profiling.matmul_intensity(1, 4096, 4096, 2) == pytest.approx(1.0, rel=1e-3)
+    assert profiling.matmul_intensity(4096, 4096, 4096, 2) == pytest.approx(4096 / 3)
+    assert profiling.attainable_tflops(1.0, 989, 3350) == pytest.approx(3.35)
+    assert profiling.attainable_tflops(1000.0, 989, 3350) == 989
+    assert profiling.decode_floor_ms(140e9, 0, 3350) == pytest.approx(41.79, abs=0.01)
+
+
+def test_measured_costs_are_positive_and_bandwidth_is_bytes_over_time(pair):
+    target, draft = pair
+    assert profiling.forward_ms(target, 4, context=16, repeats=3) > 0
+    assert 0 < profiling.cost_ratio(target, draft, context=16, repeats=3)
+    assert profiling.decode_bandwidth_gbs(target, 1.0) == pytest.approx(profiling.parameter_bytes(target) / 1e6)
+
+
+def test_passes_are_timed_interleaved_so_a_slow_stretch_slows_every_pass_alike(pair, monkeypatch):
+    """A machine that is 10x slower for the first half of a measurement must not show up as a 10x
+    ratio between two passes that cost the same: timing them one after the other would."""
+    from contextlib import contextmanager
+    calls = []
+
+    @contextmanager
+    def fake_timer(device):
+        result = {"seconds": 0.0}
+        yield result
+        calls.append(1)
+        result["seconds"] = 0.010 if len(calls) <= 12 else 0.001  # 24 timed calls in all, half slow
+
+    monkeypatch.setattr(profiling, "timer", fake_timer)
+    target, _ = pair
+    times = profiling.forward_ms_by_positions(target, [1, 5], context=8, repeats=10)
+    assert list(times) == [1, 5]
+    assert 0.5 < times[5] / times[1] < 2
+    calls.clear()
+    # tree passes take part the same way: (positions, parents)
+    unit, tree = profiling.pass_ms(target, [(1, None), (4, [-1, 0, 0])], context=8, repeats=10)
+    assert 0.5 < tree / unit < 2
+
+
+def test_interleaved_costs_still_see_real_work(pair):
+    target, _ = pair
+    times = profiling.forward_ms_by_positions(target, [1, 256], context=8, repeats=3)
+    assert times[256] > times[1] > 0
