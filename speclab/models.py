@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
@@ -69,7 +70,6 @@ def tiny_model(arch: str = "llama", layers: int = 2, vocab: int = 64, hidden: in
     mistral), built offline from its config: what the tests and the labs' checks run on. Its weights
     are spread out (initializer_range 0.5), so no two logits nearly tie and an argmax cannot flip
     between a one-row and a K-row forward pass."""
-    import transformers
     kinds = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral"}
     if arch not in kinds:
         raise ValueError(f"unknown architecture {arch!r}; choose from {sorted(kinds)}")
@@ -161,7 +161,7 @@ def load_pair(name: str | None = None, device: str | torch.device | None = None,
         draft_path = draft or BUNDLED_DIR / "draft"
         if not (BUNDLED_DIR / "target" / "config.json").exists():
             raise FileNotFoundError(f"the bundled pair is missing from {BUNDLED_DIR}; reinstall speclab or train it: "
-                                    "python -m speclab.train pair --out DIR")
+                                    "python -m speclab train pair --out DIR")
     elif name in HUB_PAIRS:
         target_path, draft_path = HUB_PAIRS[name].target, draft or HUB_PAIRS[name].draft
     elif Path(name).is_dir():

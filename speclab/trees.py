@@ -17,6 +17,7 @@ under it). `tree_from_choices` turns that into parents and ranks.
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 import torch
@@ -155,7 +156,6 @@ def tree_from_accuracies(accuracies: Sequence[Sequence[float]], budget: int) -> 
     the Medusa paper). A node's value is the product along its path, which is the chance that it is
     accepted; a tree's expected accepted length is the sum of its nodes' values. A child is worth no
     more than its parent, so taking the best nodes greedily keeps every parent in the tree."""
-    import heapq
     frontier = [(-float(accuracies[0][r]), (r,)) for r in range(len(accuracies[0]))]
     heapq.heapify(frontier)
     chosen: list[tuple[int, ...]] = []

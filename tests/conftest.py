@@ -1,8 +1,20 @@
-"""Tiny randomly initialised models, built offline from transformers configs."""
+"""Tiny randomly initialised models, built offline from transformers configs; one torch thread per test
+worker."""
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+
+# The suite runs on every core with pytest-xdist (pyproject.toml's addopts: one worker per core). Each worker,
+# and each notebook kernel it starts (kernels inherit its environment), then gets one thread: two workers of two
+# threads each on two cores would contend. Set before torch is imported, so its OpenMP pool is one thread too.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 from speclab import models
 

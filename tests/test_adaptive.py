@@ -10,7 +10,7 @@ from speclab.adaptive import HeuristicK, check_confidence_threshold, confidence,
 from speclab.methods.draft_model import ModelDrafter
 from speclab.methods.ngram import PromptLookupDrafter
 from speclab.methods.eagle import EagleDrafter
-from speclab.measure.card import chi_square_pvalue
+from speclab.measure.acceptance import chi_square_pvalue
 from tests.conftest import tiny_model
 from tests.methods.test_eagle import random_head
 

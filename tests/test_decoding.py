@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from speclab import PromptLookupDrafter, generate, speculative_generate
-from speclab.drafters import Draft, Drafter
+from speclab.drafting import Draft, Drafter
 from tests.conftest import tiny_model
 
 

@@ -8,7 +8,7 @@ from speclab import speculative_generate
 from speclab.methods.draft_model import ModelDrafter
 from speclab.sampling import logits_to_probs
 from tests.conftest import tiny_model
-from speclab.measure.card import chi_square_pvalue
+from speclab.measure.acceptance import chi_square_pvalue
 
 VOCAB, SAMPLES = 8, 2500
 PROMPT = torch.tensor([3, 1, 4, 1, 5])

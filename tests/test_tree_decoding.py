@@ -10,7 +10,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 import speclab.decoding as decoding
 from speclab import Draft, Drafter, generate, speculative_generate
-from speclab.evaluate import chi_square_pvalue
+from speclab.measure.card import chi_square_pvalue
 from speclab.runner import ModelRunner
 from speclab.sampling import sample
 from tests.conftest import tiny_model
@@ -198,7 +198,7 @@ def test_medusa_top_k_trees_are_lossless_when_sampling(settings):
     """Deterministic top-k siblings (point masses) under the sampled rule: the first two tokens still
     follow the target."""
     from speclab import MedusaDrafter
-    from speclab.heads import MedusaHeads
+    from speclab.methods.medusa import MedusaHeads
     target = tiny_model("llama", layers=2, vocab=VOCAB, seed=10, init=0.2)
     torch.manual_seed(3)
     heads = MedusaHeads.for_target(target, num_heads=2)

@@ -9,7 +9,7 @@ import torch
 
 import speclab.verification as verification
 from speclab import verify_tree
-from speclab.measure.card import chi_square_pvalue
+from speclab.measure.acceptance import chi_square_pvalue
 from speclab.sampling import sample
 from speclab.verification import verify
 

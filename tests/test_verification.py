@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from speclab.measure.card import chi_square_pvalue
+from speclab.measure.acceptance import chi_square_pvalue
 from speclab.sampling import logits_to_probs, sample
 from speclab.verification import residual_distribution, verify
 

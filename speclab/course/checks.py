@@ -22,6 +22,7 @@ import io
 import linecache
 import math
 import os
+import random
 import signal
 import sys
 import threading
@@ -29,7 +30,12 @@ import traceback
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # speclab/: library code, not the learner's
 CASE_TIME_LIMIT_S = 60.0  # one case of one question; an endless loop in a learner's function ends here
@@ -127,7 +133,6 @@ def expect_close(got: Any, want: float, call: str, tol: float = 1e-6, rel: float
 
 def expect_allclose(got: Any, want: Any, call: str, atol: float = 1e-5, why: str = "") -> None:
     """A tensor (or nested list) of the same shape as `want`, element by element within atol."""
-    import torch
     expect(got is not None, _mismatch(call, got, "a tensor like " + show(want), why))
     try:
         g = torch.as_tensor(plain(got), dtype=torch.float64)
@@ -147,7 +152,6 @@ def expect_allclose(got: Any, want: Any, call: str, atol: float = 1e-5, why: str
 def expect_distribution(counts: Any, probs: Any, what: str, p_min: float = 1e-4, why: str = "") -> None:
     """Observed counts must be a plausible sample of `probs` (chi-square test, p-value >= p_min; with
     the fixed seeds of a case a correct answer passes every time). Mass where probs is 0 fails at once."""
-    from scipy.stats import chisquare
     c = [float(v) for v in plain(counts)]
     p = [float(v) for v in plain(probs)]
     n = sum(c)
@@ -340,7 +344,6 @@ class Lab:
 
     def load_public(self) -> None:
         """Run the public checks shipped with speclab (speclab/course/labs/<name>.py) against this Lab."""
-        from importlib import resources
         path = resources.files("speclab.course.labs").joinpath(f"{self.name}.py")
         if not path.is_file():
             raise FileNotFoundError(f"speclab has no public checks for {self.name!r}: is speclab up to date? "
@@ -475,10 +478,6 @@ def _time_limit(seconds: float | None):
 @contextlib.contextmanager
 def _isolated_rng(seed: int):
     """Each case starts from its own seed (so results repeat) and leaves the notebook's RNGs as they were."""
-    import random
-
-    import numpy as np
-    import torch
     py_state, np_state = random.getstate(), np.random.get_state()
     random.seed(seed)
     np.random.seed(seed % 2**32)

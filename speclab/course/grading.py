@@ -27,8 +27,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import nbformat
 
 from speclab.course.checks import Lab, ScoreSummary
 from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, stale
@@ -67,7 +70,6 @@ finally:
 def _prepare(path: Path, lab: str, tests: str, nonce: str):
     """The submission to execute: shell and %pip lines neutralised (indentation kept), outputs dropped,
     and one cell appended that grades the kernel's namespace."""
-    import nbformat
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell["cell_type"] != "code":
@@ -97,7 +99,6 @@ def feedback_notebook(executed, nonce: str):
     becomes a plain comment, and of its outputs only the printed feedback stays: the nonce line goes, so
     does what went to stderr (a warning raised in a hidden case quotes its line), and an error's traceback
     (which could quote a hidden check too) becomes one line."""
-    import nbformat
     cell = executed.cells[-1]
     outputs = []
     for o in cell.get("outputs", []):
@@ -155,7 +156,6 @@ class Grade:
 
 def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], timeout: float,
               isolate: list[str], executed_dir: Path | None = None, threads: int | None = None) -> Grade:
-    import nbformat
     grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
     nonce = RESULT_MARK + secrets.token_hex(8) + ":"
     start = time.perf_counter()
@@ -218,7 +218,6 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
                  lab: str | None = None, jobs: int = 1, executed_dir: str | Path | None = None,
                  network: bool = False) -> list[Grade]:
     """Grade every .ipynb under `submissions` (checkpoints skipped) and write the CSV. Returns the rows."""
-    import nbformat
     source_dir = Path(source) if source is not None else find_root() / "labs" / "source"
     labs = {p.stem: p for p in sorted(source_dir.glob("lab*.ipynb"))}
     if not labs:
@@ -248,7 +247,6 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         return grade_one(path, which, tests[which], points[which], timeout, isolate, keep, threads)
 
     if jobs > 1:
-        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(jobs) as pool:
             grades = list(pool.map(one, paths))
     else:

@@ -23,6 +23,9 @@ import re
 import tempfile
 from pathlib import Path
 
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
 TEST_HEADER = re.compile(r"^#\s*(HIDDEN\s+)?TESTS\b")
 IGNORE_HEADER = re.compile(r"^##\s*Ignore\s*##")
 LAB_NAME = re.compile(r"""Lab\(\s*["'](lab\d+)["']""")
@@ -81,8 +84,6 @@ def strip_solutions(source: str, keep: bool = False, where: str = "") -> str:
 
 def learner_notebook(source_nb, lab: str, keep_solutions: bool = False):
     """The learner version of an instructor notebook (nbformat node); deterministic."""
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
     cells = []
     for i, cell in enumerate(source_nb.cells):
         if cell_kind(cell) != "content":
@@ -136,7 +137,6 @@ def find_root(root: str | Path | None = None) -> Path:
 def build(root: str | Path | None = None, out_root: str | Path | None = None) -> list[Path]:
     """Write every learner notebook (labs/labNN.ipynb) and public-check file (speclab/course/labs/labNN.py)
     from labs/source/labNN.ipynb under `root`, into `out_root` (default: root). Returns the written paths."""
-    import nbformat
     root = find_root(root)
     out_root = Path(out_root) if out_root is not None else root
     sources = sorted((root / "labs" / "source").glob("lab*.ipynb"))

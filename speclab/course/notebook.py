@@ -9,9 +9,12 @@ import html
 import platform
 
 import torch
+import transformers
 
+import speclab
 from speclab.devices import cpu_name  # noqa: F401  (the machine line names the CPU; kept importable here)
 from speclab.stats import Round
+from speclab.trees import children
 
 
 def glue(name: str, value, display: bool = True) -> None:
@@ -60,9 +63,6 @@ def machine(device: torch.device | str, dtype: torch.dtype | str | None = None, 
 
 def environment_report(device: torch.device | str, dtype: torch.dtype | str | None = None) -> dict:
     """Python, library versions, device, threads and GPU memory: the facts a reader compares timings by."""
-    import transformers
-
-    import speclab
     device = torch.device(device)
     report = {"python": platform.python_version(), "platform": platform.platform(), "torch": torch.__version__,
               "transformers": transformers.__version__, "speclab": speclab.__version__, "device": str(device),
@@ -115,7 +115,6 @@ def trace_html(trace: list[Round], tokenizer) -> str:
 def tree_layout(parents: list[int]) -> tuple[dict[int, float], dict[int, float]]:
     """x, y of the root (-1) and every node of a token tree (speclab.trees): leaves spread evenly,
     parents above the middle of their children (drawing only)."""
-    from speclab.trees import children
     kids = children(parents)
     x: dict[int, float] = {}
     y: dict[int, float] = {}

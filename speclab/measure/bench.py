@@ -16,8 +16,10 @@ costs measured in the same runs (see its docstring).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
+from pathlib import Path
 
 import torch
 from transformers.utils import logging as hf_logging
@@ -25,17 +27,14 @@ from transformers.utils import logging as hf_logging
 from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
-from speclab.methods.ngram import PromptLookupDrafter
-from speclab.methods import load_drafter
+from speclab.methods import REGISTRY, by_bench_row, load_drafter
 from speclab.runner import model_device
 from speclab.stats import GenerationStats
 
-METHODS = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic", "speclab adaptive-confidence",
-           "speclab prompt-lookup", "speclab lookahead",
-           "speclab medusa", "speclab medusa-chain", "speclab eagle", "speclab eagle-chain", "speclab eagle3",
-           "speclab mtp", "speclab mtp-chain", "speclab layer-skip",
-           "hf target-only",
-           "hf assisted", "hf prompt-lookup")
+TARGET_ONLY = "speclab target-only"
+HF_METHODS = ("hf target-only", "hf assisted", "hf prompt-lookup")  # transformers' own generate
+# speclab target-only, every registered method's rows (speclab.methods.REGISTRY), transformers' rows
+METHODS = (TARGET_ONLY, *(row for m in REGISTRY.values() for row in m.bench_rows), *HF_METHODS)
 LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
 LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
 ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to grow where drafts are accepted
@@ -80,88 +79,80 @@ def lookup_rows(choices) -> dict[str, str]:
     return {f"speclab prompt-lookup {c}": c for c in choices}
 
 
+def row_settings(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
+                 confidence_thresholds=CONFIDENCE_THRESHOLDS) -> dict[str, tuple[str, dict]]:
+    """Every row `methods` stands for, in order, with (the registered bench row it is a setting of, and
+    the load_drafter options of that setting): "speclab lookahead" becomes one row per lookahead setting,
+    "speclab prompt-lookup" one per match rule, "speclab layer-skip" one per (exit layer, adapter),
+    "speclab adaptive-confidence" one per threshold, and "speclab speculative" is followed by a row per
+    K of a K sweep. A row already expanded keeps its setting; rows of no registered method (target-only,
+    transformers') map to themselves."""
+    sweeps = {"speclab lookahead": {row: dict(window=w, ngram=n, pool=g)
+                                    for row, (w, n, g) in lookahead_rows(lookahead).items()},
+              "speclab prompt-lookup": {row: {} if choose is None else dict(choose=choose)
+                                        for row, choose in lookup_rows(lookup_choices).items()},
+              "speclab layer-skip": {row: dict(exit_layer=e, adapter=a) for row, (e, a) in layer_skip_rows(layer_skip).items()},
+              "speclab adaptive-confidence": {row: {} for row in confidence_rows(confidence_thresholds)},
+              "speclab speculative": {"speclab speculative": {}, **{row: {} for row in k_sweep_rows(k_sweep)}}}
+    expanded = {row: (base, options) for base, rows in sweeps.items() for row, options in rows.items()}
+    out: dict[str, tuple[str, dict]] = {}
+    for m in methods:
+        out.update({row: (m, options) for row, options in sweeps[m].items()} if m in sweeps
+                   else {m: expanded.get(m, (m, {}))})
+    return out
+
+
 def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
                    confidence_thresholds=CONFIDENCE_THRESHOLDS) -> tuple[str, ...]:
-    """methods with "speclab lookahead" replaced by one row per lookahead setting, "speclab
-    prompt-lookup" by one row per match rule, "speclab layer-skip" by one row per (exit layer,
-    adapter), "speclab adaptive-confidence" by one row per threshold, and "speclab speculative"
-    followed by a row per K of a K sweep."""
-    out: list[str] = []
-    for m in methods:
-        if m == "speclab lookahead":
-            out += list(lookahead_rows(lookahead))
-        elif m == "speclab prompt-lookup":
-            out += list(lookup_rows(lookup_choices))
-        elif m == "speclab layer-skip":
-            out += list(layer_skip_rows(layer_skip))
-        elif m == "speclab adaptive-confidence":
-            out += list(confidence_rows(confidence_thresholds))
-        elif m == "speclab speculative":
-            out += [m] + [row for row, k in k_sweep_rows(k_sweep).items()]
-        else:
-            out.append(m)
-    return tuple(out)
+    """The rows `methods` stand for (row_settings), in order."""
+    return tuple(row_settings(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds))
 
 
-MEDUSA_METHODS = ("speclab medusa", "speclab medusa-chain")  # the heads' chosen tree, and their top-1 chain
-EAGLE_METHODS = ("speclab eagle", "speclab eagle-chain")     # EAGLE-2's dynamic tree, and EAGLE-1's chain
-EAGLE3_METHODS = ("speclab eagle3",)                          # an EAGLE-3 head drafting EAGLE-2's tree
-MTP_METHODS = ("speclab mtp", "speclab mtp-chain")            # one token a round, and chained to K
+def drafter_for(row: str, options: Mapping, target, draft, weights: Mapping[str, str | Path] | None = None):
+    """The drafter of a registered method's bench row: its registry options, the row's `options` (a
+    sweep's setting), and the method's weights directory from `weights` (method name -> directory;
+    default: those shipped with the bundled target). The draft-model rows draft with `draft`."""
+    method = by_bench_row(row)
+    loaded = {**method.bench_rows[row], **options}
+    if method.weights and (weights or {}).get(method.name) is not None:
+        loaded[method.weights] = weights[method.name]
+    if method.weights == "draft":
+        loaded["draft"] = draft
+    return load_drafter(method.name, target, **loaded)
 
 
-def _fits(method: str, target, **options) -> bool:
-    try:
-        load_drafter(method, target, **options)
-    except (OSError, ValueError, TypeError):
-        return False
-    return True
+def default_methods(target, draft=None, weights: Mapping[str, str | Path] | None = None,
+                    layer_skip=LAYER_SKIP) -> tuple[str, ...]:
+    """Every row that can run on this target: a registered method's rows only where its weights (heads,
+    an EAGLE head, an MTP module, the exit adapters of every `layer_skip` setting) fit it."""
+    def fits(row: str, options: Mapping) -> bool:
+        try:
+            drafter_for(row, options, target, draft, weights)
+        except (OSError, ValueError, TypeError):
+            return False
+        return True
+
+    def trained(base: str) -> bool:  # rows that read weights trained for a target (the draft is given)
+        method = by_bench_row(base)
+        return method is not None and method.bundled is not None and method.weights != "draft"
+
+    unfit = {base for base, options in row_settings(METHODS, layer_skip=layer_skip).values()
+             if trained(base) and not fits(base, options)}
+    return tuple(m for m in METHODS if m not in unfit)
 
 
-def default_methods(target, heads=None, eagle=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP) -> tuple[str, ...]:
-    """Every method that can run on this target: the Medusa, EAGLE, MTP and layer-skip rows only where
-    a head (or an exit adapter) fits it."""
-    skip = (() if _fits("medusa", target, heads=heads) else MEDUSA_METHODS) + \
-        (() if _fits("eagle", target, head=eagle) else EAGLE_METHODS) + \
-        (() if _fits("eagle3", target, head=eagle3) else EAGLE3_METHODS) + \
-        (() if _fits("mtp", target, module=mtp) else MTP_METHODS) + \
-        (() if all(_fits("layer_skip", target, exit_layer=e, adapter=a) for e, a in layer_skip)
-         else ("speclab layer-skip",))
-    return tuple(m for m in METHODS if m not in skip)
-
-
-def make_drafters(methods, target, draft, heads=None, lookahead=LOOKAHEAD, eagle=None, lookup_choices=None,
-                  eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None) -> dict:
-    """The drafter each speclab method uses, built once for the whole bench. `lookahead`: (W, N, G)
-    settings, one lookahead row each; `lookup_choices`: prompt lookup's match rules, a row each;
-    `heads`, `eagle`, `eagle3`, `mtp`: Medusa heads, EAGLE-1 and EAGLE-3 head, and MTP module
-    directories (default: those shipped with the bundled target); `layer_skip`: (exit layer, adapter)
-    settings, a row each; `k_sweep`: fixed K values of the draft model, a row each. The adaptive-K
-    rows draft with the draft model."""
-    drafters = {"speclab speculative": draft, "speclab adaptive-heuristic": draft}
-    drafters.update({row: draft for row in k_sweep_rows(k_sweep)})
-    drafters.update({row: draft for row in methods if row.startswith("speclab adaptive-confidence")})
-    for name, (exit_layer, adapter) in layer_skip_rows(layer_skip).items():
-        if name in methods:
-            drafters[name] = load_drafter("layer_skip", target, exit_layer=exit_layer, adapter=adapter)
-    if "speclab mtp" in methods:
-        drafters["speclab mtp"] = load_drafter("mtp", target, module=mtp)
-    if "speclab mtp-chain" in methods:  # chained as deep as the round's K (k_of caps it)
-        drafters["speclab mtp-chain"] = load_drafter("mtp", target, module=mtp, num_tokens=64)
-    for name, choose in lookup_rows(lookup_choices).items():
-        drafters[name] = PromptLookupDrafter() if choose is None else PromptLookupDrafter(choose=choose)
-    for name, (window, ngram, pool) in lookahead_rows(lookahead).items():
-        drafters[name] = load_drafter("lookahead", window=window, ngram=ngram, pool=pool)
-    if "speclab medusa" in methods:
-        drafters["speclab medusa"] = load_drafter("medusa", target, heads=heads)
-    if "speclab medusa-chain" in methods:
-        drafters["speclab medusa-chain"] = load_drafter("medusa", target, heads=heads, tree="chain")
-    if "speclab eagle" in methods:
-        drafters["speclab eagle"] = load_drafter("eagle", target, head=eagle)
-    if "speclab eagle-chain" in methods:
-        drafters["speclab eagle-chain"] = load_drafter("eagle", target, head=eagle, tree="chain")
-    if "speclab eagle3" in methods:
-        drafters["speclab eagle3"] = load_drafter("eagle3", target, head=eagle3)
-    return drafters
+def make_drafters(methods, target, draft, weights: Mapping[str, str | Path] | None = None, lookahead=LOOKAHEAD,
+                  lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
+                  confidence_thresholds=CONFIDENCE_THRESHOLDS) -> dict:
+    """The drafter of each speclab row of `methods` (expanded by the sweeps: row_settings), built once for
+    the whole bench. `weights`: method name -> its weights directory (default: those shipped with the
+    bundled target); `lookahead`: (W, N, G) settings, one lookahead row each; `lookup_choices`: prompt
+    lookup's match rules, a row each; `layer_skip`: (exit layer, adapter) settings, a row each;
+    `k_sweep`: fixed K values of the draft model, a row each. The adaptive-K rows draft with the draft
+    model."""
+    settings = row_settings(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
+    return {row: drafter_for(base, options, target, draft, weights) for row, (base, options) in settings.items()
+            if by_bench_row(base) is not None}
 
 
 @dataclass
@@ -284,18 +275,18 @@ def time_interleaved(runs: dict, num_prompts: int, repeats: int) -> dict[object,
 
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
-              warmup: bool = True, repeats: int = 1, heads=None,
-              lookahead=LOOKAHEAD, lookup_k: int | None = None, eagle=None,
-              lookup_choices=None, eagle3=None, mtp=None, layer_skip=LAYER_SKIP, k_sweep=None,
-              adaptive_k: int | None = None, confidence_thresholds=CONFIDENCE_THRESHOLDS) -> list[BenchRow]:
+              warmup: bool = True, repeats: int = 1, weights: Mapping[str, str | Path] | None = None,
+              lookahead=LOOKAHEAD, lookup_k: int | None = None, lookup_choices=None, layer_skip=LAYER_SKIP,
+              k_sweep=None, adaptive_k: int | None = None,
+              confidence_thresholds=CONFIDENCE_THRESHOLDS) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
-    one row per method with the totals over the prompts from the median repeat. `heads`: a Medusa heads
-    directory (default: the heads shipped for the bundled target); `lookahead`: (W, N, G) settings, a row
-    each (a sweep); `lookup_k`: tokens per round for both prompt-lookup rows (speclab's and transformers'),
-    which draft almost for free and so pay off at a larger K than a draft model (default: k); `eagle`: an
-    EAGLE-1 head directory and `eagle3` an EAGLE-3 one (default: those shipped for the bundled target);
-    `lookup_choices`: prompt lookup's match rules, a row each (default: one row, the default rule); `mtp`:
-    an MTP module directory; `layer_skip`: (exit layer, adapter) settings, a row each; `k_sweep`: fixed K
+    one row per method with the totals over the prompts from the median repeat. `weights`: method name ->
+    the directory of its trained weights (Medusa heads, an EAGLE-1 or EAGLE-3 head, an MTP module; default:
+    those shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep); `lookup_k`:
+    tokens per round for both prompt-lookup rows (speclab's and transformers'), which draft almost for free
+    and so pay off at a larger K than a draft model (default: k); `lookup_choices`: prompt lookup's match
+    rules, a row each (default: one row, the default rule); `layer_skip`: (exit layer, adapter) settings, a
+    row each; `k_sweep`: fixed K
     values, a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
     largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each."""
     if repeats < 1:
@@ -304,8 +295,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     if unknown:
         raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
     methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
-    drafters = make_drafters(methods, target, draft, heads, lookahead, eagle, lookup_choices, eagle3, mtp,
-                             layer_skip, k_sweep)
+    drafters = make_drafters(methods, target, draft, weights, lookahead, lookup_choices, layer_skip, k_sweep,
+                             confidence_thresholds)
     is_lookup = {m: m == "hf prompt-lookup" or m.startswith("speclab prompt-lookup") for m in methods}
     k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
     k_of.update({row: n for row, n in k_sweep_rows(k_sweep).items() if row in methods})

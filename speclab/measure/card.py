@@ -1,123 +1,31 @@
-"""How well a draft matches a target: teacher-forced overlap and acceptance measured in decoding."""
+"""The bundled pair's model card (`python -m speclab card`): how each model and each trained drafter was
+made (from its training record) and how well it drafts, measured now on this machine. One section per
+registered method with weights for the bundled target (CARD_SECTIONS)."""
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+import json
+import os
+import platform
 from pathlib import Path
 
-import numpy as np
 import torch
-from scipy.stats import chisquare
 
-from speclab.decoding import speculative_generate
-from speclab.sampling import logits_to_probs
-from speclab.stats import GenerationResult, GenerationStats
-
-
-def chi_square_pvalue(counts, probs, min_expected: float = 5.0) -> float:
-    """Pearson chi-square p-value of observed counts against exact probabilities: is this what p
-    would produce? Cells expected fewer than min_expected times are pooled into one (the test's
-    approximation needs it); a count in a zero-probability cell is an outright failure (p = 0)."""
-    counts = np.asarray(counts, float).ravel()
-    probs = np.asarray(probs.double().cpu() if torch.is_tensor(probs) else probs, float).ravel()
-    if len(counts) != len(probs):
-        raise ValueError(f"counts ({len(counts)} cells) and probs ({len(probs)}) must cover the same outcomes")
-    if counts[probs == 0].sum() > 0:
-        return 0.0
-    expected = probs / probs.sum() * counts.sum()  # float32 probabilities sum to 1 only up to rounding
-    big = expected >= min_expected
-    obs = np.append(counts[big], counts[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    keep = exp > 0
-    if keep.sum() < 2:  # one possible outcome: nothing to test beyond the zero cells above
-        return 1.0
-    return float(chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue)
-
-
-@torch.inference_mode()
-def teacher_forced_overlap(target: torch.nn.Module, draft: torch.nn.Module, ids: torch.Tensor,
-                           temperature: float = 1.0) -> dict[str, float]:
-    """On a text both models read (ids: (batch, n)), per position: how often the argmaxes agree, and
-    the expected acceptance sum_x min(p(x), q(x)) at `temperature` (Leviathan et al.'s alpha)."""
-    p_logits, q_logits = target(ids).logits.float(), draft(ids).logits.float()
-    width = min(p_logits.shape[-1], q_logits.shape[-1])
-    agree = (p_logits.argmax(-1) == q_logits.argmax(-1)).float().mean().item()
-    p = logits_to_probs(p_logits[..., :width], temperature)
-    q = logits_to_probs(q_logits[..., :width], temperature)
-    return {"greedy_agreement": agree, "expected_acceptance": torch.minimum(p, q).sum(-1).mean().item()}
-
-
-@dataclass
-class AcceptanceRow:
-    k: int
-    temperature: float
-    acceptance_rate: float   # accepted / drafted
-    alpha: float             # per-token acceptance (accepted / tested)
-    tokens_per_round: float
-    ms_per_token: float
-    stats: GenerationStats   # the runs over all prompts, combined
-
-
-def acceptance_table(target, draft, prompts: list[torch.Tensor], ks: Iterable[int] = range(1, 9),
-                     temperatures: Iterable[float] = (0.0, 1.0), max_new_tokens: int = 128,
-                     seed: int = 0) -> list[AcceptanceRow]:
-    rows = []
-    for temperature in temperatures:
-        for k in ks:
-            s = GenerationStats.combine([
-                speculative_generate(target, draft, prompt, k=k, max_new_tokens=max_new_tokens,
-                                     temperature=temperature, seed=seed + i).stats
-                for i, prompt in enumerate(prompts)])
-            rows.append(AcceptanceRow(k, temperature, s.acceptance_rate, s.alpha, s.mean_tokens_per_round,
-                                      s.ms_per_token, s))
-    return rows
-
-
-def format_acceptance_table(rows: list[AcceptanceRow]) -> str:
-    lines = ["| temperature | K | acceptance rate | alpha | tokens/round | ms/token |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.temperature:g} | {r.k} | {r.acceptance_rate:.3f} | {r.alpha:.3f} | {r.tokens_per_round:.2f} | "
-              f"{r.ms_per_token:.2f} |" for r in rows]
-    return "\n".join(lines)
-
-
-def acceptance_by_position(results: Iterable[GenerationResult], depth: int) -> list[float]:
-    """From chain-drafting runs: a[j], of the rounds whose draft reached position j + 1 with the j
-    drafts before it accepted, the share that accepted draft j + 1 too. Under greedy decoding this is
-    how often the drafter names the target's own token j + 1 steps into a round, from its own
-    guesses: the acceptance that decides how deep drafting pays. nan where no round got that far."""
-    reached, accepted = [0] * depth, [0] * depth
-    for result in results:
-        for r in result.trace:
-            if r.parents is not None and not all(p == i - 1 for i, p in enumerate(r.parents)):
-                raise ValueError("acceptance_by_position needs chain drafts (a tree's positions are not one row)")
-            for j in range(min(depth, len(r.drafted), r.accepted + 1)):
-                reached[j] += 1
-                accepted[j] += int(j < r.accepted)
-    return [a / n if n else float("nan") for a, n in zip(accepted, reached)]
-
-
-def position_acceptance(target, drafters: dict, prompts: list[torch.Tensor], k: int, max_new_tokens: int = 64
-                        ) -> dict[str, dict]:
-    """Greedy chain drafting with each drafter (name -> Drafter or draft model) at depth k on the same
-    prompts: {name: {"by_position": acceptance_by_position, "tokens_per_round": ...}}. Drafters that
-    cannot draft k deep (Medusa: one head per position) report as far as they go."""
-    table = {}
-    for name, drafter in drafters.items():
-        results = [speculative_generate(target, drafter, p, k=k, max_new_tokens=max_new_tokens) for p in prompts]
-        stats = GenerationStats.combine([r.stats for r in results])
-        table[name] = {"by_position": acceptance_by_position(results, k),
-                       "tokens_per_round": stats.mean_tokens_per_round}
-    return table
-
-
-def heldout_windows(tokenizer, n: int = 8, length: int = 256, seed: int = 0) -> torch.Tensor:
-    """(n, length) ids from held-out standard-library files, for teacher-forced measurements."""
-    from speclab.corpus import split_texts
-    _, heldout = split_texts()
-    stream = torch.tensor([t for text in heldout for t in tokenizer(text).input_ids + [tokenizer.eos_token_id]])
-    g = torch.Generator().manual_seed(seed)
-    starts = torch.randint(0, len(stream) - length, (n,), generator=g).tolist()
-    return torch.stack([stream[s:s + length] for s in starts])
+from speclab.corpus import HELDOUT_EVERY, stdlib_root
+from speclab.decoding import generate, speculative_generate
+from speclab.measure.acceptance import (
+    acceptance_table,
+    format_acceptance_table,
+    heldout_windows,
+    teacher_forced_overlap,
+)
+from speclab.measure.bench import model_check
+from speclab.measure.profiling import decode_ms_per_token
+from speclab.measure.workloads import load_prompts
+from speclab.methods import REGISTRY, Method, eagle, layer_skip, load_drafter, medusa, mtp
+from speclab.methods.eagle import describe_tree, measured_settings
+from speclab.models import load_model, load_pair, load_tokenizer
+from speclab.stats import GenerationStats
+from speclab.train.eagle import EAGLE_PRESETS
 
 
 def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
@@ -126,18 +34,6 @@ def model_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     training.json says how each model was trained: by `train pair` (target and drafts in one run), or
     a target from `train pair` and drafts from a later `train draft` (install_pair keeps both records).
     """
-    import json
-    import os
-    import platform
-    from pathlib import Path
-
-    from speclab.measure.bench import model_check
-    from speclab.corpus import HELDOUT_EVERY, stdlib_root
-    from speclab.decoding import generate
-    from speclab.models import load_pair
-    from speclab.measure.profiling import decode_ms_per_token
-    from speclab.measure.workloads import load_prompts
-
     pair_dir = Path(pair_dir)
     training = json.loads((pair_dir / "training.json").read_text())
     target, draft, tok, device = load_pair(str(pair_dir / "target"), draft=pair_dir / "draft")
@@ -222,9 +118,6 @@ def measure_drafting(pair_dir, runs: dict, num_prompts: int, max_new_tokens: int
     CPU) decoding held-out code prompts greedily with each drafter of `runs` ({name: (make, k)}, make
     builds the drafter from the target). Returns the target, {name: combined stats}, and "equal to"
     or "DIFFERENT FROM", as every output did or did not equal target-only decoding's."""
-    from speclab.decoding import generate
-    from speclab.models import load_model, load_tokenizer
-    from speclab.measure.workloads import load_prompts
 
     target = load_model(Path(pair_dir) / "target", "cpu", torch.float32)
     tok = load_tokenizer(Path(pair_dir) / "target", plain_fast=True)
@@ -271,18 +164,14 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     """The model card's section on the Medusa heads shipped with the bundled target: how they were
     trained (from their record), held-out accuracy by head and rank, the tree chosen for them, and
     tokens per target pass measured now (greedy, held-out prompts) for the top-1 chain and that tree."""
-    import json
-
-    from speclab.methods import load_drafter
-
     pair_dir = Path(pair_dir)
-    heads_dir = pair_dir / "medusa"
+    heads_dir = pair_dir / REGISTRY[medusa.NAME].bundled
     record = json.loads((heads_dir / "record.json").read_text())
     tree = json.loads((heads_dir / "tree.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
     _, runs, same = measure_drafting(pair_dir, {
-        name: (lambda t, choice=choice: load_drafter("medusa", t, heads=heads_dir, tree=choice), m["num_heads"])
+        name: (lambda t, choice=choice: load_drafter(medusa.NAME, t, heads=heads_dir, tree=choice), m["num_heads"])
         for name, choice in (("top-1 chain", "chain"), (f"chosen tree ({tree['budget']} nodes)", None))},
         num_prompts, max_new_tokens)
     lines = [
@@ -316,12 +205,12 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     return "\n".join(lines)
 
 
-def train_command(command: str, record: dict) -> str:
+def train_command(method: Method, record: dict) -> str:
     """The `python -m speclab train` command that reproduces a shipped head from its record: the flags
     it was trained with where they differ from today's preset (an older head keeps its recipe)."""
-    from speclab.train import EAGLE_PRESETS
     preset, m = EAGLE_PRESETS["stdlib"], record["preset"]
-    default_steps = {"eagle": preset.steps, "eagle3": preset.eagle3_steps, "mtp": preset.mtp_steps}[command]
+    command = method.train
+    default_steps = {eagle.NAME: preset.steps, eagle.NAME3: preset.eagle3_steps, mtp.NAME: preset.mtp_steps}[method.name]
     flags = (f" --generated {m['generated']}" if m["generated"] != preset.generated else "") + \
         (f" --steps {m['steps']}" if m["steps"] != default_steps else "")
     return f"`python -m speclab train {command} --target speclab/pairs/stdlib/target --out DIR{flags} --install`"
@@ -333,13 +222,11 @@ EAGLE_HEADING = "## EAGLE head"
 def tree_depth(head_dir: Path) -> int:
     """The depth of the EAGLE-2 tree measured fastest for a head (its tree.json), which the card's
     dynamic-tree row decodes with (k caps the depth): 8 for a head without one."""
-    from speclab.methods.eagle import measured_settings
     return measured_settings(head_dir).get("depth", 8)
 
 
 def tree_label(head_dir: Path) -> str:
     """The card's name for the dynamic-tree row's settings: the head's tree.json, or EagleDrafter's defaults."""
-    from speclab.methods.eagle import describe_tree, measured_settings
     settings = measured_settings(head_dir)
     return describe_tree(settings) if settings else "EagleDrafter's defaults"
 
@@ -348,17 +235,14 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
     """The model card's section on the EAGLE head shipped with the bundled target: how it was trained
     (from its record), held-out losses and accuracy, and tokens per target pass measured now (greedy,
     held-out prompts) for EAGLE-1's chain and EAGLE-2's dynamic tree."""
-    import json
-
-    from speclab.methods import load_drafter
-
     pair_dir = Path(pair_dir)
-    head_dir = pair_dir / "eagle"
+    method = REGISTRY[eagle.NAME]
+    head_dir = pair_dir / method.bundled
     record = json.loads((head_dir / "record.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
     _, runs, same = measure_drafting(pair_dir, {
-        name: (lambda t, tree=tree: load_drafter("eagle", t, head=head_dir, tree=tree), k)
+        name: (lambda t, tree=tree: load_drafter(method.name, t, head=head_dir, tree=tree), k)
         for name, tree, k in (("EAGLE-1 chain, K = 4", "chain", 4),
                               (f"EAGLE-2 dynamic tree ({tree_label(head_dir)})", "dynamic", tree_depth(head_dir)))},
         num_prompts, max_new_tokens)
@@ -367,7 +251,7 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
         f"An EAGLE-1 head (Li et al. 2024): fc(2H -> H) over [embedding of the next token; the target's feature], "
         f"one decoder layer of the target's architecture (initialised from its last layer), the target's frozen "
         f"embeddings and lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle/`. Trained by "
-        f"{train_command('eagle', record)}: smooth L1 to the "
+        f"{train_command(method, record)}: smooth L1 to the "
         f"next feature + {m['ce_weight']} x cross-entropy against the target's own distribution, U(-{m['noise']}, "
         f"{m['noise']}) noise on the input features, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} "
         f"positions from {rows_trained_on(record)}, features computed once; training "
@@ -389,17 +273,14 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     """The model card's section on the EAGLE-3 head shipped with the bundled target: how it was trained
     (from its record), held-out accuracy by draft position before and after training, and tokens per
     target pass measured now (greedy, held-out prompts) with EAGLE-2's dynamic tree and a chain."""
-    import json
-
-    from speclab.methods import load_drafter
-
     pair_dir = Path(pair_dir)
-    head_dir = pair_dir / "eagle3"
+    method = REGISTRY[eagle.NAME3]
+    head_dir = pair_dir / method.bundled
     record = json.loads((head_dir / "record.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
     target, runs, same = measure_drafting(pair_dir, {
-        name: (lambda t, tree=tree: load_drafter("eagle3", t, head=head_dir, tree=tree), k)
+        name: (lambda t, tree=tree: load_drafter(method.name, t, head=head_dir, tree=tree), k)
         for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4),
                               (f"EAGLE-3 head, EAGLE-2 dynamic tree ({tree_label(head_dir)})", "dynamic",
                                tree_depth(head_dir)))},
@@ -411,7 +292,7 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         f"token); norm(feature)] into one decoder layer of the target's architecture and a norm before the "
         f"target's frozen lm_head; from the second draft step on, the head's own hidden state replaces the fused "
         f"feature. {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle3/`. Trained by "
-        f"{train_command('eagle3', record)} with the training-time "
+        f"{train_command(method, record)} with the training-time "
         f"test: the head unrolled {m['ttt_steps']} steps on its own outputs, step j's cross-entropy against the "
         f"target's distribution weighted {m['decay']}^j, no feature loss; {m['steps']} steps of {m['batch']} rows "
         f"x {m['seq_len']} positions from {rows_trained_on(record)}; training "
@@ -432,17 +313,14 @@ def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     """The model card's section on the MTP module shipped with the bundled target: how it was trained
     (from its record), held-out accuracy by draft position when chained, and tokens per target pass
     measured now (greedy, held-out prompts) drafting one token a round and chained to four."""
-    import json
-
-    from speclab.methods import load_drafter
-
     pair_dir = Path(pair_dir)
-    module_dir = pair_dir / "mtp"
+    method = REGISTRY[mtp.NAME]
+    module_dir = pair_dir / method.bundled
     record = json.loads((module_dir / "record.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
     _, runs, same = measure_drafting(pair_dir, {
-        name: (lambda t, n=n: load_drafter("mtp", t, module=module_dir, num_tokens=n), n)
+        name: (lambda t, n=n: load_drafter(method.name, t, module=module_dir, num_tokens=n), n)
         for name, n in (("MTP, one token a round", 1), ("MTP chained, K = 4", 4))}, num_prompts, max_new_tokens)
     lines = [
         MTP_HEADING, "",
@@ -450,7 +328,7 @@ def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
         "last feature and of the next token's embedding, concatenated and projected 2H -> H (no bias), one decoder "
         "layer of the target's architecture (initialised from its last layer), a norm, and the target's frozen "
         f"lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `mtp/`. Trained after the fact on the "
-        f"frozen target (DeepSeek-V3 trains it with the model) by {train_command('mtp', record)}: one step deep, "
+        f"frozen target (DeepSeek-V3 trains it with the model) by {train_command(method, record)}: one step deep, "
         "cross-entropy against the target's own "
         f"distribution of the token two ahead; {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions "
         f"from {rows_trained_on(record)}; training {log['seconds'] / 60:.1f} min on "
@@ -470,18 +348,15 @@ def exit_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     """The model card's section on the exit adapters shipped with the bundled target: how they were
     trained, held-out top-1 agreement of each exit with the target without and with its adapter, and
     tokens per target pass measured now for the deepest exit with and without its adapter."""
-    import json
-
-    from speclab.methods import load_drafter
-
     pair_dir = Path(pair_dir)
-    record = json.loads((pair_dir / "exit" / "record.json").read_text())
+    adapters = pair_dir / REGISTRY[layer_skip.NAME].bundled
+    record = json.loads((adapters / "record.json").read_text())
     m, layers = record["preset"], record["layers"]
     deepest = max(int(e) for e in layers)
     _, runs, same = measure_drafting(pair_dir, {
         f"exit after layer {deepest}" + (" + adapter" if adapter else ""):
-            (lambda t, adapter=adapter: load_drafter("layer_skip", t, exit_layer=deepest,
-                                                     adapter=pair_dir / "exit" if adapter else False), 4)
+            (lambda t, adapter=adapter: load_drafter(layer_skip.NAME, t, exit_layer=deepest,
+                                                     adapter=adapters if adapter else False), 4)
         for adapter in (False, True)}, num_prompts, max_new_tokens)
     seconds = sum(entry["seconds"] for entry in layers.values())
     lines = [
@@ -511,3 +386,12 @@ def replace_section(card: str, heading: str, section: str) -> str:
     level = heading.split(" ")[0] + " "
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
     return "\n".join(lines[:start] + section.split("\n") + [""] * (end < len(lines)) + lines[end:]) + "\n"
+
+
+# The card's section of each registered method that ships weights for the bundled target: its heading,
+# the function that measures it, and the file in the method's folder whose presence says it is trained.
+CARD_SECTIONS = {medusa.NAME: (MEDUSA_HEADING, medusa_card, "tree.json"),
+                 eagle.NAME: (EAGLE_HEADING, eagle_card, "record.json"),
+                 eagle.NAME3: (EAGLE3_HEADING, eagle3_card, "record.json"),
+                 mtp.NAME: (MTP_HEADING, mtp_card, "record.json"),
+                 layer_skip.NAME: (EXIT_HEADING, exit_card, "record.json")}

@@ -8,6 +8,7 @@ import torch
 
 from speclab.devices import timer
 from speclab.runner import ModelRunner, model_device
+from speclab.trees import tree_from_accuracies, tree_from_choices
 
 
 def parameter_bytes(model: torch.nn.Module) -> int:
@@ -133,7 +134,6 @@ def tree_pass_costs(target: torch.nn.Module, accuracies, budgets=(1, 2, 3, 4, 6,
                     context: int = 128, repeats: int = 10) -> dict[int, float]:
     """Cost of a verify pass over each budget's tree (speclab.trees.tree_from_accuracies) plus the
     pending token, in units of a one-token decode step, measured here and now."""
-    from speclab.trees import tree_from_accuracies, tree_from_choices
     costs = {}
     for _ in range(3):  # a fresh process's first passes are many times slower (allocators, kernel set-up)
         forward_ms(target, 1, context, repeats)

@@ -21,6 +21,7 @@ import ast
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
 from speclab.corpus import heldout_prompts, is_heldout, read_source, stdlib_files, stdlib_root
@@ -129,7 +130,6 @@ def build(per_workload: int = 8, seed: int = 0) -> dict:
             found += 1
             if found == per_workload:
                 break
-    import sys
     return {"python": sys.version.split()[0], "seed": seed, "prompts": prompts}
 
 

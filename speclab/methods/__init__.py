@@ -23,13 +23,7 @@ from pathlib import Path
 import torch
 
 from speclab.drafting import Drafter
-from speclab.methods.draft_model import load_draft_model
-from speclab.methods.eagle import load_eagle
-from speclab.methods.layer_skip import load_layer_skip
-from speclab.methods.lookahead import LookaheadDrafter
-from speclab.methods.medusa import load_medusa
-from speclab.methods.mtp import load_mtp
-from speclab.methods.ngram import PromptLookupDrafter
+from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram
 from speclab.models import BUNDLED_DIR, load_pair
 
 
@@ -61,14 +55,14 @@ class Method:
 def _load_draft_model(target, draft=None, **rest) -> Drafter:
     if rest:
         raise ValueError(f"draft_model takes draft= only; got {sorted(rest)}")
-    return load_draft_model(target, draft)
+    return draft_model.load_draft_model(target, draft)
 
 
 def _load_layer_skip(target, **options) -> Drafter:
     if "exit_layer" not in options:
         raise ValueError(f"layer_skip needs exit_layer=E, the last layer that drafts (1 to "
                          f"{target.config.num_hidden_layers - 1})")
-    return load_layer_skip(target, bundled=BUNDLED_DIR / "exit", **options)
+    return layer_skip.load_layer_skip(target, bundled=BUNDLED_DIR / REGISTRY[layer_skip.NAME].bundled, **options)
 
 
 # SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
@@ -78,28 +72,27 @@ EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk"
                  "speculative_num_draft_tokens": ("total_tokens", -1), "num_speculative_tokens": ("depth", 0)}
 
 REGISTRY: dict[str, Method] = {m.name: m for m in (
-    Method("draft_model", lambda target, **o: _load_draft_model(target, **o), weights="draft", bundled="draft",
-           train="draft", bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {},
-                                      "speclab adaptive-confidence": {}}),
-    Method("ngram", lambda target, **o: PromptLookupDrafter(**o),
+    Method(draft_model.NAME, _load_draft_model, weights="draft", bundled="draft", train="draft",
+           bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {}, "speclab adaptive-confidence": {}}),
+    Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
            aliases={"prompt_lookup_max": ("max_ngram", 0), "prompt_lookup_min": ("min_ngram", 0),  # vLLM
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
            bench_rows={"speclab prompt-lookup": {}}),
-    Method("lookahead", lambda target, **o: LookaheadDrafter(**o), bench_rows={"speclab lookahead": {}}),
-    Method("medusa", load_medusa, weights="heads", bundled="medusa", train="medusa",
+    Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o), bench_rows={"speclab lookahead": {}}),
+    Method(medusa.NAME, medusa.load_medusa, weights="heads", bundled="medusa", train="medusa",
            bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}}),
-    Method("eagle", lambda target, **o: load_eagle(target, version=1, **o), aliases=EAGLE_ALIASES, weights="head",
+    Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), aliases=EAGLE_ALIASES, weights="head",
            bundled="eagle", on_target=True, train="eagle",
            bench_rows={"speclab eagle": {}, "speclab eagle-chain": {"tree": "chain"}}),
-    Method("eagle3", lambda target, **o: load_eagle(target, version=3, **o), aliases=EAGLE_ALIASES, weights="head",
+    Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), aliases=EAGLE_ALIASES, weights="head",
            bundled="eagle3", on_target=True, train="eagle3", bench_rows={"speclab eagle3": {}}),
-    Method("mtp", load_mtp, aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
+    Method(mtp.NAME, mtp.load_mtp, aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
            on_target=True, train="mtp",
            # chained as deep as the round's K
            bench_rows={"speclab mtp": {}, "speclab mtp-chain": {"num_tokens": 64}}),
-    Method("layer_skip", _load_layer_skip, bundled="exit", on_target=True, train="exit",
+    Method(layer_skip.NAME, _load_layer_skip, bundled="exit", on_target=True, train="exit",
            bench_rows={"speclab layer-skip": {}}),
 )}
 METHODS = tuple(REGISTRY)  # vLLM's names where vLLM has the method

@@ -12,6 +12,8 @@ from speclab.models import load_model
 from speclab.runner import ModelRunner, model_device
 from speclab.sampling import SamplingParams, check_finite, sample
 
+NAME = "draft_model"  # the method's name in the registry (vLLM's)
+
 
 class ModelDrafter(ChainDrafter):
     """A separate, smaller causal LM that shares the target's tokenizer: the classic draft model.

@@ -40,6 +40,7 @@ from speclab.methods.artifacts import check_fits, fingerprint, load_weights, sav
 from speclab.methods.layer_step import LayerStep, RowCache
 from speclab.sampling import SamplingParams, check_finite, sample
 
+NAME, NAME3 = "eagle", "eagle3"  # the methods' names in the registry (vLLM's): an EAGLE-1 head, an EAGLE-3 head
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
 SETTINGS_FILE = "tree.json"  # EAGLE-2's top_k, depth, total_tokens and min_confidence measured fastest with this head
 TREE_SETTINGS = ("top_k", "depth", "total_tokens", "min_confidence")
@@ -107,9 +108,8 @@ class EagleHead(nn.Module):
         if version == 3:
             norm = type(self.model.layers[0].input_layernorm)
             eps = getattr(config, "rms_norm_eps", 1e-6)
-            # several layers read are fused into one feature; one layer read (MTP's) needs no fusion
-            self.fuse_fc = nn.Linear(len(self.feature_layers) * hidden, hidden, bias=False) \
-                if len(self.feature_layers) > 1 else None
+            if len(self.feature_layers) > 1:  # several layers read are fused; one (MTP's) needs no fusion
+                self.fuse_fc = nn.Linear(len(self.feature_layers) * hidden, hidden, bias=False)
             self.embed_norm, self.feature_norm, self.out_norm = (norm(hidden, eps=eps) for _ in range(3))
 
     @classmethod
@@ -133,7 +133,7 @@ class EagleHead(nn.Module):
 
     @property
     def train_command(self) -> str:
-        return "eagle" if self.version == 1 else "eagle3"
+        return NAME if self.version == 1 else NAME3
 
     def new_cache(self) -> DynamicCache:
         return DynamicCache(config=self.layer_config)

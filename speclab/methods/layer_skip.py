@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from torch import nn
 
 from speclab.methods.artifacts import check_fits, fingerprint, load_weights, save_weights, zero_linear
 from speclab.methods.draft_model import ModelDrafter
 from speclab.models import shallow_config
 
+NAME = "layer_skip"  # the method's name in the registry
 ADAPTERS_CONFIG, ADAPTERS_FILE = "exit_config.json", "exit_adapters.safetensors"
 
 

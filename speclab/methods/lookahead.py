@@ -35,6 +35,8 @@ from speclab.drafting import Draft, Drafter, SideBranch
 from speclab.sampling import SamplingParams
 from speclab.trees import tree_attention_mask
 
+NAME = "lookahead"  # the method's name in the registry
+
 
 class NgramPool:
     """N-grams keyed by their first token: for each key, at most `per_key` continuations of n - 1 tokens,

@@ -25,6 +25,7 @@ from speclab.runner import model_device
 from speclab.sampling import SamplingParams, check_finite
 from speclab.trees import depths, is_chain, tree_from_choices
 
+NAME = "medusa"  # the method's name in the registry (vLLM's)
 CONFIG_FILE, WEIGHTS_FILE = "medusa_config.json", "medusa_heads.safetensors"
 
 

@@ -11,7 +11,7 @@ this; chapter 9 measures it).
 That is EAGLE-3's head reading one layer, the last, and trained one step deep: so MtpModule is an
 EagleHead with those settings, and MtpDrafter is an EAGLE chain that drafts `num_tokens` per round.
 What differs from DeepSeek-V3 here: the module is trained after the fact on a frozen target, against
-the target's own distribution (speclab.train.eagle.train_eagle with version="mtp"), not jointly with the
+the target's own distribution (speclab.train.mtp.train_mtp), not jointly with the
 model's pretraining on the corpus's tokens; and it reads the target's last hidden state after the
 final norm (what the verification pass hands every feature drafter), where DeepSeek-V3 reads it
 before; the module's own RMSNorm rescales either alike.
@@ -25,6 +25,8 @@ from torch import nn
 
 from speclab.methods.eagle import EagleDrafter, EagleHead
 from speclab.sampling import SamplingParams
+
+NAME = "mtp"  # the method's name in the registry (vLLM's)
 
 
 class MtpModule(EagleHead):
@@ -51,7 +53,7 @@ class MtpModule(EagleHead):
 
     @property
     def train_command(self) -> str:
-        return "mtp"
+        return NAME
 
     @classmethod
     def missing(cls, directory: str | Path) -> str:

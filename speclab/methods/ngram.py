@@ -7,6 +7,8 @@ import torch
 from speclab.drafting import Draft, Drafter
 from speclab.sampling import SamplingParams
 
+NAME = "ngram"  # the method's name in the registry (vLLM's)
+
 
 MATCH_CHOICES = ("latest", "first", "frequent", "longest")
 

@@ -185,7 +185,8 @@ def test_k_sweep_adaptive_k_layer_skip_and_mtp_rows_side_by_side(pair, prompt, t
     methods = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic",
                "speclab adaptive-confidence", "speclab mtp", "speclab mtp-chain", "speclab layer-skip")
     rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, warmup=False,
-                     k_sweep=[1, 5], layer_skip=[(1, False)], mtp=tmp_path / "mtp", confidence_thresholds=[0.5])
+                     k_sweep=[1, 5], layer_skip=[(1, False)], weights={"mtp": tmp_path / "mtp"},
+                     confidence_thresholds=[0.5])
     by_name = {r.method: r for r in rows}
     assert list(by_name) == ["speclab target-only", "speclab speculative", "speclab speculative K=1",
                              "speclab speculative K=5", "speclab adaptive-heuristic", "speclab adaptive-confidence",

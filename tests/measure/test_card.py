@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from speclab.measure.card import acceptance_by_position, chi_square_pvalue, position_acceptance, teacher_forced_overlap
+from speclab.measure.acceptance import acceptance_by_position, chi_square_pvalue, position_acceptance, teacher_forced_overlap
 from speclab.stats import GenerationResult, GenerationStats, Round
 
 
@@ -64,7 +64,7 @@ def test_a_heads_card_names_the_command_that_reproduces_its_record():
     from dataclasses import asdict
 
     from speclab.measure.card import rows_trained_on, train_command
-    from speclab.train import EAGLE_PRESETS
+    from speclab.train.eagle import EAGLE_PRESETS
     today = asdict(EAGLE_PRESETS["stdlib"])
     record = {"preset": today, "training_rows": today["corpus_rows"] + today["generated"]}
     assert train_command("eagle", record).endswith("--out DIR --install`")  # today's preset: no flags

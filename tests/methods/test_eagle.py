@@ -8,7 +8,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 import tests.test_lossless as lossless
 from speclab import SamplingParams, generate, speculative_generate, trees
 from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, EagleHead
-from speclab.measure.card import chi_square_pvalue
+from speclab.measure.acceptance import chi_square_pvalue
 from speclab.train import eagle_loss, target_features
 from tests.conftest import tiny_model
 

@@ -8,7 +8,7 @@ from transformers import DynamicCache
 import speclab.decoding as decoding
 from speclab import Draft, generate, load_drafter, speculative_generate
 from speclab.drafting import SideBranch
-from speclab.measure.card import chi_square_pvalue
+from speclab.measure.acceptance import chi_square_pvalue
 from speclab.methods.lookahead import (LookaheadDrafter, NgramPool, candidate_tree, jacobi_decode, pass_visibility,
                                window_ngrams, window_positions,
                                window_sees)

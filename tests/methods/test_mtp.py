@@ -7,7 +7,7 @@ import torch
 import tests.test_lossless as lossless
 from speclab import generate, speculative_generate
 from speclab.methods import load_drafter
-from speclab.measure.card import chi_square_pvalue
+from speclab.measure.acceptance import chi_square_pvalue
 from speclab.methods.mtp import MtpDrafter, MtpModule
 from speclab.train import eagle3_loss, target_features
 from tests.conftest import tiny_model

@@ -1,0 +1,66 @@
+"""python -m speclab card: measure the bundled pair (or a pair folder) and write its model card, with a
+section for each method whose weights ship beside the target; --only re-measures one section."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from speclab.cli.main import command_parser
+from speclab.cli.options import set_threads
+from speclab.measure.card import CARD_SECTIONS, model_card, replace_section
+from speclab.methods import REGISTRY
+from speclab.models import BUNDLED_DIR
+
+# the registry's methods with weights shipped beside the target and a section of the card, by the folder
+# the weights ship in (speclab/pairs/stdlib/<folder>): --only's names
+ONLY = {m.bundled: m.name for m in REGISTRY.values() if m.bundled and m.name in CARD_SECTIONS}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    c = command_parser("card")
+    c.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+    c.add_argument("--pair-dir", default=None, help="folder with target/, draft/, draft-plain/, training.json "
+                   "(default: the bundled pair)")
+    c.add_argument("--num-prompts", type=int, default=4)
+    c.add_argument("--max-new-tokens", type=int, default=128)
+    c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
+    c.add_argument("--only", choices=list(ONLY), default=None,
+                   help="re-measure only this section of the card (the Medusa heads, an EAGLE head, the MTP module or "
+                   "the exit adapters shipped with the target) and keep the rest")
+    return c
+
+
+def marker(pair_dir: Path, name: str) -> Path:
+    """The file whose presence says the method's weights are in the pair folder."""
+    return pair_dir / REGISTRY[name].bundled / CARD_SECTIONS[name][2]
+
+
+def card_to_update(args, pair_dir: Path, out: Path) -> tuple[str, list[str]]:
+    """The card to start from and the methods whose sections to (re)measure: a new card and all of them, or
+    with --only, the card as it is and that one."""
+    if not args.only:
+        return model_card(pair_dir, args.num_prompts, args.max_new_tokens), list(ONLY.values())
+    name = ONLY[args.only]
+    if not marker(pair_dir, name).exists():
+        raise SystemExit(f"no trained {args.only} head in {marker(pair_dir, name).parent}: train it with "
+                         f"python -m speclab train {REGISTRY[name].train} --target DIR --out DIR --install")
+    return (out.read_text() if out.exists() else ""), [name]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    set_threads(args.threads)
+    pair_dir = Path(args.pair_dir) if args.pair_dir else BUNDLED_DIR
+    out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
+    card, names = card_to_update(args, pair_dir, out)
+    for name in names:
+        heading, section, _ = CARD_SECTIONS[name]
+        if marker(pair_dir, name).exists():
+            card = replace_section(card, heading, section(pair_dir, args.num_prompts, args.max_new_tokens))
+    out.write_text(card)
+    print(card)
+    print(f"written to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""python -m speclab generate: decode a prompt with one drafting method (or none) and print the text and
+its statistics. The methods are the registry's (speclab.methods), under vLLM's names."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from speclab.cli.main import command_parser
+from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_args, eagle_tree_setting, load,
+                                 lookahead_setting, weights_given)
+from speclab.decoding import generate, speculative_generate
+from speclab.methods import METHODS, REGISTRY, draft_model, eagle, layer_skip, load_drafter, lookahead, mtp, ngram
+
+TARGET_ONLY = "target-only"
+OLDER_NAMES = {"none": TARGET_ONLY, "model": draft_model.NAME, "prompt-lookup": ngram.NAME}
+EAGLE_METHODS = (eagle.NAME, eagle.NAME3)  # --eagle-tree's
+
+
+def method_choices() -> dict[str, str]:
+    """--method's choices -> what they run: target-only and the registry's methods, each before its older names."""
+    choices = {}
+    for name in (TARGET_ONLY, *METHODS):
+        choices[name] = name
+        choices.update({old: new for old, new in OLDER_NAMES.items() if new == name})
+    return choices
+
+
+GENERATE_METHODS = method_choices()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    g = command_parser("generate")
+    add_pair_args(g)
+    add_sampling_args(g, k_default=None, k_help="draft tokens per round, or a tree's depth at most (default 4; for eagle and eagle3's "
+                      "dynamic tree, its own depth)")
+    src = g.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", help="file holding the prompt text")
+    g.add_argument("--method", "--drafter", dest="method", choices=list(GENERATE_METHODS), default=draft_model.NAME,
+                   help="how to draft (vLLM's names): draft_model, ngram (prompt lookup), lookahead, medusa, eagle, "
+                   "eagle3, mtp, layer_skip; or target-only (older names: model, prompt-lookup, none)")
+    g.add_argument("--lookahead", type=lookahead_setting, default="4,4,4", metavar="W,N,G",
+                   help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
+    g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
+    g.add_argument("--eagle", default=None, help="EAGLE head directory (default: the one shipped with the bundled target)")
+    g.add_argument("--eagle3", default=None, help="EAGLE-3 head directory (default: the one shipped with the bundled "
+                   "target)")
+    g.add_argument("--eagle-tree", type=eagle_tree_setting, default={}, metavar="dynamic|chain|TOP_K,DEPTH,TOTAL[,STOP]",
+                   help="eagle and eagle3: EAGLE-2's dynamic tree with the settings measured for the head (tree.json; "
+                   "the default), EAGLE-1's chain of --k tokens, or a tree of your own: children per node, depth, "
+                   "nodes, and optionally the stop (min_confidence)")
+    g.add_argument("--mtp", default=None, help="MTP module directory (default: the one shipped with the bundled target)")
+    g.add_argument("--mtp-tokens", type=int, default=1, help="MTP drafts per round (more chains the module)")
+    g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")
+    g.add_argument("--exit-adapter", action="store_true", help="layer_skip: with the exit adapter shipped for the "
+                   "bundled target")
+    add_adaptive_args(g)
+    return g
+
+
+def settings_given(name: str, args) -> dict:
+    """load_drafter's options other than the weights, as the flags give them."""
+    window, size, pool = args.lookahead
+    return {lookahead.NAME: dict(window=window, ngram=size, pool=pool), eagle.NAME: args.eagle_tree,
+            eagle.NAME3: args.eagle_tree, mtp.NAME: dict(num_tokens=args.mtp_tokens),
+            layer_skip.NAME: dict(exit_layer=args.exit_layer, adapter=args.exit_adapter)}.get(name, {})
+
+
+def drafter_options(name: str, args, draft) -> dict:
+    """load_drafter's options for the method `name` from generate's flags: its settings, and its weights
+    (Method.weights: the directory a flag names, or the pair's draft model)."""
+    options = dict(settings_given(name, args))
+    weights = REGISTRY[name].weights
+    if weights:
+        options[weights] = {**weights_given(args), draft_model.NAME: draft}[name]
+    return options
+
+
+def decode(args, method: str, target, draft, ids, common: dict):
+    if method == TARGET_ONLY:
+        return generate(target, ids, **common)
+    drafter = load_drafter(method, target, **drafter_options(method, args, draft))
+    k = args.k
+    if k is None:  # EAGLE-2's tree has its own depth (tree.json's, measured): a K would only cut it
+        k = drafter.own_depth or 4
+    return speculative_generate(target, drafter, ids, k=k, **common, k_schedule=args.k_schedule,
+                                confidence_threshold=args.confidence_threshold)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    method = GENERATE_METHODS[args.method]
+    if args.eagle_tree and method not in EAGLE_METHODS:
+        raise SystemExit(f"--eagle-tree sets EAGLE's draft tree: use it with --method {' or '.join(EAGLE_METHODS)}, "
+                         f"not {args.method}")
+    target, draft, tok, device = load(args)
+    text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text()
+    ids = tok(text, return_tensors="pt").input_ids[0].to(device)
+    common = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                  top_p=args.top_p, seed=args.seed, eos_token_id=tok.eos_token_id)
+    result = decode(args, method, target, draft, ids, common)
+    print(text + tok.decode(result.tokens), end="\n\n")
+    print(result.stats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""What several commands share: the pair's, sampling's and adaptive K's arguments, loading the pair and the
+prompts, the weights directories the flags name, and the parsers of the compound settings (W,N,G;
+E+adapter; TOP_K,DEPTH,TOTAL[,STOP]; K,K,...).
+
+No method's name is written in speclab/cli: each method module holds its own (NAME), the registry
+(speclab.methods) lists them."""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from speclab.measure.workloads import load_prompts
+from speclab.methods import eagle, medusa, mtp
+from speclab.models import Pair, load_pair
+
+
+# ================================================================ arguments
+def add_pair_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pair", default=None, help="hub pair name (see --list-pairs) or a local target directory; "
+                   "default: the bundled stdlib pair")
+    p.add_argument("--draft", default=None, help="draft model directory or hub id (overrides the pair's draft)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    p.add_argument("--draft-dtype", choices=["auto", "float32", "float16", "bfloat16"], default="auto",
+                   help="the draft's precision (auto: float16 on a CPU, the target's on a GPU); it changes "
+                   "acceptance, never the output")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch (batch-1 decode of small models is often fastest with 1)")
+
+
+def add_adaptive_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k-schedule", choices=["fixed", "heuristic"], default="fixed", help="heuristic: transformers' "
+                   "schedule, +2 after a fully accepted round, -1 otherwise, at most --k")
+    p.add_argument("--confidence-threshold", type=float, default=None, help="stop a chain drafter's round at the "
+                   "first token its draft was less sure of (top probability below this)")
+
+
+def add_sampling_args(p: argparse.ArgumentParser, k_default: int | None = 4,
+                      k_help: str = "draft tokens per round") -> None:
+    p.add_argument("--k", type=int, default=k_default, help=k_help)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+
+
+# ================================================================ the pair and the prompts
+def set_threads(threads: int | None) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def load(args) -> Pair:
+    """The pair the add_pair_args arguments name: (target, draft, tokenizer, device)."""
+    set_threads(getattr(args, "threads", None))
+    draft_dtype = None if args.draft_dtype == "auto" else getattr(torch, args.draft_dtype)
+    return load_pair(args.pair, device=args.device, draft=args.draft, draft_dtype=draft_dtype)
+
+
+def prompts_for(args, tokenizer, workload: str | None = None) -> list[torch.Tensor]:
+    """--prompt's token ids, else --num-prompts prompts of the workload (default: --workload)."""
+    texts = [args.prompt] if getattr(args, "prompt", None) else load_prompts(workload or args.workload, args.num_prompts)
+    return [tokenizer(t, return_tensors="pt").input_ids[0] for t in texts]
+
+
+def weights_given(args) -> dict:
+    """Method name -> the weights directory its flag names (--heads, --eagle, --eagle3, --mtp; None: the
+    weights shipped with the bundled target)."""
+    return {medusa.NAME: args.heads, eagle.NAME: args.eagle, eagle.NAME3: args.eagle3, mtp.NAME: args.mtp}
+
+
+# ================================================================ compound settings
+def lookahead_setting(text: str) -> tuple[int, int, int]:
+    """'W,N,G' -> (W, N, G), for --lookahead."""
+    try:
+        window, ngram, pool = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lookahead takes W,N,G (three integers, e.g. 4,4,4), got {text!r}")
+    return window, ngram, pool
+
+
+def eagle_tree_setting(text: str) -> dict:
+    """'dynamic', 'chain' or 'TOP_K,DEPTH,TOTAL[,STOP]' -> load_drafter's EAGLE options, for --eagle-tree."""
+    if text in ("dynamic", "chain"):
+        return {"tree": text}
+    parts = text.split(",")
+    try:
+        top_k, depth, total = (int(v) for v in parts[:3])
+        stop = float(parts[3]) if len(parts) == 4 else None
+    except ValueError:
+        parts = []
+    if len(parts) not in (3, 4):
+        raise argparse.ArgumentTypeError(f"--eagle-tree takes dynamic, chain or TOP_K,DEPTH,TOTAL[,STOP] (e.g. 1,12,12 "
+                                         f"or 1,20,20,0.1), got {text!r}")
+    return dict(tree="dynamic", top_k=top_k, depth=depth, total_tokens=total, min_confidence=stop)
+
+
+def layer_skip_setting(text: str) -> tuple[int, bool]:
+    """'E' or 'E+adapter' -> (E, adapter), for --layer-skip."""
+    layer, _, extra = text.partition("+")
+    if not layer.isdigit() or extra not in ("", "adapter"):
+        raise argparse.ArgumentTypeError(f"--layer-skip takes E or E+adapter (an exit layer, e.g. 12 or 12+adapter), "
+                                         f"got {text!r}")
+    return int(layer), extra == "adapter"
+
+
+def int_list(text: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8], for --k-sweep."""
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers (e.g. 1,2,4,8), got {text!r}")

@@ -1,0 +1,62 @@
+"""python -m speclab profile: each model's forward time against the positions it reads at once, the cost
+ratio c, and the memory bandwidth a decode step uses of what the device has."""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+from speclab.cli.main import command_parser
+from speclab.cli.options import add_pair_args, load
+from speclab.measure.profiling import copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms_by_positions, parameter_bytes
+
+POSITIONS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = command_parser("profile")
+    add_pair_args(p)
+    p.add_argument("--json", default=None, help="also write the measurements here; {device} is replaced by the "
+                   "device's name (chapter 1 reads book/measurements/profile-{device}.json)")
+    return p
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.machine()} cpu"
+
+
+def write_record(pattern: str, device: torch.device, target, results: dict, peak: float, c: float) -> None:
+    name = device_name(device)
+    record = {"device_name": name, "device": str(device), "torch": torch.__version__,
+              "threads": torch.get_num_threads(), "positions": list(results),
+              "target_ms": [t for t, _ in results.values()], "draft_ms": [d for _, d in results.values()],
+              "parameter_bytes": parameter_bytes(target), "copy_bandwidth_gbs": peak, "cost_ratio": c}
+    path = Path(pattern.replace("{device}", name.replace(" ", "-")))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1))
+    print(f"written to {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    target, draft, tok, device = load(args)
+    print(f"device {device}; target {parameter_bytes(target) / 1e6:.1f} MB of weights, draft {parameter_bytes(draft) / 1e6:.1f} MB")
+    print(f"{'positions':>9} {'target ms':>10} {'draft ms':>9}")
+    target_ms, draft_ms = forward_ms_by_positions(target, POSITIONS), forward_ms_by_positions(draft, POSITIONS)
+    results = {n: (target_ms[n], draft_ms[n]) for n in POSITIONS}
+    for n, (t, d) in results.items():
+        print(f"{n:9d} {t:10.2f} {d:9.2f}")
+    c = results[1][1] / results[1][0]
+    peak = copy_bandwidth_gbs(device)
+    used = decode_bandwidth_gbs(target, results[1][0])
+    print(f"cost ratio c = {c:.3f}; copy bandwidth {peak:.1f} GB/s; target decode step reads weights at "
+          f"{used:.1f} GB/s ({100 * used / peak:.1f}% of it)")
+    if args.json:
+        write_record(args.json, device, target, results, peak, c)
+
+
+if __name__ == "__main__":
+    main()

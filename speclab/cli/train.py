@@ -1,0 +1,230 @@
+"""Train the course's bundled pair (a tokenizer, a target, and a draft distilled from the target), and
+drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, exit adapters.
+
+    python -m speclab train pair --out runs/stdlib          # target and drafts (resumable)
+    python -m speclab train pair --out /tmp/micro --preset micro   # a few-second smoke run
+    python -m speclab train draft --target DIR --out runs/draft   # a new draft for an existing target
+    python -m speclab train medusa --target DIR --out runs/medusa # Medusa heads for a frozen target
+    python -m speclab train eagle --target DIR --out runs/eagle   # an EAGLE-1 head (eagle3, mtp: the others)
+    python -m speclab train exit --target DIR --out runs/eagle    # layer-skip exit adapters
+
+Every stage saves a checkpoint and is skipped or resumed when the command is run again, so a long
+run can be stopped (Ctrl-C, or --stop-after-minutes) and continued later, on CPU or CUDA.
+Batches are drawn from a generator seeded by (seed, step), so a resumed run sees the same data as an
+uninterrupted one.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from speclab.cli.main import PROG
+from speclab.methods import REGISTRY, Method, draft_model
+from speclab.methods.eagle import describe_tree
+from speclab.train.eagle import EAGLE_INPUTS, EAGLE_PRESETS, train_eagle
+from speclab.train.eagle import METHODS as EAGLE
+from speclab.train.exit import EXIT_PRESETS, train_exit
+from speclab.train.exit import METHOD as LAYER_SKIP
+from speclab.train.install import install
+from speclab.train.medusa import MEDUSA_PRESETS, choose_medusa_tree, train_medusa
+from speclab.train.medusa import METHOD as MEDUSA
+from speclab.train.mtp import METHOD as MTP
+from speclab.train.mtp import train_mtp
+from speclab.train.pair import PRESETS, install_pair, train_draft, train_pair
+from speclab.train.tuning import choose_eagle_tree
+
+TARGET_HELP = "target model: a local directory (the bundled one is speclab/pairs/stdlib/target) or a hub id"
+DRAFT = REGISTRY[draft_model.NAME]  # the draft command's registry entry
+
+
+def installs_into(method: Method) -> str:
+    return f"(speclab/pairs/stdlib/{method.bundled}), where load_drafter({method.name!r}"
+
+
+def add_pair_commands(sub) -> None:
+    pair = sub.add_parser("pair", help="train tokenizer, target and drafts (resumable)")
+    draft = sub.add_parser(DRAFT.train, help="train drafts for an existing target (resumable)")
+    draft.add_argument("--target", required=True, help=TARGET_HELP)
+    for cmd in (pair, draft):
+        cmd.add_argument("--out", type=Path, required=True, help="output folder (checkpoints and exported models)")
+        cmd.add_argument("--preset", choices=sorted(PRESETS), default="stdlib")
+        cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+        cmd.add_argument("--seed", type=int, default=0)
+        cmd.add_argument("--draft-steps", type=int, help="override the preset's draft steps")
+        cmd.add_argument("--draft-layers", type=int, help="override the preset's draft depth")
+        cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+        cmd.add_argument("--no-amp", action="store_true", help="train in fp32 even where bf16 autocast is supported")
+        cmd.add_argument("--no-plain-draft", action="store_true", help="skip the plainly trained comparison draft")
+        cmd.add_argument("--install", action="store_true", help="when done, copy the result into the package "
+                         "(speclab/pairs/stdlib), where load_pair() finds it")
+        cmd.set_defaults(run=run_pair)
+    pair.add_argument("--target-steps", type=int, help="override the preset's target steps")
+
+
+def add_medusa_command(sub) -> None:
+    m = MEDUSA
+    cmd = sub.add_parser(m.train, help="train Medusa heads for a frozen target (resumable)")
+    cmd.add_argument("--target", required=True, help=TARGET_HELP)
+    cmd.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, heads)")
+    cmd.add_argument("--preset", choices=sorted(MEDUSA_PRESETS), default="stdlib")
+    cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--heads", type=int, help="number of heads (default 4)")
+    cmd.add_argument("--steps", type=int, help="override the preset's training steps")
+    cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+    cmd.add_argument("--install", action="store_true", help=f"when done, copy the heads into the package "
+                     f"{installs_into(m)}) finds them")
+    cmd.set_defaults(run=run_medusa)
+
+
+def add_head_commands(sub) -> None:
+    """eagle, eagle3 and mtp: a head on the target's features, trained with the same options."""
+    heads = ((EAGLE[1], 1, "an EAGLE-1 head (feature regression)"),
+             (EAGLE[3], 3, "an EAGLE-3 head (fused low/middle/high layers, training-time test)"),
+             (MTP, None, "a DeepSeek-V3-style MTP module (one step deep, on the last features)"))
+    for method, version, what in heads:
+        then = "" if version is None else "; then time EAGLE-2's settings with it and write the fastest to tree.json"
+        cmd = sub.add_parser(method.train, help=f"train {what} for a frozen Llama-family target (resumable){then}")
+        cmd.add_argument("--target", required=True, help=TARGET_HELP)
+        cmd.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, head); "
+                         f"the folder of train {MEDUSA.train} reuses its cached features")
+        cmd.add_argument("--preset", choices=sorted(EAGLE_PRESETS), default="stdlib")
+        cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+        cmd.add_argument("--seed", type=int, default=0)
+        cmd.add_argument("--steps", type=int, help="override the preset's training steps")
+        cmd.add_argument("--generated", type=int, help="how many of the target's own continuations to train on "
+                         f"besides the corpus rows (default {EAGLE_PRESETS['stdlib'].generated}; each shipped "
+                         "head's record says what it was trained with)")
+        if version == 3:
+            cmd.add_argument("--ttt-steps", type=int, help="steps unrolled in training (default 4)")
+        else:
+            cmd.add_argument("--inputs", choices=EAGLE_INPUTS, default="feature+token", help="what the head "
+                             "reads (the EAGLE paper's ablation; chapter 8): feature+token (EAGLE), or a head "
+                             "that is only measured: feature (no token) or token (no feature)")
+        cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to "
+                         "resume")
+        cmd.add_argument("--install", action="store_true", help=f"when done, copy the head into the package "
+                         f"{installs_into(method)}) finds it")
+        cmd.set_defaults(run=run_head, method=method, version=version)
+
+
+def add_exit_command(sub) -> None:
+    m = LAYER_SKIP
+    cmd = sub.add_parser(m.train, help="train layer-skip exit adapters (a tuned lens per exit layer) for a frozen "
+                         "Llama-family target (resumable)")
+    cmd.add_argument("--target", required=True, help=TARGET_HELP)
+    cmd.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, adapters); the "
+                     f"folder of train {MEDUSA.train} / {EAGLE[1].train} reuses its cached rows")
+    cmd.add_argument("--exit-layers", default=None, help="comma-separated exit layers (default: every second "
+                     "layer, 2 to L-2)")
+    cmd.add_argument("--preset", choices=sorted(EXIT_PRESETS), default="stdlib")
+    cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--steps", type=int, help="override the preset's steps per adapter")
+    cmd.add_argument("--install", action="store_true", help="when done, copy the adapters into the package "
+                     f"{installs_into(m)}, adapter=True) finds them")
+    cmd.set_defaults(run=run_exit)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"{PROG} train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_pair_commands(sub)
+    add_medusa_command(sub)
+    add_head_commands(sub)
+    add_exit_command(sub)
+    return parser
+
+
+# ---------------------------------------------------------------- what each command runs
+def run_pair(args) -> None:
+    common = dict(preset=args.preset, device=args.device, seed=args.seed, stop_after_minutes=args.stop_after_minutes,
+                  plain_draft=not args.no_plain_draft, amp=False if args.no_amp else None,
+                  draft_steps=args.draft_steps, draft_layers=args.draft_layers)
+    if args.command == "pair":
+        report = train_pair(args.out, target_steps=args.target_steps, **common)
+    else:
+        report = train_draft(args.target, args.out, **common)
+    for stage in ("target", "draft", "draft_plain"):
+        if stage in report:
+            last = report[stage]["evals"][-1]
+            print(f"{stage}: held-out loss {last['heldout_loss']:.3f} after {last['step']} steps, "
+                  f"{report[stage]['seconds'] / 60:.1f} min, {report[stage]['tokens_per_s']:.0f} tokens/s")
+    if args.install:
+        print(f"installed into {install_pair(args.out)}")
+
+
+def run_medusa(args) -> None:
+    folder = MEDUSA.bundled
+    report = train_medusa(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
+                          stop_after_minutes=args.stop_after_minutes, num_heads=args.heads, steps=args.steps)
+    last = report["log"]["evals"][-1]
+    print(f"{args.command}: held-out loss {last['heldout_loss']:.3f}, top-1 accuracy by head {last['heldout_top1']}, "
+          f"{report['log']['seconds'] / 60:.1f} min")
+    choice = choose_medusa_tree(args.target, args.out / folder, args.device)
+    print("tree by node budget (verify pass cost in one-token decode steps, measured here):")
+    for row in choice["table"]:
+        print(f"  {row['budget']:3d} nodes, depth {row['depth']}: {row['tokens_per_pass']:.2f} tokens/pass "
+              f"modelled, pass cost {row['pass_cost']:.2f} -> {row['modelled_speedup']:.2f}x")
+    print(f"chosen: {choice['budget']} nodes (written to {args.out / folder / 'tree.json'})")
+    if args.install:
+        print(f"installed into {install(args.out, folder)}")
+
+
+def run_head(args) -> None:
+    common = dict(preset=args.preset, device=args.device, seed=args.seed, stop_after_minutes=args.stop_after_minutes,
+                  steps=args.steps, generated=args.generated)
+    if args.version is None:
+        if args.inputs != "feature+token":
+            raise ValueError(f"inputs must be one of {EAGLE_INPUTS} (EAGLE-1 only), got {args.inputs!r}")
+        report = train_mtp(args.target, args.out, **common)
+    else:
+        report = train_eagle(args.target, args.out, version=args.version, ttt_steps=getattr(args, "ttt_steps", None),
+                             inputs=getattr(args, "inputs", "feature+token"), **common)
+    last = report["log"]["evals"][-1]
+    print(f"{args.command}: held-out loss {last['heldout_loss']:.4f}, top-1 by draft position "
+          f"{last['heldout_top1_by_step']}, {report['log']['seconds'] / 60:.1f} min")
+    folder = args.method.bundled
+    if args.version is not None and report["inputs"] == "feature+token":
+        choose_tree(args, folder)
+    if args.install:
+        if report["inputs"] != "feature+token":
+            raise SystemExit("an ablation head (--inputs feature or token) is measured, not installed")
+        print(f"installed into {install(args.out, folder)}")
+
+
+def choose_tree(args, folder: str) -> None:
+    """Time EAGLE-2's settings with the new head, greedy and sampled, and write the fastest to its tree.json."""
+    m = EAGLE_PRESETS[args.preset]
+    for temperature in (0.0, 1.0):  # greedy rounds and sampled ones want different trees
+        started = time.perf_counter()
+        choice = choose_eagle_tree(args.target, args.out / folder, num_prompts=m.tree_prompts,
+                                   max_new_tokens=m.tree_tokens, repeats=m.tree_repeats, device=args.device,
+                                   temperature=temperature)
+        print(f"EAGLE-2 settings timed against target-only at temperature {temperature:g} on "
+              f"{choice['prompts']} ({(time.perf_counter() - started) / 60:.1f} min):")
+        for row in choice["table"]:
+            print(f"  {describe_tree(row)}: {row['tokens_per_pass']:.2f} tokens/pass, {row['speedup']:.2f}x")
+        print(f"chosen: {describe_tree(choice)} (written to {args.out / folder / 'tree.json'})")
+
+
+def run_exit(args) -> None:
+    layers = [int(x) for x in args.exit_layers.split(",")] if args.exit_layers else None
+    report = train_exit(args.target, args.out, layers, preset=args.preset, device=args.device, seed=args.seed,
+                        steps=args.steps)
+    for layer, entry in report["layers"].items():
+        print(f"exit after layer {layer}: held-out top-1 agreement with the target {entry['top1_plain']:.3f} "
+              f"without the adapter, {entry['top1_adapter']:.3f} with it")
+    if args.install:
+        print(f"installed into {install(args.out, LAYER_SKIP.bundled)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""What every trainer reads, whatever its preset: the tokenizer, the encoded corpus, batches drawn by
+(seed, step), the target's own continuations, the frozen target's features (computed once and cached in
+the run's folder), and what a record says about the machine it ran on.
+
+The presets passed in are plain objects; each function names the fields it reads.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+from speclab import corpus
+from speclab.devices import cpu_name
+from speclab.models import load_tokenizer
+from speclab.train.loop import stopped
+
+EOS = "<|endoftext|>"
+
+
+def choose_preset(presets: Mapping, name: str, overrides: Mapping):
+    """The preset called `name` with the overrides that are not None (the command line's unset options)."""
+    if name not in presets:
+        raise ValueError(f"unknown preset {name!r}; choose from {sorted(presets)}")
+    base = presets[name]
+    return type(base)(**{**asdict(base), **{k: v for k, v in overrides.items() if v is not None}})
+
+
+# ---------------------------------------------------------------- tokenizer and corpus
+def train_tokenizer(texts: list[str], vocab_size: int, out: Path) -> PreTrainedTokenizerFast:
+    """Byte-level BPE (the GPT-2 recipe) with one special token, id 0, used as EOS and padding."""
+    # the tokenizers trainer is needed only here, when a tokenizer is trained (not to load one)
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=EOS)
+    fast.save_pretrained(out)
+    return fast
+
+
+def encode(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> torch.Tensor:
+    """All texts as one stream of ids, each file followed by EOS."""
+    ids: list[int] = []
+    if not texts:
+        raise ValueError("no texts to encode: the corpus split is empty (raise max_files)")
+    for enc in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+        ids.extend(enc)
+        ids.append(tokenizer.eos_token_id)
+    return torch.tensor(ids, dtype=torch.int32)
+
+
+def prepare_data(out: Path, p, tokenizer: PreTrainedTokenizerBase | None = None
+                 ) -> tuple[PreTrainedTokenizerBase, torch.Tensor, torch.Tensor]:
+    """Tokenizer (trained here, p.vocab_size ids, unless one is given, e.g. an existing target's) and the
+    encoded train/held-out streams of p.max_files library files, built once and cached in out/."""
+    data_file = out / "data.pt"
+    train_texts = heldout_texts = None
+    if tokenizer is None:
+        if not (out / "tokenizer" / "tokenizer.json").exists():
+            train_texts, heldout_texts = corpus.split_texts(max_files=p.max_files)
+            train_tokenizer(train_texts, p.vocab_size, out / "tokenizer")
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "tokenizer")
+    if not data_file.exists():
+        if train_texts is None:
+            train_texts, heldout_texts = corpus.split_texts(max_files=p.max_files)
+        torch.save({"train": encode(tokenizer, train_texts), "heldout": encode(tokenizer, heldout_texts)}, data_file)
+    data = torch.load(data_file)
+    return tokenizer, data["train"], data["heldout"]
+
+
+def get_batch(stream: torch.Tensor, p, seed: int, step: int, device: torch.device,
+              generated: torch.Tensor | None = None) -> torch.Tensor:
+    """p.batch x (p.seq_len + 1) windows at positions drawn from a generator seeded by (seed, step).
+    With `generated` (rows of seq_len + 1 ids), a share p.generated_share of the rows come from it."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    starts = torch.randint(0, len(stream) - p.seq_len - 1, (p.batch,), generator=g)
+    rows = torch.stack([stream[s: s + p.seq_len + 1] for s in starts.tolist()])
+    if generated is not None and len(generated):
+        use = torch.rand(p.batch, generator=g) < p.generated_share
+        picks = torch.randint(0, len(generated), (p.batch,), generator=g)
+        rows[use] = generated[picks[use]].to(rows.dtype)
+    return rows.long().to(device)
+
+
+@torch.inference_mode()
+def generate_continuations(target: PreTrainedModel, train: torch.Tensor, p, out: Path,
+                           device: torch.device, seed: int, deadline: float | None = None,
+                           chunk: int = 64) -> torch.Tensor:
+    """p.generated continuations by the target of corpus prompts (p.prompt_len tokens each, continued to
+    p.seq_len + 1), alternately greedy and sampled at temperature 1, chunk by chunk; saved after each
+    chunk in out/generated.pt, so an interrupted run resumes where it stopped."""
+    path = out / "generated.pt"
+    done = torch.load(path) if path.exists() else torch.empty(0, p.seq_len + 1, dtype=torch.int32)
+    new = p.seq_len + 1 - p.prompt_len
+    target.eval()
+    bar = tqdm(total=p.generated, initial=min(len(done), p.generated), desc="generated", mininterval=5)
+    while len(done) < p.generated:
+        if deadline is not None and time.time() > deadline:
+            raise stopped("generated", f"{len(done)}/{p.generated}")
+        index, offset = divmod(len(done), chunk)
+        n = min(chunk - offset, p.generated - len(done))
+        g = torch.Generator().manual_seed(seed * 1_000_003 + index)
+        # a chunk's prompts are fixed by its index; a run asking for more rows than an earlier one
+        # continues a partly done chunk where it stopped, rather than repeating its first prompts
+        starts = torch.randint(0, len(train) - p.prompt_len, (chunk,), generator=g)[offset:offset + n].tolist()
+        prompts = torch.stack([train[s: s + p.prompt_len] for s in starts]).long().to(device)
+        sampled = index % 2 == 1
+        torch.manual_seed(seed * 1_000_003 + index)
+        rows = target.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new,
+                               min_new_tokens=new, do_sample=sampled, temperature=1.0 if sampled else None,
+                               top_k=None, top_p=None, pad_token_id=0)
+        done = torch.cat([done, rows.cpu().to(torch.int32)])
+        torch.save(done, path)
+        bar.update(n)
+    bar.close()
+    return done[:p.generated]
+
+
+# ---------------------------------------------------------------- the frozen target's features
+@torch.inference_mode()
+def target_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device, chunk: int = 16,
+                    layers: Sequence[int] = (-1,)) -> torch.Tensor:
+    """The target's hidden states at every position of every row, float16 on the CPU: computed once,
+    reused by every training step. `layers` index transformers' hidden_states (-1, the default: the
+    last, after the final norm, what the lm_head reads); several are concatenated (n, T, len * H)."""
+    out = []
+    for i in range(0, len(rows), chunk):
+        hidden = target(input_ids=rows[i:i + chunk].long().to(device), output_hidden_states=True).hidden_states
+        out.append(torch.cat([hidden[layer] for layer in layers], dim=-1).to("cpu", torch.float16))
+    return torch.cat(out)
+
+
+def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, data, m, dev: torch.device,
+                    seed: int, deadline: float | None = None) -> dict:
+    """The frozen target's features over its training rows, computed once into out/features.pt and
+    reused by every head trained on them (Medusa, EAGLE, MTP, exit adapters): m.corpus_rows
+    standard-library windows and m.generated of the target's own continuations (m.seq_len tokens
+    each), and m.heldout_rows held-out windows. `data`: the corpus preset the rows are cut from (its
+    max_files, and m's row length and continuations: speclab.train.pair.rows_preset). Returns {"train",
+    "heldout": features (n, T, H) float16; "train_rows", "heldout_rows": the token ids (n, T);
+    "seconds", "rows"}."""
+    _, train, heldout = prepare_data(out, data, load_tokenizer(target_dir))
+    features_file = out / "features.pt"
+    features = torch.load(features_file) if features_file.exists() else None
+    wanted = m.corpus_rows + m.generated
+    if features is not None and features.get("rows") != wanted:
+        # Another head in this folder was trained on other rows (a different --generated): rebuild
+        # rather than train this one on rows its preset did not ask for.
+        print(f"{features_file} holds {features.get('rows')} rows, this preset asks for {wanted}: recomputing")
+        features = None
+    if features is not None and "train_rows" in features:
+        return features
+    generated = generate_continuations(target, train, data, out, dev, seed + 3, deadline)
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(train) - m.seq_len, (m.corpus_rows,), generator=g).tolist()
+    rows = torch.cat([torch.stack([train[s:s + m.seq_len] for s in starts]), generated[:, :m.seq_len]])
+    held_starts = torch.linspace(0, len(heldout) - m.seq_len - 1, m.heldout_rows).long().tolist()
+    held = torch.stack([heldout[s:s + m.seq_len] for s in held_starts])
+    if features is None:  # (files from before rows were kept only lack the rows, rebuilt above)
+        started = time.perf_counter()
+        features = {"train": target_features(target, rows, dev), "heldout": target_features(target, held, dev),
+                    "seconds": time.perf_counter() - started, "rows": len(rows)}
+    features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32))
+    torch.save(features, features_file)
+    return features
+
+
+def check_resumed_rows(log: dict, features: dict, ckpt_file: Path) -> None:
+    """Refuse to resume a checkpoint trained on other rows than the cached features now hold (a run
+    restarted with another --generated in the same folder), instead of mixing two datasets."""
+    if log.get("rows", features["rows"]) != features["rows"]:
+        raise ValueError(f"{ckpt_file} was trained on {log['rows']} rows, but this run's data has {features['rows']}: "
+                         f"pass the same --generated as before to resume, or delete {ckpt_file} (or use another "
+                         "--out) to start over")
+
+
+# ---------------------------------------------------------------- the machine
+def bf16_autocast_supported(device: torch.device) -> bool:
+    """bf16 mixed precision halves training time on GPUs and on CPUs with native bf16 (AVX512-BF16, AMX)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        try:
+            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        except (AttributeError, RuntimeError):
+            return False
+    return False
+
+
+def hardware(dev: torch.device) -> str:
+    """What a training record or a timed choice ran on: the GPU, or the CPU's model name (timings, and
+    the settings chosen from them, differ between CPUs of one architecture: chapter 8.7) and threads."""
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    if dev.type != "cpu":
+        return str(dev)
+    return f"{cpu_name()} ({platform.machine()}), {torch.get_num_threads()} CPU threads"

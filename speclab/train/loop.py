@@ -1,0 +1,123 @@
+"""The one resumable training loop that every trainer runs: the pair's stages, Medusa heads, EAGLE heads,
+MTP modules and exit adapters.
+
+A run keeps all its state in one checkpoint file: the trained module's weights (under the trainer's
+key: "model", "heads", "head", ...), the optimizer's state, the step reached and the run's log. Run
+again, it loads that file and goes on from that step. Nothing more needs saving for a resumed run to
+end with the same weights as an uninterrupted one, because every trainer draws a step's batch from a
+generator seeded by (seed, step) and the learning rate is a function of the step alone: neither
+depends on where a run stopped.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+# What a trainer's step function returns: the loss to backpropagate, and what to append to the log's
+# "train" curve after the step number (None: the run keeps no per-step curve).
+StepResult = tuple[torch.Tensor, list | None]
+# What an evaluation returns: the entry appended to the log's "evals", and a line for the progress bar.
+EvalResult = tuple[dict, str]
+
+
+def lr_at(step: int, p, total: int) -> float:
+    """Linear warm-up, then cosine decay to a tenth of the peak. `p` is any preset with lr and warmup."""
+    if step < p.warmup:
+        return p.lr * (step + 1) / p.warmup
+    progress = (step - p.warmup) / max(1, total - p.warmup)
+    return p.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def deadline_after(minutes: float | None) -> float | None:
+    """The wall-clock time (time.time()) a run given `minutes` stops at; None: no limit."""
+    return time.time() + 60 * minutes if minutes else None
+
+
+def stopped(name: str, reached: str) -> SystemExit:
+    """The exit of a run stopped early (deadline, Ctrl-C): where it got to and how to go on."""
+    return SystemExit(f"{name}: stopped at {reached}; run the same command again to resume.")
+
+
+def load_checkpoint(ckpt_file: Path, key: str, module: torch.nn.Module, opt: torch.optim.Optimizer,
+                    device: torch.device, check: Callable[[dict], None] | None = None) -> tuple[int, dict] | None:
+    """Load a run's checkpoint into `module` and `opt`; returns (step, log), or None when there is none yet.
+    `check` sees the saved log first, to refuse a checkpoint trained on other data."""
+    if not ckpt_file.exists():
+        return None
+    state = torch.load(ckpt_file, map_location=device)
+    if check is not None:
+        check(state["log"])
+    module.load_state_dict(state[key])
+    opt.load_state_dict(state["opt"])
+    return state["step"], state["log"]
+
+
+def train_loop(name: str, module: torch.nn.Module, opt: torch.optim.Optimizer, steps: int,
+               step_fn: Callable[[int], StepResult], *, ckpt_file: Path, key: str, log: dict, schedule,
+               device: torch.device, evaluate: Callable[[int, torch.Tensor | None], EvalResult] | None = None,
+               eval_every: int = 0, evaluate_first: bool = False, clip: float | None = None,
+               deadline: float | None = None, stop_after_steps: int | None = None, save_every_s: float = 120,
+               check_resume: Callable[[dict], None] | None = None) -> dict:
+    """Train `module` to step `steps`, resuming from `ckpt_file`, and return the run's log.
+
+    step_fn(step) computes a batch's loss (the loop sets the learning rate, lr_at(step, schedule,
+    steps), before it, and runs backward, the optional gradient-norm clip and the optimizer step after
+    it). evaluate(step, last loss) runs every `eval_every` steps and after the last one (and at step 0
+    with `evaluate_first`, for the curve's starting point). `log` is the fresh run's log; a resumed run
+    continues the saved one. The checkpoint is written every `save_every_s` seconds and when the run
+    ends; a run that ends before `steps` (the deadline, `stop_after_steps` steps taken by this run, or
+    Ctrl-C) raises SystemExit saying how to resume."""
+    step = 0
+    resumed = load_checkpoint(ckpt_file, key, module, opt, device, check_resume)
+    if resumed is not None:
+        step, log = resumed
+
+    def save() -> None:
+        torch.save({key: module.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, ckpt_file)
+
+    if evaluate is not None and evaluate_first and not log["evals"]:
+        log["evals"].append(evaluate(step, None)[0])
+    module.train()
+    bar = tqdm(total=steps, initial=step, desc=name, mininterval=5)
+    started = last_save = time.perf_counter()
+    first, interrupted = step, False
+    try:
+        while step < steps:
+            if (deadline is not None and time.time() > deadline) or \
+                    (stop_after_steps is not None and step - first >= stop_after_steps):
+                interrupted = True
+                break
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, schedule, steps)
+            loss, entry = step_fn(step)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+            opt.step()
+            step += 1
+            bar.update(1)
+            if entry is not None:
+                log.setdefault("train", []).append([step, *entry])
+            if evaluate is not None and ((eval_every and step % eval_every == 0) or step == steps):
+                evaluation, line = evaluate(step, loss)
+                log["evals"].append(evaluation)
+                bar.write(f"{name} step {step}: {line}")
+            if time.perf_counter() - last_save > save_every_s:  # a crash loses minutes, not the run
+                log["seconds"] += time.perf_counter() - started
+                started = last_save = time.perf_counter()
+                save()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+    log["seconds"] += time.perf_counter() - started
+    save()
+    if interrupted or step < steps:
+        raise stopped(name, f"step {step}/{steps}")
+    return log

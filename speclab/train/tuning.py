@@ -1,0 +1,94 @@
+"""EAGLE-2's settings for a trained head, chosen on this machine by timing them (top_k, depth,
+total_tokens, min_confidence): what `train eagle` and `train eagle3` run when training ends, and what
+load_drafter reads back from the head's tree.json.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from speclab.decoding import generate, speculative_generate
+from speclab.devices import pick_device, timer
+from speclab.measure.bench import time_interleaved
+from speclab.measure.workloads import TUNING, tuning_prompts
+from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, EagleHead, measured_settings
+from speclab.models import load_model, load_tokenizer
+from speclab.train.data import hardware
+
+# (top_k, depth, total_tokens, min_confidence): chains of several depths (one-row head passes are the
+# cheapest) and trees two or three wide, as published; and deeper ones that stop growing where the head
+# is unsure (EagleDrafter's min_confidence)
+EAGLE_TREE_CANDIDATES = ((1, 8, 8, None), (1, 10, 10, None), (1, 12, 12, None), (1, 14, 14, None), (1, 16, 16, None),
+                         (2, 6, 12, None), (2, 8, 16, None), (2, 12, 16, None), (3, 6, 16, None),
+                         (1, 20, 20, 0.1), (1, 24, 24, 0.05), (1, 24, 24, 0.1), (1, 24, 24, 0.2),
+                         (2, 12, 16, 0.1))
+# Sampled rounds (temperature 1): shorter chains, a stop, one tree. Point-mass trees two to eight wide ran
+# at about 0.7x target-only sampled on the bundled target: each node is accepted only as often as the
+# target draws that very token.
+EAGLE_SAMPLED_CANDIDATES = ((1, 4, 4, None), (1, 6, 6, None), (1, 8, 8, None), (1, 12, 12, None),
+                            (1, 12, 12, 0.1), (1, 20, 20, 0.1), (2, 6, 12, None))
+
+
+def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, num_prompts: int = 8,
+                      max_new_tokens: int = 128, repeats: int = 3, device: str | None = None,
+                      temperature: float = 0.0) -> dict:
+    """Pick EAGLE-2's settings for a head on this device by timing them: decoding of held-out code prompts
+    with each (top_k, depth, total_tokens, min_confidence) and with target-only decoding, `repeats`
+    times, interleaved prompt by prompt as `speclab bench` does (bench.time_interleaved); the setting
+    with the best median speed wins. Greedy (temperature 0, EAGLE_TREE_CANDIDATES by default), every run
+    must equal target-only's output; sampled (EAGLE_SAMPLED_CANDIDATES by default), prompt i is decoded
+    with seed i by every method. The prompts are the first `num_prompts` of the tuning set
+    (speclab.measure.workloads.tuning_prompts), which `speclab bench` never times: settings chosen on the
+    prompts they are then measured on would flatter them. Writes head_dir/tree.json, which
+    load_drafter("eagle" / "eagle3") reads for its defaults: the greedy choice at the top, the sampled
+    one under "sampled" (each run keeps the other's entry); `train eagle` and `train eagle3` run both
+    when training ends."""
+    dev = pick_device(device)
+    target = load_model(target_dir, dev, torch.float32)
+    tok = load_tokenizer(target_dir)
+    room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
+    prompts = [tok(p, return_tensors="pt").input_ids[0][-room:].to(dev)
+               for p in tuning_prompts(num_prompts)]
+    head = EagleHead.load(head_dir, device=dev)
+    greedy = temperature == 0
+    if candidates is None:
+        candidates = EAGLE_TREE_CANDIDATES if greedy else EAGLE_SAMPLED_CANDIDATES
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature)
+    reference = [generate(target, p, **sampling).tokens.tolist() for p in prompts] if greedy else None
+
+    drafters = {c: EagleDrafter(head, target, top_k=c[0], depth=c[1], total_tokens=c[2], min_confidence=c[3])
+                for c in candidates}
+
+    def decode(candidate, i: int):
+        with timer(dev) as t:
+            if candidate == "target-only":
+                result = generate(target, prompts[i], seed=i, **sampling)
+            else:
+                result = speculative_generate(target, drafters[candidate], prompts[i], seed=i, **sampling)
+        if candidate != "target-only" and greedy and result.tokens.tolist() != reference[i]:
+            raise AssertionError(f"EAGLE-2 {candidate} changed the greedy output")
+        return t["seconds"], result.stats
+
+    timed = time_interleaved({c: partial(decode, c) for c in ("target-only", *candidates)}, len(prompts), repeats)
+    seconds = {name: [total for total, _ in runs] for name, runs in timed.items()}
+    per_pass = {c: sum(st.new_tokens for st in timed[c][-1][1]) / sum(st.rounds for st in timed[c][-1][1])
+                for c in candidates}
+    base = statistics.median(seconds["target-only"])
+    table = [{**dict(zip(TREE_SETTINGS, c)), "tokens_per_pass": round(per_pass[c], 3),
+              "speedup": round(base / statistics.median(seconds[c]), 3)} for c in candidates]
+    best = max(table, key=lambda row: row["speedup"])
+    choice = {**{name: best[name] for name in TREE_SETTINGS}, "table": table,
+              "prompts": f"held-out code prompts {TUNING.start + 1}-{TUNING.start + num_prompts}", "max_new_tokens": max_new_tokens,
+              "repeats": repeats, "temperature": temperature, "device": str(dev),
+              "hardware": hardware(dev), "threads": torch.get_num_threads()}
+    written = measured_settings(head_dir)
+    if greedy:
+        written = {**choice, **({"sampled": written["sampled"]} if "sampled" in written else {})}
+    else:
+        written["sampled"] = choice
+    (head_dir / "tree.json").write_text(json.dumps(written, indent=1))
+    return choice
