@@ -10,7 +10,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "speclab"
 # Imports that stay inside a function, and why: each is a heavy dependency that only that function needs.
 DEFERRED = {
-    ("speclab/train/data.py", "tokenizers"): "the tokenizers trainer, only when a tokenizer is trained",
+    ("speclab/course/notebook.py", "myst_nb"): "glue into the book's prose: installed where the book is built, "
+                                               "not on Colab, where glue does nothing",
 }
 
 

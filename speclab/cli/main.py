@@ -33,6 +33,7 @@ import argparse
 import sys
 import textwrap
 from importlib import import_module
+from typing import NoReturn
 
 PROG = "python -m speclab"
 
@@ -70,13 +71,13 @@ def map_text() -> str:
                       "options:", "  -h, --help  show this help message and exit"])
 
 
-def fail(message: str):
+def fail(message: str) -> NoReturn:
     """Print the message on stderr and exit 2, as argparse does on a usage error."""
     print(message, file=sys.stderr)
     raise SystemExit(2)
 
 
-def main(argv: list[str] | None = None):
+def main(argv: list[str] | None = None) -> int | None:
     """Run `python -m speclab COMMAND ...`: COMMAND's module's main(the rest); its return value is the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:

@@ -38,8 +38,10 @@ TARGET_HELP = "target model: a local directory (the bundled one is speclab/pairs
 DRAFT = REGISTRY[draft_model.NAME]  # the draft command's registry entry
 
 
-def installs_into(method: Method) -> str:
-    return f"(speclab/pairs/stdlib/{method.bundled}), where load_drafter({method.name!r}"
+def install_help(what: str, method: Method, pronoun: str = "them", options: str = "") -> str:
+    """--install's help: where the trained `what` is copied, beside the bundled target, and what loads it."""
+    return (f"when done, copy the {what} into the package (speclab/pairs/stdlib/{method.bundled}), where "
+            f"load_drafter({method.name!r}{options}) finds {pronoun}")
 
 
 def add_pair_commands(sub) -> None:
@@ -53,7 +55,8 @@ def add_pair_commands(sub) -> None:
         cmd.add_argument("--seed", type=int, default=0)
         cmd.add_argument("--draft-steps", type=int, help="override the preset's draft steps")
         cmd.add_argument("--draft-layers", type=int, help="override the preset's draft depth")
-        cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+        cmd.add_argument("--stop-after-minutes", type=float,
+                         help="checkpoint and stop after this long; rerun to resume")
         cmd.add_argument("--no-amp", action="store_true", help="train in fp32 even where bf16 autocast is supported")
         cmd.add_argument("--no-plain-draft", action="store_true", help="skip the plainly trained comparison draft")
         cmd.add_argument("--install", action="store_true", help="when done, copy the result into the package "
@@ -73,8 +76,7 @@ def add_medusa_command(sub) -> None:
     cmd.add_argument("--heads", type=int, help="number of heads (default 4)")
     cmd.add_argument("--steps", type=int, help="override the preset's training steps")
     cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
-    cmd.add_argument("--install", action="store_true", help=f"when done, copy the heads into the package "
-                     f"{installs_into(m)}) finds them")
+    cmd.add_argument("--install", action="store_true", help=install_help("heads", m))
     cmd.set_defaults(run=run_medusa)
 
 
@@ -104,8 +106,7 @@ def add_head_commands(sub) -> None:
                              "that is only measured: feature (no token) or token (no feature)")
         cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to "
                          "resume")
-        cmd.add_argument("--install", action="store_true", help=f"when done, copy the head into the package "
-                         f"{installs_into(method)}) finds it")
+        cmd.add_argument("--install", action="store_true", help=install_help("head", method, "it"))
         cmd.set_defaults(run=run_head, method=method, version=version)
 
 
@@ -122,8 +123,7 @@ def add_exit_command(sub) -> None:
     cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--steps", type=int, help="override the preset's steps per adapter")
-    cmd.add_argument("--install", action="store_true", help="when done, copy the adapters into the package "
-                     f"{installs_into(m)}, adapter=True) finds them")
+    cmd.add_argument("--install", action="store_true", help=install_help("adapters", m, options=", adapter=True"))
     cmd.set_defaults(run=run_exit)
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -35,9 +36,6 @@ def choose_preset(presets: Mapping, name: str, overrides: Mapping):
 # ---------------------------------------------------------------- tokenizer and corpus
 def train_tokenizer(texts: list[str], vocab_size: int, out: Path) -> PreTrainedTokenizerFast:
     """Byte-level BPE (the GPT-2 recipe) with one special token, id 0, used as EOS and padding."""
-    # the tokenizers trainer is needed only here, when a tokenizer is trained (not to load one)
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

@@ -57,6 +57,22 @@ def load_checkpoint(ckpt_file: Path, key: str, module: torch.nn.Module, opt: tor
     return state["step"], state["log"]
 
 
+def time_to_stop(deadline: float | None, stop_after_steps: int | None, taken: int) -> bool:
+    """Whether a run stops before its next step: past its deadline, or having taken the steps it was given."""
+    past_deadline = deadline is not None and time.time() > deadline
+    return past_deadline or (stop_after_steps is not None and taken >= stop_after_steps)
+
+
+def optimizer_step(module: torch.nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor,
+                   clip: float | None) -> None:
+    """Backpropagate `loss`, clip the gradient norm (when `clip` is given) and step the optimizer."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip is not None:
+        torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+    opt.step()
+
+
 def train_loop(name: str, module: torch.nn.Module, opt: torch.optim.Optimizer, steps: int,
                step_fn: Callable[[int], StepResult], *, ckpt_file: Path, key: str, log: dict, schedule,
                device: torch.device, evaluate: Callable[[int, torch.Tensor | None], EvalResult] | None = None,
@@ -88,18 +104,13 @@ def train_loop(name: str, module: torch.nn.Module, opt: torch.optim.Optimizer, s
     first, interrupted = step, False
     try:
         while step < steps:
-            if (deadline is not None and time.time() > deadline) or \
-                    (stop_after_steps is not None and step - first >= stop_after_steps):
+            if time_to_stop(deadline, stop_after_steps, step - first):
                 interrupted = True
                 break
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, schedule, steps)
             loss, entry = step_fn(step)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip is not None:
-                torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
-            opt.step()
+            optimizer_step(module, opt, loss, clip)
             step += 1
             bar.update(1)
             if entry is not None:

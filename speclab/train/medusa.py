@@ -149,8 +149,8 @@ def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", devi
                  "heldout_top1": top1}, f"held-out loss {held_loss:.3f}, top-1 {top1}")
 
     # step 0's evaluation (evaluate_first): every head is a copy of lm_head, predicting the next token instead
-    log = train_loop(METHOD.train, heads, opt, m.steps, step_fn, ckpt_file=ckpt_file, key="heads",
-                     log={"evals": [], "seconds": 0.0, "feature_seconds": features["seconds"], "rows": features["rows"]},
+    fresh = {"evals": [], "seconds": 0.0, "feature_seconds": features["seconds"], "rows": features["rows"]}
+    log = train_loop(METHOD.train, heads, opt, m.steps, step_fn, ckpt_file=ckpt_file, key="heads", log=fresh,
                      schedule=m, device=dev, evaluate=evaluate, eval_every=m.eval_every, evaluate_first=True,
                      deadline=deadline, stop_after_steps=stop_after_steps,
                      check_resume=lambda saved: check_resumed_rows(saved, features, ckpt_file))

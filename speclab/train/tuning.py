@@ -82,7 +82,8 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
               "speedup": round(base / statistics.median(seconds[c]), 3)} for c in candidates]
     best = max(table, key=lambda row: row["speedup"])
     choice = {**{name: best[name] for name in TREE_SETTINGS}, "table": table,
-              "prompts": f"held-out code prompts {TUNING.start + 1}-{TUNING.start + num_prompts}", "max_new_tokens": max_new_tokens,
+              "prompts": f"held-out code prompts {TUNING.start + 1}-{TUNING.start + num_prompts}",
+              "max_new_tokens": max_new_tokens,
               "repeats": repeats, "temperature": temperature, "device": str(dev),
               "hardware": hardware(dev), "threads": torch.get_num_threads()}
     written = measured_settings(head_dir)

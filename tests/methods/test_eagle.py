@@ -9,7 +9,8 @@ import tests.test_lossless as lossless
 from speclab import SamplingParams, generate, speculative_generate, trees
 from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, EagleHead
 from speclab.measure.acceptance import chi_square_pvalue
-from speclab.train import eagle_loss, target_features
+from speclab.train.data import target_features
+from speclab.train.eagle import eagle_loss
 from tests.conftest import tiny_model
 
 PROMPT = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30, 5, 17, 42, 9])
@@ -341,8 +342,8 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
 
     import speclab
     from speclab.devices import cpu_name
-    from speclab.train import install_eagle
-    from speclab.train import main as train_main
+    from speclab.cli.train import main as train_main
+    from speclab.train import install
     pair = tmp_path / "pair"
     train_main(["pair", "--out", str(pair), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
     out = tmp_path / "heads"
@@ -358,16 +359,16 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     tree = json.loads((out / "eagle" / "tree.json").read_text())
     assert tree["prompts"] == "held-out code prompts 5-5"
     assert tree["hardware"].startswith(cpu_name())  # timings name their CPU
-    assert len(tree["table"]) == len(speclab.train.EAGLE_TREE_CANDIDATES)
-    assert tuple(tree[name] for name in TREE_SETTINGS) in speclab.train.EAGLE_TREE_CANDIDATES
+    assert len(tree["table"]) == len(speclab.train.tuning.EAGLE_TREE_CANDIDATES)
+    assert tuple(tree[name] for name in TREE_SETTINGS) in speclab.train.tuning.EAGLE_TREE_CANDIDATES
     # and, timed at temperature 1, the settings of sampled rounds
     assert tree["temperature"] == 0 and tree["sampled"]["temperature"] == 1
-    assert len(tree["sampled"]["table"]) == len(speclab.train.EAGLE_SAMPLED_CANDIDATES)
-    assert tuple(tree["sampled"][name] for name in TREE_SETTINGS) in speclab.train.EAGLE_SAMPLED_CANDIDATES
+    assert len(tree["sampled"]["table"]) == len(speclab.train.tuning.EAGLE_SAMPLED_CANDIDATES)
+    assert tuple(tree["sampled"][name] for name in TREE_SETTINGS) in speclab.train.tuning.EAGLE_SAMPLED_CANDIDATES
     # more of the target's continuations: the shared features are rebuilt for them, not reused...
     train_main(["eagle3", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "2",
                 "--generated", "6"])
-    micro = speclab.train.EAGLE_PRESETS["micro"]
+    micro = speclab.train.eagle.EAGLE_PRESETS["micro"]
     rows = json.loads((out / "eagle3" / "record.json").read_text())["training_rows"]
     assert rows == micro.corpus_rows + 6 != record["training_rows"] == micro.corpus_rows + micro.generated
     generated = torch.load(out / "generated.pt")
@@ -376,7 +377,7 @@ def test_train_eagle_micro_shares_features_resumes_installs_and_drafts(tmp_path)
     with pytest.raises(ValueError, match="pass the same --generated"):
         train_main(["eagle", "--target", str(pair / "target"), "--out", str(out), "--preset", "micro", "--steps", "6",
                     "--generated", "6"])
-    installed = install_eagle(out, tmp_path / "package")
+    installed = install(out, "eagle", tmp_path / "package")
     target, _, tok, _ = speclab.load_pair(str(pair / "target"), draft=pair / "draft", device="cpu")
     drafter = speclab.load_drafter("eagle", target, head=installed)
     ids = tok("def f(x):\n", return_tensors="pt").input_ids[0]
@@ -465,7 +466,7 @@ def test_the_training_time_test_unrolls_exactly_what_the_drafter_computes():
     """unroll's step j at anchor t (the training-time test, EAGLE-3's loss and the accuracy by draft
     position) is the output the head computes when it drafts j steps on its own outputs after true
     pair t, with its cache, fed the same tokens: the mask and positions of the unrolled pass are right."""
-    from speclab.train import unroll
+    from speclab.train.eagle import unroll
     target = tiny_model("llama", layers=4, seed=0)
     head = random_head3(target, seed=1)
     embed = target.get_input_embeddings()
@@ -483,7 +484,7 @@ def test_the_training_time_test_unrolls_exactly_what_the_drafter_computes():
 
 
 def test_unroll_mask_sees_the_true_prefix_and_its_own_chain():
-    from speclab.train import unroll_mask
+    from speclab.train.eagle import unroll_mask
     visible = unroll_mask(3, 2, torch.float32)[0, 0] == 0
     assert visible.tolist() == [[1, 0, 0, 1, 0, 0, 1, 0, 0],
                                 [1, 1, 0, 0, 1, 0, 0, 1, 0],
@@ -491,7 +492,7 @@ def test_unroll_mask_sees_the_true_prefix_and_its_own_chain():
 
 
 def test_a_short_eagle3_training_lowers_every_step_loss():
-    from speclab.train import eagle3_loss, unrolled_accuracy
+    from speclab.train.eagle import eagle3_loss, unrolled_accuracy
     target = tiny_model("llama", layers=4, seed=0)
     for p in target.parameters():
         p.requires_grad_(False)
@@ -547,8 +548,8 @@ def test_train_eagle3_micro_resumes_installs_and_drafts(tmp_path):
     import json
 
     import speclab
-    from speclab.train import install_eagle
-    from speclab.train import main as train_main
+    from speclab.cli.train import main as train_main
+    from speclab.train import install
     pair = tmp_path / "pair"
     train_main(["pair", "--out", str(pair), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
     out = tmp_path / "heads"
@@ -559,7 +560,7 @@ def test_train_eagle3_micro_resumes_installs_and_drafts(tmp_path):
     assert len(record["log"]["evals"][-1]["heldout_top1_by_step"]) == 3  # the micro preset's eval depth
     assert len(record["log"]["train"][-1]) == 1 + 2                      # step, then one loss per unrolled step
     assert json.loads((out / "eagle3" / "tree.json").read_text())["table"]  # EAGLE-2's settings, timed
-    installed = install_eagle(out, tmp_path / "package", name="eagle3")
+    installed = install(out, "eagle3", tmp_path / "package")
     target, _, tok, _ = speclab.load_pair(str(pair / "target"), draft=pair / "draft", device="cpu")
     drafter = speclab.load_drafter("eagle3", target, head=installed)
     ids = tok("def f(x):\n", return_tensors="pt").input_ids[0]
@@ -582,7 +583,7 @@ def test_quick_eagle_trains_each_variant_of_the_ablation(inputs):
 def test_the_feature_ablation_hides_the_token_and_the_token_ablation_hides_the_feature():
     """With the token hidden, the head's output cannot depend on which token was sampled; with the
     feature hidden, not on the feature."""
-    from speclab.train import ZeroEmbedding, eagle_predict
+    from speclab.train.eagle import ZeroEmbedding, eagle_predict
     target = tiny_model("llama", layers=2, seed=0)
     head, embed = random_head(target), target.get_input_embeddings()
     tokens = PROMPT.view(1, -1)
@@ -598,7 +599,7 @@ def test_the_feature_ablation_hides_the_token_and_the_token_ablation_hides_the_f
 def test_train_eagle_ablation_writes_its_own_head_and_refuses_install(tmp_path):
     import json
 
-    from speclab.train import main as train_main
+    from speclab.cli.train import main as train_main
     pair = tmp_path / "pair"
     train_main(["pair", "--out", str(pair), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
     out = tmp_path / "heads"

@@ -6,7 +6,9 @@ import torch
 from speclab import generate, speculative_generate
 from speclab.methods import load_drafter
 from speclab.methods.layer_skip import ExitAdapter, early_exit_model, load_adapter, save_adapters
-from speclab.train import exit_agreement, exit_logits, soft_cross_entropy, target_features
+from speclab.train.data import target_features
+from speclab.train.eagle import soft_cross_entropy
+from speclab.train.exit import exit_agreement, exit_logits
 from tests.conftest import tiny_model
 
 PROMPT = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30, 5, 17, 42, 9])

@@ -7,7 +7,7 @@ import torch
 
 from speclab import MedusaDrafter, generate, load_drafter, speculative_generate
 from speclab.methods.medusa import MedusaHeads
-from speclab.train import main as train_main
+from speclab.cli.train import main as train_main
 from speclab.trees import expected_accepted, tree_from_accuracies
 from tests.conftest import tiny_model
 
@@ -77,7 +77,7 @@ def test_the_tree_from_accuracies_takes_the_likeliest_nodes():
 
 
 def test_train_medusa_micro_resumes_installs_and_drafts(tmp_path):
-    from speclab.train import install_medusa
+    from speclab.train import install
     pair = tmp_path / "pair"
     train_main(["pair", "--out", str(pair), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
     out = tmp_path / "medusa"
@@ -86,7 +86,7 @@ def test_train_medusa_micro_resumes_installs_and_drafts(tmp_path):
     record = json.loads((out / "medusa" / "record.json").read_text())
     assert record["log"]["evals"][-1]["step"] == 5 and len(record["accuracy"]) == 2  # resumed, not restarted
     assert json.loads((out / "medusa" / "tree.json").read_text())["choices"]  # a tree chosen by measurement
-    installed = install_medusa(out, tmp_path / "package")
+    installed = install(out, "medusa", tmp_path / "package")
     import shutil
 
     from speclab.measure.card import MEDUSA_HEADING, medusa_card

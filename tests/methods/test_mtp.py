@@ -9,7 +9,8 @@ from speclab import generate, speculative_generate
 from speclab.methods import load_drafter
 from speclab.measure.acceptance import chi_square_pvalue
 from speclab.methods.mtp import MtpDrafter, MtpModule
-from speclab.train import eagle3_loss, target_features
+from speclab.train.data import target_features
+from speclab.train.eagle import eagle3_loss
 from tests.conftest import tiny_model
 
 PROMPT = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30, 5, 17, 42, 9])
@@ -114,8 +115,8 @@ def test_train_mtp_micro_resumes_installs_and_drafts(tmp_path):
     import json
 
     import speclab
-    from speclab.train import install_eagle
-    from speclab.train import main as train_main
+    from speclab.cli.train import main as train_main
+    from speclab.train import install
     pair = tmp_path / "pair"
     train_main(["pair", "--out", str(pair), "--preset", "micro", "--device", "cpu", "--no-plain-draft"])
     out = tmp_path / "heads"
@@ -124,7 +125,7 @@ def test_train_mtp_micro_resumes_installs_and_drafts(tmp_path):
     record = json.loads((out / "mtp" / "record.json").read_text())
     assert record["method"] == "mtp" and [e["step"] for e in record["log"]["evals"]] == [0, 3, 5]
     assert len(record["log"]["train"][-1]) == 1 + 1  # step, and the one step's loss
-    installed = install_eagle(out, tmp_path / "package", name="mtp")
+    installed = install(out, "mtp", tmp_path / "package")
     target, _, tok, _ = speclab.load_pair(str(pair / "target"), draft=pair / "draft", device="cpu")
     drafter = speclab.load_drafter("mtp", target, module=installed, num_tokens=2)
     ids = tok("def f(x):\n", return_tensors="pt").input_ids[0]

@@ -6,7 +6,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import speclab
 from speclab import corpus
-from speclab.train import main as train_main
+from speclab.cli.train import main as train_main
 
 
 def test_micro_pair_trains_resumes_and_loads_with_from_pretrained(tmp_path):
@@ -67,7 +67,7 @@ def test_draft_command_trains_a_draft_for_an_existing_target_and_install_keeps_t
 
 
 def test_draft_from_target_copies_the_first_layers_of_other_architectures():
-    from speclab.train import draft_from_target
+    from speclab.train.pair import draft_from_target
     from tests.conftest import tiny_model
     target = tiny_model("qwen3", layers=3)
     draft = draft_from_target(target, 1)
