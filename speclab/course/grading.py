@@ -1,6 +1,6 @@
 """Grading a folder of submitted lab notebooks, for instructors; and the labs command line.
 
-`python -m speclab labs grade SUBMISSIONS --out scores.csv --timeout 300` (or `python -m speclab.course.grading
+`python -m speclab labs grade SUBMISSIONS --out scores.csv --timeout 300` (or `python -m speclab.grading
 grade ...`) runs each submitted notebook in its own temporary directory and kernel process group, with
 no network where the machine allows it, under a time limit; then it runs every public and hidden check
 (read from the instructor source, `labs/source/labNN.ipynb`) against what the notebook defined and writes
@@ -271,7 +271,7 @@ def write_csv(grades: list[Grade], out_csv: str | Path, isolated: bool = True) -
 
 # ================================================================ command line
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m speclab.course.grading", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m speclab labs", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="generate the learner notebooks and public checks from labs/source")
     b.add_argument("--root", default=None, help="repository root (default: found from here)")
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             for p in problems:
                 print(f"stale: {p}")
             print("learner versions are up to date" if not problems else
-                  "run `python -m speclab.course.grading build` and commit the result")
+                  "run `python -m speclab labs build` and commit the result")
             return 1 if problems else 0
         for path in build(args.root):
             print(f"wrote {path}")

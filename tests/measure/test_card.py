@@ -64,13 +64,14 @@ def test_a_heads_card_names_the_command_that_reproduces_its_record():
     from dataclasses import asdict
 
     from speclab.measure.card import rows_trained_on, train_command
+    from speclab.methods import REGISTRY, eagle, mtp
     from speclab.train.eagle import EAGLE_PRESETS
     today = asdict(EAGLE_PRESETS["stdlib"])
     record = {"preset": today, "training_rows": today["corpus_rows"] + today["generated"]}
-    assert train_command("eagle", record).endswith("--out DIR --install`")  # today's preset: no flags
+    assert train_command(REGISTRY[eagle.NAME], record).endswith("--out DIR --install`")  # today's preset: no flags
     older = {"preset": {**today, "generated": 128, "steps": 2000}, "training_rows": today["corpus_rows"] + 128}
-    assert "--generated 128 --steps 2000 --install" in train_command("mtp", older)
-    assert "--generated 128 --install" in train_command("eagle3", {**older, "preset": {**older["preset"],
-                                                                                        "steps": today["eagle3_steps"]}})
+    assert "--generated 128 --steps 2000 --install" in train_command(REGISTRY[mtp.NAME], older)
+    assert "--generated 128 --install" in train_command(REGISTRY[eagle.NAME3], {**older, "preset": {
+        **older["preset"], "steps": today["eagle3_steps"]}})
     assert rows_trained_on(older) == f"{today['corpus_rows'] + 128:,} rows ({today['corpus_rows']:,} corpus windows " \
         "and 128 continuations written by the target)"
