@@ -10,7 +10,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 import speclab.decoding as decoding
 from speclab import Draft, Drafter, generate, speculative_generate
-from speclab.measure.card import chi_square_pvalue
+from speclab.measure.acceptance import chi_square_pvalue
 from speclab.runner import ModelRunner
 from speclab.sampling import sample
 from tests.conftest import tiny_model

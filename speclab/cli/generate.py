@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text")
     g.add_argument("--method", "--drafter", dest="method", choices=list(GENERATE_METHODS), default=draft_model.NAME,
-                   help="how to draft (vLLM's names): draft_model, ngram (prompt lookup), lookahead, medusa, eagle, "
-                   "eagle3, mtp, layer_skip; or target-only (older names: model, prompt-lookup, none)")
+                   help=f"how to draft (the registry's methods, vLLM's names): {', '.join(METHODS)}; or "
+                   f"{TARGET_ONLY} (older names: {', '.join(OLDER_NAMES)})")
     g.add_argument("--lookahead", type=lookahead_setting, default="4,4,4", metavar="W,N,G",
                    help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
     g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")

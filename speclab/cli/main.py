@@ -1,7 +1,7 @@
 """python -m speclab: the map of what speclab can do.
 
   generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
-             (--method draft_model | ngram | lookahead | medusa | eagle | eagle3 | mtp | layer_skip |
+             (--method: any drafting method of the registry, speclab.methods, by vLLM's names, or
              target-only; --k-schedule heuristic and --confidence-threshold for adaptive K)
   bench      target-only vs every drafting method (draft model with fixed and adaptive K, prompt
              lookup, lookahead, Medusa, EAGLE-1's chain, EAGLE-2's tree with an EAGLE-1 or an EAGLE-3

@@ -19,9 +19,10 @@ def lookup_continuation(seq: list[int], num_tokens: int, max_ngram: int = 3, min
     (n from max_ngram down to min_ngram; the longest n with a match wins) and return up to num_tokens
     of what followed one of them ([] when nothing matches). Which occurrence, when there are several:
 
-    latest    the most recent one (the reference implementation's scan from the end; recent text is
-              the most likely to be restated)
-    first     the earliest one (transformers' prompt lookup scans left to right)
+    latest    the most recent one (recent text is the most likely to be restated)
+    first     the earliest one: what the reference implementation (Saxena's find_candidate_pred_tokens)
+              and transformers' prompt lookup do, walking the matches from the start and taking the
+              first with a continuation
     frequent  the most common continuation: walk the occurrences' continuations token by token,
               taking the token most of them agree on (ties to the latest)
     longest   the one whose preceding text agrees with the sequence's for longest (a longer context
