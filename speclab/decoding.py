@@ -143,8 +143,9 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     tokens (a chain) or a tree at most k deep, the target checks them all in one forward pass, and the
     rejection rule decides. k None: the depth of the drafter's own tree (EAGLE-2's, measured for its head:
     Drafter.own_depth); drafters without one need k. Greedy output equals `generate`'s; sampled output has
-    the same distribution. acceptance="typical" swaps in Medusa's typical acceptance (typical_epsilon,
-    typical_delta): it accepts more when sampling, and it is NOT lossless; its stats say so. Adaptive K
+    the same distribution. acceptance="typical" swaps in typical acceptance (speclab's variant of the
+    Medusa paper's rule: verification.typical_accept_tree; typical_epsilon, typical_delta): it accepts more
+    when sampling, and it is NOT lossless; its stats say so. Adaptive K
     (speclab.adaptive), k the upper bound: k_schedule="heuristic" is transformers' schedule (+2 after a
     fully accepted round, -1 otherwise); confidence_threshold stops a chain drafter's round at the first
     token its draft was less sure of (top probability below it). Both lossless.

@@ -142,9 +142,11 @@ def typical_threshold(p: torch.Tensor, epsilon: float, delta: float) -> float:
 def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, parents,
                         epsilon: float = 0.09, delta: float = 0.3,
                         generator: torch.Generator | None = None) -> tuple[list[int], int]:
-    """Medusa-2's typical acceptance (Cai et al. 2024), on a tree: at each accepted node, take the
-    first child x with p(x) > min(epsilon, delta * exp(-H(p))), p the target's row there; when none
-    passes, draw the next token from that row. It accepts more than the rejection rule at a
+    """Typical acceptance (an extension in the Medusa paper, Cai et al. 2024), speclab's variant, on a
+    tree: at each accepted node, take the first child x with p(x) > min(epsilon, delta * exp(-H(p))),
+    p the target's row there; when none passes, draw the next token from that row. (The reference's
+    evaluate_posterior thresholds every path at once, keeps the longest accepted prefix, ties by
+    likelihood, and takes the next token by argmax or from p cut to the tokens above the threshold.) It accepts more than the rejection rule at a
     temperature above 0, and it is NOT lossless: the emitted tokens are not distributed as p.
     Defaults are the reference generate()'s posterior_threshold 0.09 and posterior_alpha 0.3."""
     parents = check_tree_inputs(target_probs, None, draft_tokens, parents)

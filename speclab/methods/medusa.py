@@ -30,7 +30,9 @@ CONFIG_FILE, WEIGHTS_FILE = "medusa_config.json", "medusa_heads.safetensors"
 
 
 class ResBlock(nn.Module):
-    """h + SiLU(W h + b), W zero-initialised: the identity until training moves it."""
+    """h + SiLU(W h + b), the identity until training moves it. speclab zeroes W and b; the reference's
+    ResBlock (FasterDecoding/Medusa) zeroes W only, leaving b at nn.Linear's default, so its block
+    starts as h + SiLU(b). The shipped heads were trained from speclab's start."""
 
     def __init__(self, hidden: int):
         super().__init__()

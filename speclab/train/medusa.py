@@ -53,7 +53,7 @@ MEDUSA_PRESETS = {
 def medusa_loss(heads: torch.nn.Module, lm_head: torch.nn.Module, h: torch.Tensor, decay: float
                 ) -> tuple[torch.Tensor, list[float]]:
     """Self-distillation: head i at position t learns the target's own distribution for token t+2+i,
-    softmax(lm_head(h[t+1+i])), read off the stored features (Medusa-2's self-distillation, with the
+    softmax(lm_head(h[t+1+i])), read off the stored features (the Medusa paper's self-distillation extension, with the
     backbone frozen as in Medusa-1). Returns the weighted loss and each head's loss."""
     total, per_head = 0.0, []
     length = h.shape[1]
