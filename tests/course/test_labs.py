@@ -344,7 +344,7 @@ def test_a_plausible_mistake_is_caught_by_the_case_written_for_it(lab, qid, case
 # ---------------------------------------------------------------- the committed files
 def test_learner_versions_and_public_checks_are_not_stale():
     """CI fails here when a source changed without `python -m speclab.course.grading build`."""
-    assert stale(ROOT) == [], "run `python -m speclab.course.grading build` and commit the result"
+    assert stale(ROOT) == [], "run `python -m speclab labs build` and commit the result"
 
 
 @pytest.mark.parametrize("lab", LABS)
