@@ -63,7 +63,7 @@ class ModelRunner:
         tokens: (logits (n, V), features or None). With `parents` the nodes form a tree (speclab.trees):
         each sees the cache, the pending token and its own ancestors, at position cache + depth. Without,
         they form a chain, whose tree mask is the causal mask the model builds itself. `side` (a
-        drafters.SideBranch, its tokens last in `ids`) adds rows with their own mask and positions.
+        drafting.SideBranch, its tokens last in `ids`) adds rows with their own mask and positions.
         `features` (n, len(feature_layers) * H) concatenates the hidden states hidden_states[layer] of
         the requested layers (-1: the last, after the final norm: what the lm_head reads)."""
         extra = {}

@@ -16,6 +16,7 @@ from speclab.devices import cpu_name
 from speclab.measure.bench import METHODS, default_methods, format_table, model_check, run_bench
 from speclab.measure.profiling import cost_ratio, forward_ms_by_positions
 from speclab.measure.workloads import WORKLOADS
+from speclab.methods.ngram import MATCH_CHOICES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "uses 16). Code prompts skip the eight EAGLE-2's settings are tuned on")
     b.add_argument("--lookup-k", type=int, default=None, help="tokens per round for the prompt-lookup rows, "
                    "speclab's and transformers' (default: --k); copying pays at a larger K (chapter 6)")
-    b.add_argument("--lookup-choose", nargs="+", default=None, choices=["latest", "first", "frequent", "longest"],
+    b.add_argument("--lookup-choose", nargs="+", default=None, choices=MATCH_CHOICES,
                    help="prompt lookup's rule for choosing among several matches (default: frequent); several "
                    "give a row each, side by side")
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")

@@ -71,7 +71,7 @@ def lookahead_rows(settings) -> dict[str, tuple[int, int, int]]:
 
 
 def lookup_rows(choices) -> dict[str, str]:
-    """The prompt-lookup row name for each match rule (drafters.MATCH_CHOICES): "speclab prompt-lookup"
+    """The prompt-lookup row name for each match rule (methods.ngram.MATCH_CHOICES): "speclab prompt-lookup"
     for one rule (None: the default), "speclab prompt-lookup RULE" for each of several."""
     choices = list(choices or [None])
     if len(choices) == 1:

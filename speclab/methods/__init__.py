@@ -62,7 +62,7 @@ def _load_layer_skip(target, **options) -> Drafter:
     if "exit_layer" not in options:
         raise ValueError(f"layer_skip needs exit_layer=E, the last layer that drafts (1 to "
                          f"{target.config.num_hidden_layers - 1})")
-    return layer_skip.load_layer_skip(target, bundled=BUNDLED_DIR / REGISTRY[layer_skip.NAME].bundled, **options)
+    return layer_skip.load_layer_skip(target, bundled=bundled_weights(layer_skip.NAME), **options)
 
 
 # SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
@@ -155,7 +155,7 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     if m.on_target and target is None:
         target = load_pair(device="cpu").target
     if m.weights and options.get(m.weights) is None:
-        options[m.weights] = BUNDLED_DIR / m.bundled
+        options[m.weights] = bundled_weights(m.name)
     return m.load(target, **options)
 
 

@@ -21,7 +21,7 @@ token at position p:
 After the pass the top level's outputs become a new level (the oldest is dropped once there are
 N - 1), and every column with the output under it adds an N-gram to the pool. The decode loop knows
 none of this: the window rides along as a `SideBranch` of the Draft, and its logits come back through
-`take_side_logits` (speclab.drafters).
+`take_side_logits` (speclab.drafting).
 """
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """The workloads: shipped copying prompts built from held-out files, and the loader."""
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-from speclab.measure import workloads
 from speclab.corpus import is_heldout, stdlib_root
+from speclab.measure import workloads
 
 
 def shipped() -> dict:
