@@ -38,7 +38,9 @@ import torch
 from scipy.stats import chisquare
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # speclab/: library code, not the learner's
-CASE_TIME_LIMIT_S = 60.0  # one case of one question; an endless loop in a learner's function ends here
+# One case of one question; an endless loop in a learner's function ends here. The slowest correct answer
+# takes about 1.1 s on the reference machine: 15 s leaves room for a slow Colab runtime.
+CASE_TIME_LIMIT_S = 15.0
 
 
 # ================================================================ what a check case uses
@@ -88,6 +90,13 @@ def plain(x: Any) -> Any:
 
 UNFINISHED = ("it looks unfinished: write your code where it says `# YOUR CODE HERE` (in place of the `...`) "
               "and `return` the result")
+
+
+def untouched(message: str) -> bool:
+    """Whether a case's message says the answer is still the stub (or missing): no hint is shown then, since a
+    hint is a recipe for the question, for after a wrong answer, not before any."""
+    return any(mark in message for mark in ("`# YOUR CODE HERE`", "is still `...`", "not attempted yet",
+                                            "is not defined: run the cell"))
 
 
 def unfinished(call: str) -> str:
@@ -178,6 +187,13 @@ class CaseResult:
     hidden: bool = False
     printed: str = ""
 
+    @property
+    def timed_out(self) -> bool:
+        return self.message.startswith(TIMEOUT_MESSAGE)
+
+
+TIMEOUT_MESSAGE = "took longer than"
+
 
 @dataclass
 class CheckResult:
@@ -231,9 +247,12 @@ class CheckResult:
             lines += [f"  First failing check: {bad.name}", f"  What happened: {bad.message}"]
             if bad.printed:
                 lines.append("  Your code printed: " + bad.printed.strip()[:500].replace("\n", "\n    "))
-            if bad.hint:
+            if bad.hint and not untouched(bad.message):
                 lines.append(f"  Hint: {bad.hint}")
         failed_hidden = sum(c.hidden and not c.passed for c in self.cases)
+        if not hidden_details and any(c.hidden and c.timed_out for c in self.cases):
+            lines.append("  A hidden check ran out of time: is there an endless loop, or a loop over something much "
+                         "larger than needed?")
         if not hidden_details and failed_hidden:
             lines.append(f"  {failed_hidden} hidden check{'s' * (failed_hidden != 1)} failed: they test the same "
                          "ideas on other cases, so make sure your code is right in general, not only on the "
@@ -371,11 +390,12 @@ class Lab:
         name = getattr(q, "__name__", None)
         return next((x for x in self.questions.values() if x.answer == name), None)
 
-    def run(self, qid: str, ns: dict, hidden: bool = True) -> CheckResult:
-        """Every case of question `qid` against the namespace `ns`."""
+    def run(self, qid: str, ns: Any, hidden: bool = True, public: bool = True) -> CheckResult:
+        """Every case of question `qid` (the public ones, the hidden ones, or both) against the namespace `ns`
+        (a dict, or anything with `in` and `get`: the grader's view of a learner's process)."""
         question = self.questions[qid]
         result = CheckResult(self.name, qid, question.answer, points=question.points)
-        cases = [c for c in self.cases if c.question == qid and (hidden or not c.hidden)]
+        cases = [c for c in self.cases if c.question == qid and (hidden or not c.hidden) and (public or c.hidden)]
         if not cases:
             result.error = "this question has no check cases (a defect of the lab: please report it)"
             return result
@@ -393,7 +413,7 @@ class Lab:
                                                case.hint, case.hidden))
                 continue
             passed, message, printed = self._run_case(case, answer)
-            timed_out = message.startswith("took longer than")
+            timed_out = message.startswith(TIMEOUT_MESSAGE)
             result.cases.append(CaseResult(qid, case.name, passed, message, case.hint, case.hidden, printed))
         return result
 
@@ -401,18 +421,25 @@ class Lab:
         out = io.StringIO()
         seed = zlib.crc32(f"{self.name}/{case.question}/{case.name}".encode())
         try:
+            prepare = getattr(answer, "prepare", None)  # the grader's remote answer: its process, before the clock
+            if callable(prepare):
+                prepare()
+        except Exception as err:  # noqa: BLE001
+            return False, f"your notebook's definitions could not be loaded to check them: {err}", ""
+        try:
             with _isolated_rng(seed), _time_limit(self.time_limit), contextlib.redirect_stdout(out):
                 case.func(answer)
             return True, "", ""
         except CheckFailed as err:
             return False, str(err), out.getvalue()
         except _CaseTimeout:
-            return False, (f"took longer than {self.time_limit:g} s: is there an endless loop, or a loop over "
+            return False, (f"{TIMEOUT_MESSAGE} {self.time_limit:g} s: is there an endless loop, or a loop over "
                            "something much larger than needed?"), out.getvalue()
         except NotImplementedError:
             return False, f"not attempted yet ({UNFINISHED})", out.getvalue()
         except Exception as err:  # noqa: BLE001 (whatever the learner's code raises becomes a message)
-            return False, self._describe_error(err), out.getvalue()
+            # an error raised in the grader's learner process arrives already worded (learner_message)
+            return False, getattr(err, "learner_message", None) or self._describe_error(err), out.getvalue()
 
     def _describe_error(self, err: Exception) -> str:
         frames = traceback.extract_tb(err.__traceback__)

@@ -1,13 +1,23 @@
 """Grading a folder of submitted lab notebooks, for instructors; and the labs command line.
 
 `python -m speclab labs grade SUBMISSIONS --out scores.csv --timeout 300` (or `python -m speclab.grading
-grade ...`) runs each submitted notebook in its own temporary directory and kernel process group, with
-no network where the machine allows it, under a time limit; then it runs every public and hidden check
-(read from the instructor source, `labs/source/labNN.ipynb`) against what the notebook defined and writes
-one CSV row per notebook. With `--executed DIR` it also keeps each executed notebook with the grader's
-feedback in its last cell, fit to hand back to the learner: it holds no hidden check and nothing of the
-grading harness, only the learner's cells with their outputs and, per question, what passed and the first
-failing public check. It is not a security sandbox: run it on a machine (or container) you can throw away.
+grade ...`) grades each submitted notebook in three steps:
+
+1. it runs the notebook top to bottom in its own kernel, temporary directory and process group, with no
+   network where the machine allows it: each cell is interrupted after `--cell-timeout` seconds and the
+   notebook goes on, the whole is killed after `--timeout`. This run only gives the learner's own outputs
+   for the feedback notebook; no check of the grader's runs in it.
+2. a judge process (`speclab.course.judge`), which runs no learner code, runs every public and hidden check
+   (read from the instructor source, `labs/source/labNN.ipynb`); the learner's functions run in a separate
+   answer worker (`speclab.course.answers`) that executed the notebook's definitions, and only plain data
+   crosses back. Each case has `--case-timeout` seconds.
+3. it writes one CSV row per notebook and, with `--executed DIR`, a feedback notebook for every readable
+   submission (timed out or not): the learner's cells with the outputs of their run, then one cell with the
+   judge's feedback text: per question, what passed and the first failing public check; hidden checks only
+   counted.
+
+It is not a security sandbox: run it on a machine (or container) you can throw away (labs/README.md says
+what it does and does not defend against).
 
 `python -m speclab labs build` writes the learner versions (see `speclab.course.labbuild`); the checks a learner
 runs, and that cases are written with, are in `speclab.course.checks`.
@@ -33,43 +43,35 @@ from pathlib import Path
 
 import nbformat
 
-from speclab.course.checks import Lab, ScoreSummary
+from speclab.course.checks import CASE_TIME_LIMIT_S, Lab
 from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, stale
 
 RESULT_MARK = "@@speclab-grade@@"
-
-
-def grade_namespace(lab_name: str, tests: str, nonce: str, ns: dict) -> str:
-    """Run in the submission's kernel after its cells: every public and hidden case against `ns`.
-    Returns the feedback for the learner (hidden cases only counted) followed by one line `nonce + JSON`."""
-    lab = Lab(lab_name, public_tests=False)
-    lab.load_tests(tests, f"<{lab_name} grading tests>")
-    results = [lab.run(qid, ns) for qid in lab.questions]
-    payload = {"lab": lab_name, "questions": {
-        r.question: {"answer": r.answer, "points": r.points, "earned": r.earned} for r in results}}
-    feedback = ("\n".join(r.report(hidden_details=False) for r in results) + "\n"
-                + ScoreSummary(lab_name, results).report())
-    return feedback + "\n" + nonce + json.dumps(payload)
-
+CELL_TIMEOUT_S = 60  # one cell of a submission: an endless loop in an ungraded demo cell is interrupted here
 
 _RUNNER = r"""
-import json, sys
+import sys
 import nbformat
 from nbclient import NotebookClient
-src, out, workdir, timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+src, out, workdir, timeout, cell_timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
 nb = nbformat.read(src, as_version=4)
-client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                        resources={"metadata": {"path": workdir}})
+client = NotebookClient(
+    nb, timeout=cell_timeout, interrupt_on_timeout=True, kernel_name="python3", allow_errors=True,
+    error_on_timeout={"ename": "CellTimeout", "evalue": f"this cell ran longer than {cell_timeout} s and was "
+                      "interrupted by the grader; the notebook went on with the next cell", "traceback": []},
+    on_cell_executed=lambda cell, cell_index, execute_reply: nbformat.write(nb, out),  # kept if killed later
+    resources={"metadata": {"path": workdir}})
 try:
     client.execute()
 finally:
     nbformat.write(nb, out)
 """
+SHELL_LINES = ("%pip", "%conda", "!", "%%bash", "%%sh", "%%script", "%%capture")
 
 
-def _prepare(path: Path, lab: str, tests: str, nonce: str):
-    """The submission to execute: shell and %pip lines neutralised (indentation kept), outputs dropped,
-    and one cell appended that grades the kernel's namespace."""
+def _prepare(path: Path):
+    """The submission to execute: shell and %pip lines neutralised (indentation kept), outputs dropped.
+    Nothing is added: the checks run elsewhere (`speclab.course.judge`), never in the learner's kernel."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell["cell_type"] != "code":
@@ -77,40 +79,27 @@ def _prepare(path: Path, lab: str, tests: str, nonce: str):
         lines = []
         for line in cell["source"].splitlines():
             body = line.lstrip()
-            if body.startswith(("%pip", "%conda", "!", "%%bash", "%%sh", "%%script", "%%capture")):
+            if body.startswith(SHELL_LINES):
                 line = line[:len(line) - len(body)] + "pass  # removed by the grader: " + body[:60]
             lines.append(line)
         cell["source"] = "\n".join(lines)
         cell["outputs"], cell["execution_count"] = [], None
-    call = (f"import speclab.course.grading as _speclab_grading\n"
-            f"print(_speclab_grading.grade_namespace({lab!r}, {tests!r}, {nonce!r}, globals()))")
-    nb.cells.append(nbformat.v4.new_code_cell(call))
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     return nb
 
 
-FEEDBACK_CELL = ("# The grader's feedback: every check of this lab, public and hidden, run on this notebook from top\n"
-                 "# to bottom. Hidden checks are only counted here; the public ones are in speclab/course/labs/.")
+FEEDBACK_CELL = ("# The grader's feedback: every check of this lab, public and hidden, run on the functions this\n"
+                 "# notebook defines. Hidden checks are only counted here; the public ones are in speclab/course/labs/.")
 
 
-def feedback_notebook(executed, nonce: str):
-    """The executed submission as it may go back to the learner: their cells with their outputs, then the
-    feedback. The grading cell's source (which holds every check, hidden ones included, and the nonce)
-    becomes a plain comment, and of its outputs only the printed feedback stays: the nonce line goes, so
-    does what went to stderr (a warning raised in a hidden case quotes its line), and an error's traceback
-    (which could quote a hidden check too) becomes one line."""
-    cell = executed.cells[-1]
-    outputs = []
-    for o in cell.get("outputs", []):
-        if o.get("output_type") == "stream" and o.get("name") == "stdout":
-            text = "".join(ln for ln in o["text"].splitlines(True) if not ln.startswith(nonce))
-            if text:
-                outputs.append(nbformat.v4.new_output("stream", name="stdout", text=text))
-        elif o.get("output_type") == "error":
-            outputs.append(nbformat.v4.new_output("stream", name="stderr", text=(
-                f"The grader could not finish checking this notebook ({o.get('ename', 'error')}): "
-                "ask your instructor for the details.\n")))
-    cell["source"], cell["outputs"], cell["metadata"] = FEEDBACK_CELL, outputs, {}
+def feedback_notebook(executed, feedback: str, note: str = ""):
+    """The notebook that goes back to the learner: their cells with the outputs of their own run, then one
+    cell holding the judge's feedback text and nothing else. The checks never ran in the learner's
+    kernel, so no cell output can hold a hidden case's input."""
+    text = (note + "\n" if note else "") + feedback.rstrip("\n") + "\n"
+    cell = nbformat.v4.new_code_cell(FEEDBACK_CELL)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    executed.cells.append(cell)
     return executed
 
 
@@ -121,6 +110,20 @@ def _network_wrapper() -> list[str]:
     if not unshare or not ip or sys.platform != "linux":
         return []
     wrapper = [unshare, "-rn", "sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
+    try:
+        ok = subprocess.run(wrapper + ["true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return wrapper if ok else []
+
+
+def _worker_wrapper() -> list[str]:
+    """A command prefix that runs the answer worker with no network and in its own PID namespace, so that
+    every process a learner's code starts dies with it; or [] where this machine does not allow it."""
+    unshare = shutil.which("unshare")
+    if not unshare or sys.platform != "linux":
+        return []
+    wrapper = [unshare, "-rnpf", "--kill-child"]
     try:
         ok = subprocess.run(wrapper + ["true"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
@@ -155,68 +158,122 @@ class Grade:
 
 
 def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], timeout: float,
-              isolate: list[str], executed_dir: Path | None = None, threads: int | None = None) -> Grade:
+              isolate: list[str], executed_dir: Path | None = None, threads: int | None = None,
+              cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S,
+              worker_isolate: list[str] | None = None) -> Grade:
+    """Run the submission in its own kernel (for the learner's outputs), then judge the functions it defines
+    (`speclab.course.judge`), then write its feedback notebook: one for every readable submission."""
     grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
-    nonce = RESULT_MARK + secrets.token_hex(8) + ":"
     start = time.perf_counter()
+    try:
+        nb = _prepare(path)
+    except Exception as err:  # noqa: BLE001 (an unreadable file is a row in the table, not a crash)
+        grade.status = f"unreadable notebook: {type(err).__name__}: {err}"[:200]
+        return grade
+    cells = [c.source for c in nb.cells if c.cell_type == "code"]
     with tempfile.TemporaryDirectory(prefix="speclab-grade-") as tmp:
-        run_dir, work = Path(tmp) / "run", Path(tmp) / "work"
-        run_dir.mkdir()
+        work = Path(tmp) / "work"
         work.mkdir()
-        try:
-            nb = _prepare(path, lab, tests, nonce)
-        except Exception as err:  # noqa: BLE001 (an unreadable file is a row in the table, not a crash)
-            grade.status = f"unreadable notebook: {type(err).__name__}: {err}"[:200]
-            return grade
-        src, out = run_dir / "submission.ipynb", run_dir / "executed.ipynb"
-        nbformat.write(nb, src)
-        env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
-               "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-               "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        if threads:  # notebooks graded side by side share the cores instead of each taking all of them
-            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "VIRTUAL_ENV", "PYTHONPATH"):
-            if var in os.environ:
-                env[var] = os.environ[var]
-        cmd = isolate + [sys.executable, "-c", _RUNNER, str(src), str(out), str(work), str(timeout)]
-        proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
-        try:
-            log, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the runner, its kernel and anything they started
-            proc.communicate()
-            grade.status = f"timeout after {timeout:g} s"
-            log = ""
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        grade.seconds = round(time.perf_counter() - start, 1)
-        payload = None
-        if out.exists():
-            executed = nbformat.read(out, as_version=4)
-            text = "".join(o.get("text", "") for o in executed.cells[-1].get("outputs", [])
-                           if o.get("output_type") == "stream")
-            line = next((ln for ln in text.splitlines() if ln.startswith(nonce)), None)
-            if line is not None:
-                payload = json.loads(line[len(nonce):])
-            if executed_dir is not None:
-                executed_dir.mkdir(parents=True, exist_ok=True)
-                nbformat.write(feedback_notebook(executed, nonce), executed_dir / path.name)
-        if payload is None:
-            if grade.status == "ok":
-                last = [ln for ln in (log or "").strip().splitlines() if ln.strip()][-1:] or ["no output"]
-                grade.status = f"error: the notebook did not finish grading ({last[0][:150]})"
-            return grade
-        for qid, info in payload["questions"].items():
+        env = _learner_env(work, threads)
+        executed, note = _execute(nb, Path(tmp), env, isolate, timeout, cell_timeout, grade)
+        result = _judge(lab, tests, cells, env, worker_isolate or [], timeout, case_limit)
+    grade.seconds = round(time.perf_counter() - start, 1)
+    if result is None:
+        grade.status = "error: the checks did not finish" if grade.status == "ok" else grade.status
+        feedback = "The grader could not finish checking this notebook: ask your instructor for the details."
+    else:
+        for qid, info in result["questions"].items():
             grade.questions[qid] = (float(info["earned"]), float(info["points"]))
+        late = [qid for qid, info in result["questions"].items() if info["timed_out"]]
+        if late and grade.status == "ok":
+            grade.status = f"ok (out of time: {', '.join(late)})"
+        feedback = result["feedback"]
+    if executed_dir is not None:  # written after every process of the submission was killed
+        executed_dir.mkdir(parents=True, exist_ok=True)
+        nbformat.write(feedback_notebook(executed, feedback, note), executed_dir / path.name)
     return grade
+
+
+def _learner_env(work: Path, threads: int | None) -> dict[str, str]:
+    """A clean environment for the learner's kernel and answer worker: no credentials, no hub access."""
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+           "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+           "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if threads:  # notebooks graded side by side share the cores instead of each taking all of them
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "VIRTUAL_ENV", "PYTHONPATH"):
+        if var in os.environ:
+            env[var] = os.environ[var]
+    return env
+
+
+def _execute(nb, tmp: Path, env: dict[str, str], isolate: list[str], timeout: float, cell_timeout: int,
+             grade: Grade):
+    """Run the notebook top to bottom in a kernel (each cell interrupted after cell_timeout s, the whole killed
+    after timeout s). Returns the executed notebook, read into memory before any learner code runs again,
+    and a note for the learner about cells that were interrupted or never ran."""
+    src, out = tmp / "submission.ipynb", tmp / "executed.ipynb"
+    nbformat.write(nb, src)
+    cmd = isolate + [sys.executable, "-c", _RUNNER, str(src), str(out), str(tmp / "work"), str(timeout),
+                     str(cell_timeout)]
+    proc = subprocess.Popen(cmd, cwd=tmp / "work", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        grade.status = f"timeout after {timeout:g} s"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the runner, its kernel and anything they started
+        proc.wait()
+    try:
+        executed = nbformat.read(out, as_version=4)
+    except Exception:  # noqa: BLE001 (killed before the first cell finished, or the file was tampered with)
+        executed = nbformat.read(src, as_version=4)
+    return executed, _run_note(executed, grade.status, timeout, cell_timeout)
+
+
+def _run_note(executed, status: str, timeout: float, cell_timeout: int) -> str:
+    code = [c for c in executed.cells if c.cell_type == "code"]
+    interrupted = [i for i, c in enumerate(code)
+                   if any(o.get("ename") == "CellTimeout" for o in c.get("outputs", []))]
+    lines = [f"Code cell {i + 1} ran longer than {cell_timeout} s and was interrupted: "
+             f"`{code[i].source.strip().splitlines()[0][:60] if code[i].source.strip() else ''}`" for i in interrupted]
+    if status.startswith("timeout"):
+        lines.append(f"Your notebook did not finish within {timeout:g} s and was stopped; the checks below still "
+                     "ran on the functions it defines.")
+    return "\n".join(lines)
+
+
+def _judge(lab: str, tests: str, cells: list[str], env: dict[str, str], worker_isolate: list[str], timeout: float,
+           case_limit: float) -> dict | None:
+    """The judge's verdict (`speclab.course.judge`), or None if it did not finish within timeout seconds. The job
+    and its nonce go through the judge's standard input; its answer is the line that starts with the nonce."""
+    nonce = RESULT_MARK + secrets.token_hex(16) + ":"
+    job = json.dumps({"lab": lab, "tests": tests, "cells": cells, "env": env, "isolate": worker_isolate,
+                      "case_limit": case_limit, "nonce": nonce})
+    judge_env = dict(os.environ, PYTHONHASHSEED="0")
+    if "OMP_NUM_THREADS" in env:
+        judge_env["OMP_NUM_THREADS"] = judge_env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
+    proc = subprocess.Popen([sys.executable, "-m", "speclab.course.judge"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=judge_env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(job, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith(nonce)), None)
+    return json.loads(line[len(nonce):]) if line is not None else None
 
 
 def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 300, source: str | Path | None = None,
                  lab: str | None = None, jobs: int = 1, executed_dir: str | Path | None = None,
-                 network: bool = False) -> list[Grade]:
+                 network: bool = False, cell_timeout: int = CELL_TIMEOUT_S,
+                 case_limit: float = CASE_TIME_LIMIT_S) -> list[Grade]:
     """Grade every .ipynb under `submissions` (checkpoints skipped) and write the CSV. Returns the rows."""
     source_dir = Path(source) if source is not None else find_root() / "labs" / "source"
     labs = {p.stem: p for p in sorted(source_dir.glob("lab*.ipynb"))}
@@ -233,6 +290,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         points[name] = {q.qid: q.points for q in probe.questions.values()}
     paths = sorted(p for p in Path(submissions).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     isolate = [] if network else _network_wrapper()
+    worker_isolate = [] if network else _worker_wrapper()
     keep = Path(executed_dir) if executed_dir is not None else None
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
@@ -244,7 +302,8 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         which = lab or detect_lab(path, labs)
         if which is None:
             return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
-        return grade_one(path, which, tests[which], points[which], timeout, isolate, keep, threads)
+        return grade_one(path, which, tests[which], points[which], timeout, isolate, keep, threads, cell_timeout,
+                         case_limit, worker_isolate)
 
     if jobs > 1:
         with ThreadPoolExecutor(jobs) as pool:
@@ -279,7 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("grade", help="grade a folder of submitted lab notebooks into a CSV")
     g.add_argument("submissions", help="folder of .ipynb files (searched recursively)")
     g.add_argument("--out", default="scores.csv", help="CSV to write (default scores.csv)")
-    g.add_argument("--timeout", type=float, default=300, help="seconds per notebook (default 300)")
+    g.add_argument("--timeout", type=float, default=300, help="seconds per notebook run, and again for its "
+                   "checks (default 300)")
+    g.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S, help="seconds per cell, after which the "
+                   f"cell is interrupted and the notebook goes on (default {CELL_TIMEOUT_S})")
+    g.add_argument("--case-timeout", type=float, default=CASE_TIME_LIMIT_S, help="seconds per check case "
+                   f"(default {CASE_TIME_LIMIT_S:g})")
     g.add_argument("--source", default=None, help="folder of instructor sources (default labs/source)")
     g.add_argument("--lab", default=None, help="grade every notebook as this lab (default: read from each notebook)")
     g.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
@@ -299,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path}")
         return 0
     grades = grade_folder(args.submissions, args.out, args.timeout, args.source, args.lab, args.jobs,
-                          args.executed, network=args.allow_network)
+                          args.executed, network=args.allow_network, cell_timeout=args.cell_timeout,
+                          case_limit=args.case_timeout)
     for gr in grades:
         maximum = sum(p for _, p in gr.questions.values())
         print(f"{gr.submission}: {gr.lab or '?'} {gr.score:.2f}/{maximum:g} ({gr.status}, {gr.seconds} s)")

@@ -110,7 +110,8 @@ def test_an_untouched_stub_is_reported_as_unfinished(capsys):
         ...
     make_lab().check("q1", {"double": double})
     out = capsys.readouterr().out
-    assert "returned None, not 4" in out and "YOUR CODE HERE" in out and "Hint: Multiply by 2." in out
+    assert "returned None, not 4" in out and "YOUR CODE HERE" in out
+    assert "Hint:" not in out  # a hint is for after a wrong answer, not before any
 
 
 def test_check_never_raises(capsys):
@@ -199,7 +200,7 @@ def test_the_graders_feedback_counts_hidden_cases_and_never_describes_them(capsy
     assert "double(-3)" not in feedback and "First failing check" not in feedback
     assert "1 of 2 checks (1 public, 1 hidden) passed" in feedback and "1 hidden check failed" in feedback
     stub = lab.run("q1", {"double": lambda x: None}).report(hidden_details=False)
-    assert "First failing check: double(2) is 4" in stub and "Hint: Multiply by 2." in stub
+    assert "First failing check: double(2) is 4" in stub and "Hint:" not in stub
     assert "double(-3)" not in stub and "1 hidden check failed" in stub
 
 
@@ -255,28 +256,18 @@ def test_shell_lines_are_neutralised_without_breaking_blocks(tmp_path):
     nb = new_notebook(cells=[new_code_cell('import sys\nif "google.colab" in sys.modules:\n    %pip install -q x\n!ls')])
     path = tmp_path / "s.ipynb"
     nbformat.write(nb, path)
-    prepared = grading._prepare(path, "lab99", "", "NONCE:")
+    prepared = grading._prepare(path)
     compile(prepared.cells[0].source, "cell", "exec")  # still valid Python
     assert "%pip" not in prepared.cells[0].source.split("#")[0]
-    assert "grade_namespace('lab99'" in prepared.cells[-1].source
+    assert len(prepared.cells) == 1  # nothing of the grader's is added: the checks run in the judge
 
 
-def test_the_feedback_notebook_keeps_the_learners_cells_and_only_the_printed_feedback():
-    cell = new_code_cell("print(grade_namespace('lab99', 'HIDDEN CHECK SOURCE', 'NONCE:', globals()))")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ q1 · double: all passed.\nNONCE:{}\n"),
-                    nbformat.v4.new_output("stream", name="stderr", text="<lab99 grading tests>:3: Warning\n"
-                                           "  expect_equal(f(-3), -6)\n"),
-                    nbformat.v4.new_output("error", ename="KeyError", evalue="x",
-                                           traceback=["expect_equal(f(-3), -6)"])]
+def test_the_feedback_notebook_keeps_the_learners_cells_and_adds_only_the_feedback_text():
     learner = new_code_cell("x = 1")
     learner.outputs = [nbformat.v4.new_output("stream", name="stdout", text="mine\n")]
-    nb = grading.feedback_notebook(new_notebook(cells=[learner, cell]), "NONCE:")
-    text = nbformat.writes(nb)
-    for gone in ("HIDDEN CHECK SOURCE", "NONCE", "grade_namespace", "expect_equal", "grading tests"):
-        assert gone not in text
+    nb = grading.feedback_notebook(new_notebook(cells=[learner]), "✓ q1 · double: all passed.\n", "a note")
     assert nb.cells[0].outputs[0].text == "mine\n" and nb.cells[-1].source == grading.FEEDBACK_CELL
-    assert [o.text for o in nb.cells[-1].outputs][0] == "✓ q1 · double: all passed.\n"
-    assert "could not finish checking this notebook (KeyError)" in nb.cells[-1].outputs[1].text
+    assert [o.text for o in nb.cells[-1].outputs] == ["a note\n✓ q1 · double: all passed.\n"]
     nbformat.validate(nb)
 
 
