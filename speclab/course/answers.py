@@ -592,10 +592,22 @@ def _describe(err: BaseException, filenames: set[str]) -> str:
     return f"your code raised {text}{where}" + (f", at the line `{line}`" if line else "")
 
 
+def _remember(filename: str, source: str) -> None:
+    """Put a statement's lines where tracebacks look for them; the statements of one cell share its name (and
+    its line numbers), so each fills in its own lines."""
+    lines = list(linecache.cache.get(filename, (0, None, [], filename))[2])
+    new = source.splitlines(True)
+    lines += ["\n"] * (len(new) - len(lines))
+    for i, line in enumerate(new):
+        if line.strip():
+            lines[i] = line
+    linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+
+
 def _load(statements: Any, ns: dict) -> list[str]:
     errors = []
     for filename, source in statements:
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        _remember(filename, source)
         try:
             exec(compile(source, filename, "exec"), ns)
         except Exception as err:  # noqa: BLE001 (the notebook reported it to the learner already)

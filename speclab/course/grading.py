@@ -47,7 +47,7 @@ from speclab.course.checks import CASE_TIME_LIMIT_S, Lab
 from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, stale
 
 RESULT_MARK = "@@speclab-grade@@"
-CELL_TIMEOUT_S = 60  # one cell of a submission: an endless loop in an ungraded demo cell is interrupted here
+CELL_TIMEOUT_S = 30  # one cell of a submission: an endless loop in an ungraded demo cell is interrupted here
 
 _RUNNER = r"""
 import sys

@@ -1,0 +1,175 @@
+"""Submissions as learners hand them in, built from the instructor sources: correct, untouched (stub), wrong,
+crashing and looping ones for every lab, and the attacks of issue 34 (a monkeypatch cheat, a function that
+writes what it is given around every capture, endless loops in graded functions and in ungraded cells).
+
+`python -m tests.course.submissions DEST` writes the whole folder (five notebooks per lab, plus the attacks),
+which one command grades: `python -m speclab labs grade DEST --out scores.csv --jobs 2 --executed feedback`.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell
+
+from speclab.course.labbuild import learner_notebook
+
+ROOT = Path(__file__).resolve().parents[2]
+LABS = [p.stem for p in sorted((ROOT / "labs" / "source").glob("lab*.ipynb"))]
+
+# The monkeypatch cheat of issue 34, and two stronger ones: the checks' helpers and torch patched in the
+# notebook, and the same patch made from inside an answer while the checks call it.
+CHEAT = """import speclab.checks as _c
+_c.Lab._run_case = lambda *a: (True, "", "")
+_c.expect = lambda *a, **k: None
+_c.CheckFailed = type("Never", (Exception,), {})
+import torch
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True"""
+CHEAT_INSIDE = """
+
+def _cheat():
+    import sys
+    for m in list(sys.modules.values()):
+        if getattr(m, "__name__", "").startswith("speclab"):
+            if hasattr(m, "Lab"):
+                m.Lab._run_case = lambda *a: (True, "", "")
+            if hasattr(m, "expect"):
+                m.expect = lambda *a, **k: None
+"""
+LEAK = "LEAK:"
+
+
+def source(lab: str):
+    return nbformat.read(ROOT / "labs" / "source" / f"{lab}.ipynb", as_version=4)
+
+
+def solved(lab: str):
+    """What a learner who got everything right hands in."""
+    return learner_notebook(source(lab), lab, keep_solutions=True)
+
+
+def stub(lab: str):
+    """The learner version, untouched."""
+    return nbformat.read(ROOT / "labs" / f"{lab}.ipynb", as_version=4)
+
+
+def answer_cell(nb, name: str):
+    """The code cell that defines `name`."""
+    return next(c for c in nb.cells if c.cell_type == "code" and re.search(rf"^def {name}\(", c.source, re.M))
+
+
+def replaced(nb, name: str, body: str):
+    """`nb` with the function `name` redefined (same signature) to run `body` instead: appended to its cell,
+    as a learner who rewrote it would."""
+    cell = answer_cell(nb, name)
+    signature = re.search(rf"^def {name}\((.*?)\):", cell.source, re.M | re.S).group(1)
+    lines = "\n".join("    " + line for line in body.splitlines())
+    cell.source += f"\n\n\ndef {name}({signature}):\n{lines}\n"
+    return nb
+
+
+def after_lab_cell(nb, code: str):
+    """`nb` with a code cell inserted right after the cell that makes the `Lab`."""
+    i = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "Lab(" in c.source)
+    nb.cells.insert(i + 1, new_code_cell(code))
+    return nb
+
+
+def before_score(nb, code: str):
+    """`nb` with a code cell inserted before its last cell, `score()` (an ungraded cell of the learner's)."""
+    nb.cells.insert(len(nb.cells) - 1, new_code_cell(code))
+    return nb
+
+
+def answers(lab: str) -> list[str]:
+    """The function names of the lab's questions, in order (from `lab.question` in the source)."""
+    text = "\n".join(c.source for c in source(lab).cells)
+    return re.findall(r'lab\.question\("q\d+", "(\w+)"', text)
+
+
+def cheat(lab: str):
+    """The untouched stubs, plus the monkeypatch cheat in the notebook and inside the first answer."""
+    nb = after_lab_cell(stub(lab), CHEAT)
+    first = answers(lab)[0]
+    answer_cell(nb, first).source += CHEAT_INSIDE
+    cell = answer_cell(nb, first)
+    cell.source = re.sub(rf"^(def {first}\(.*?\):\n)", r"\1    _cheat()\n", cell.source, count=1, flags=re.M | re.S)
+    return nb
+
+
+def leaky(lab: str, name: str):
+    """The solved lab whose `name` writes every argument it gets past print's capture: the raw file
+    descriptors, stderr, the display system, a file in its working directory and in its home."""
+    nb = solved(lab)
+    cell = answer_cell(nb, name)
+    body = (f"    import os, sys\n    _seen = {LEAK!r} + repr((args, kwargs)) + '\\n'\n"
+            "    os.write(1, _seen.encode()); os.write(2, _seen.encode()); sys.__stdout__.write(_seen)\n"
+            "    sys.stderr.write(_seen); print(_seen)\n"
+            "    try:\n        from IPython.display import display\n        display(_seen)\n"
+            "    except Exception:\n        pass\n"
+            "    for folder in ('.', os.path.expanduser('~')):\n"
+            "        with open(os.path.join(folder, 'leak.txt'), 'a') as f:\n            f.write(_seen)\n"
+            f"    return _{name}(*args, **kwargs)\n")
+    cell.source = cell.source.replace(f"def {name}(", f"def _{name}(", 1) + f"\n\n\ndef {name}(*args, **kwargs):\n{body}"
+    return nb
+
+
+def looping(lab: str, names: list[str]):
+    """The solved lab with an endless loop in each function of `names`."""
+    nb = solved(lab)
+    for name in names:
+        replaced(nb, name, "while True:\n    pass")
+    return nb
+
+
+def crashing(lab: str, name: str):
+    nb = solved(lab)
+    return replaced(nb, name, "raise RuntimeError('my code is broken')")
+
+
+def wrong(lab: str, name: str):
+    """A plausible wrong answer: the right function's result, thrown away for a constant."""
+    return replaced(solved(lab), name, "return 0")
+
+
+def demo_loop(lab: str):
+    """The solved lab with an endless loop in an ungraded cell of the learner's."""
+    return before_score(solved(lab), "while True:  # an ungraded experiment that never ends\n    pass")
+
+
+def folder(dest: Path) -> dict[str, str]:
+    """Write every lab's correct, stub, wrong (q1 returns 0), crashing (q2 raises) and looping (q1 and the last
+    question loop) submissions, and the attacks; returns {file name: what it is}."""
+    dest.mkdir(parents=True, exist_ok=True)
+    made = {}
+    for lab in LABS:
+        names = answers(lab)
+        kinds = {"correct": (solved(lab), "every answer right"),
+                 "stub": (stub(lab), "untouched"),
+                 "wrong": (wrong(lab, names[0]), f"q1 ({names[0]}) returns 0"),
+                 "crash": (crashing(lab, names[1]), f"q2 ({names[1]}) raises"),
+                 "loop": (looping(lab, [names[0], names[-1]]), f"q1 and q{len(names)} loop forever")}
+        for kind, (nb, what) in kinds.items():
+            nbformat.write(nb, dest / f"{lab}_{kind}.ipynb")
+            made[f"{lab}_{kind}.ipynb"] = what
+    for name, (nb, what) in attacks().items():
+        nbformat.write(nb, dest / name)
+        made[name] = what
+    return made
+
+
+def attacks() -> dict[str, tuple]:
+    return {"lab09_cheat.ipynb": (cheat("lab09"), "stubs + the monkeypatch cheat"),
+            "lab09_leak.ipynb": (leaky("lab09", "next_k"), "solved; next_k writes its inputs everywhere"),
+            "lab09_loop_two.ipynb": (looping("lab09", ["draft_with_stop", "best_plan"]),
+                                     "solved; q2 and q4 loop (and so do the demo cells that call them)"),
+            "lab07_demo_loop.ipynb": (demo_loop("lab07"), "solved; an ungraded cell loops forever")}
+
+
+if __name__ == "__main__":
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "submissions")
+    for file, what in folder(out).items():
+        print(f"{file}: {what}")

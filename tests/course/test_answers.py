@@ -1,0 +1,93 @@
+"""The answer worker and its wire (speclab.course.answers): what a worker sends can only be plain data,
+the learner's notebook contributes only its definitions, and a 0-dim result keeps its gradient."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import tempfile
+
+import pytest
+import torch
+
+from speclab.course.answers import (AnswerProcess, LearnerRaised, Opaque, RemoteNamespace, WireError, definitions,
+                                    from_wire, plain_loads, to_wire, with_gradient)
+
+
+def test_the_judge_refuses_a_pickle_that_names_anything():
+    evil = pickle.dumps(os.system)  # unpickling would import os and hand back os.system
+    with pytest.raises(WireError):
+        plain_loads(evil)
+
+    class Boom:
+        def __reduce__(self):
+            return (print, ("pwned",))
+    with pytest.raises(WireError):
+        plain_loads(pickle.dumps(Boom()))
+    assert plain_loads(pickle.dumps(("l", [1, 2.5, None, "x", b"y"]))) == ("l", [1, 2.5, None, "x", b"y"])
+
+
+def test_values_cross_as_plain_data_and_come_back_alike():
+    value = {"a": (1, [2.5, None], {3}), 4: torch.tensor([[True, False]]), "e": ..., "h": torch.tensor(0.5).half()}
+    back = from_wire(plain_loads(pickle.dumps(to_wire(value))))
+    assert back["a"] == (1, [2.5, None], {3}) and back["e"] is Ellipsis
+    assert back[4].dtype == torch.bool and back[4].tolist() == [[True, False]] and back["h"].dtype == torch.float16
+    assert isinstance(from_wire(to_wire(object())), Opaque)
+    for bad in [("T", "torch.float32", [2], b"abc", False, False), ("zz",), ["l", []], ("d", [(1,)])]:
+        with pytest.raises(WireError):
+            from_wire(bad)
+
+
+def test_a_scalar_result_keeps_the_gradient_the_worker_computed():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    out = with_gradient(torch.tensor(3.25), [x], [torch.tensor([0.5, -1.0])])
+    assert out.item() == 3.25 and out.requires_grad and out.dim() == 0
+    out.backward()
+    assert x.grad.tolist() == [0.5, -1.0]
+
+
+def test_only_imports_definitions_and_call_free_assignments_are_kept():
+    cells = ["import torch\nF = torch.nn.functional\nx = torch.zeros(3)\nprint('demo')\nwhile True:\n    pass",
+             "%pip install x\n!ls\ndef f(a):\n    return a + 1\nf(1)", "def broken(:\n    pass",
+             "@staticmethod\ndef g():\n    return 2\nclass C:\n    pass\nlab = Lab('lab01')"]
+    kept = "\n".join(src for _, src in definitions(cells))
+    for present in ("import torch", "F = torch.nn.functional", "def f(a):", "@staticmethod", "class C:"):
+        assert present in kept
+    for absent in ("torch.zeros", "print('demo')", "while True", "f(1)", "broken", "Lab("):
+        assert absent not in kept
+
+
+def worker(code: str) -> tuple[AnswerProcess, RemoteNamespace]:
+    process = AnswerProcess(definitions([code]), tempfile.mkdtemp())
+    return process, RemoteNamespace(process)
+
+
+def test_a_call_runs_in_the_worker_with_callbacks_generators_and_in_place_changes_coming_back():
+    process, ns = worker("import torch\ndef f(pool, g, cb):\n    pool['k'] = [(1, 2)]\n    print('hi')\n"
+                         "    return cb(3) + float(torch.rand((), generator=g))\n")
+    try:
+        assert "f" in ns and "nope" not in ns
+        pool, g, seen = {}, torch.Generator().manual_seed(0), []
+        expected = 6 + float(torch.rand((), generator=torch.Generator().manual_seed(0)))
+        out = io.StringIO()
+        import contextlib
+        with contextlib.redirect_stdout(out):
+            got = ns.get("f")(pool, g, lambda v: seen.append(v) or 2 * v)
+        assert got == pytest.approx(expected) and seen == [3] and pool == {"k": [(1, 2)]}
+        assert out.getvalue() == "hi\n"
+        assert torch.equal(g.get_state(), torch.Generator().manual_seed(0).get_state()) is False  # advanced
+    finally:
+        process.kill()
+
+
+def test_an_error_in_the_learners_code_is_worded_and_an_exit_is_survived():
+    process, ns = worker("def f(x):\n    return 1 / x\ndef g():\n    import os\n    os._exit(3)\n")
+    try:
+        with pytest.raises(LearnerRaised, match=r"ZeroDivisionError: division by zero in `f`, at the line `return 1 / x`"):
+            ns.get("f")(0)
+        with pytest.raises(LearnerRaised, match="broke the process"):
+            ns.get("g")()
+        ns.get("f").prepare()  # a fresh worker for the next case
+        assert ns.get("f")(4) == 0.25
+    finally:
+        process.kill()
