@@ -55,11 +55,21 @@ import nbformat
 from nbclient import NotebookClient
 src, out, workdir, timeout, cell_timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
 nb = nbformat.read(src, as_version=4)
+
+
+def executed(cell, cell_index, execute_reply):
+    if (execute_reply or {}).get("content", {}).get("ename") == "CellTimeout":  # nbclient's reply after interrupting
+        content = execute_reply["content"]
+        cell.outputs.append(nbformat.v4.new_output("error", ename=content["ename"], evalue=content["evalue"],
+                                                   traceback=[content["evalue"]]))
+    nbformat.write(nb, out)  # kept if the whole run is killed later
+
+
 client = NotebookClient(
     nb, timeout=cell_timeout, interrupt_on_timeout=True, kernel_name="python3", allow_errors=True,
     error_on_timeout={"ename": "CellTimeout", "evalue": f"this cell ran longer than {cell_timeout} s and was "
                       "interrupted by the grader; the notebook went on with the next cell", "traceback": []},
-    on_cell_executed=lambda cell, cell_index, execute_reply: nbformat.write(nb, out),  # kept if killed later
+    on_cell_executed=executed,
     resources={"metadata": {"path": workdir}})
 try:
     client.execute()

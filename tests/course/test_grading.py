@@ -17,6 +17,9 @@ from speclab.course.checks import CheckFailed, Lab, expect_allclose, expect_clos
 from speclab.course.grading import detect_lab, grade_folder
 from speclab.course.labbuild import cell_kind, checks_source, learner_notebook, strip_solutions
 
+from tests.course import submissions
+from tests.course.test_labs import answers as solved_answers
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -338,3 +341,72 @@ def test_the_command_line(tmp_path, capsys):
     assert "up to date" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         grading.main(["grade"])
+
+
+# ---------------------------------------------------------------- the attacks of issue 34, through the whole grader
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory):
+    """The attack submissions (tests/course/submissions.py), graded with the default limits, two at a time."""
+    tmp = tmp_path_factory.mktemp("attacks")
+    subs = tmp / "submissions"
+    subs.mkdir()
+    for name, (nb, _) in submissions.attacks().items():
+        nbformat.write(nb, subs / name)
+    grade_folder(subs, tmp / "scores.csv", jobs=2, executed_dir=tmp / "executed")
+    rows = {r["submission"]: r for r in csv.DictReader((tmp / "scores.csv").open())}
+    return rows, tmp / "executed"
+
+
+def feedback_of(executed: Path, name: str) -> str:
+    return "".join(o.get("text", "") for o in nbformat.read(executed / name, as_version=4).cells[-1].outputs)
+
+
+def test_the_monkeypatch_cheat_scores_0(attacked):
+    rows, executed = attacked
+    assert rows["lab09_cheat.ipynb"]["percent"] == "0", rows["lab09_cheat.ipynb"]
+    assert "Total: 0.00 of 9 points" in feedback_of(executed, "lab09_cheat.ipynb")
+
+
+def test_nothing_the_learners_code_writes_during_hidden_checks_reaches_the_feedback(attacked, capsys):
+    """next_k writes every argument it gets to fd 1 and 2, sys.__stdout__, stderr, print, display and files.
+    Every such line in the returned notebook must come from a public check the learner ran themselves."""
+    rows, executed = attacked
+    assert rows["lab09_leak.ipynb"]["percent"] == "100", rows["lab09_leak.ipynb"]
+    public_calls, solution = set(), solved_answers("lab09", keep=True)["next_k"]
+
+    def next_k(*args, **kwargs):
+        public_calls.add(submissions.LEAK + repr((args, kwargs)))
+        return solution(*args, **kwargs)
+    Lab("lab09").run("q1", {"next_k": next_k})
+    text = "\n".join(strings(json.loads((executed / "lab09_leak.ipynb").read_text())))
+    leaked = {line.strip().strip("'\"") for line in re.findall(re.escape(submissions.LEAK) + r"[^\n]*", text)}
+    assert leaked and leaked <= {c for c in public_calls}, sorted(leaked - public_calls)[:5]
+
+
+def strings(node) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        node = list(node.values())
+    return [s for item in node for s in strings(item)] if isinstance(node, list) else []
+
+
+def test_two_looping_answers_cost_their_questions_only_within_the_notebook_timeout(attacked):
+    rows, executed = attacked
+    row = rows["lab09_loop_two.ipynb"]
+    assert (row["q1"], row["q2"], row["q3"], row["q4"]) == ("2.00", "0.00", "2.00", "0.00"), row
+    assert row["status"] == "ok (out of time: q2, q4)" and float(row["seconds"]) < 300, row
+    feedback = feedback_of(executed, "lab09_loop_two.ipynb")
+    for head in ("✗ q2 · draft_with_stop", "✗ q4 · best_plan"):
+        assert "took longer than 15 s" in feedback.split(head)[1].split("\n✓")[0].split("\n✗")[0], feedback
+    assert "was interrupted" in feedback  # the demo cells that call them
+
+
+def test_an_endless_ungraded_cell_is_interrupted_and_costs_nothing(attacked):
+    rows, executed = attacked
+    row = rows["lab07_demo_loop.ipynb"]
+    assert row["percent"] == "100" and row["status"] == "ok", row
+    nb = nbformat.read(executed / "lab07_demo_loop.ipynb", as_version=4)
+    assert "ran longer than 30 s and was interrupted" in feedback_of(executed, "lab07_demo_loop.ipynb")
+    score_cell = nb.cells[-2]  # the learner's score() ran after the interrupted cell
+    assert score_cell.source == "score()" and "Total:" in "".join(o.get("text", "") for o in score_cell.outputs)
