@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from speclab.course.checks import is_stub
 from speclab.runner import ModelRunner
 
 MAX_MESSAGE = 256 * 2**20  # bytes; a worker that sends more is treated as broken
@@ -357,7 +358,8 @@ class AnswerProcess:
 
     # ---- requests
     def lookup(self, name: str) -> tuple[str, Any]:
-        """('missing', None), ('callable', None) or ('value', the value) for a name of the learner's."""
+        """('missing', None), ('callable', whether it is the untouched stub) or ('value', the value) for a name
+        of the learner's."""
         assert self.sock is not None
         self.sock.settimeout(SETUP_LIMIT_S)  # a worker busy with something else of the learner's
         try:
@@ -365,8 +367,10 @@ class AnswerProcess:
         finally:
             if self.sock is not None:
                 self.sock.settimeout(None)
-        if reply == ("missing",) or reply == ("callable",):
-            return reply[0], None
+        if reply == ("missing",):
+            return "missing", None
+        if type(reply) is tuple and len(reply) == 2 and reply[0] == "callable":
+            return "callable", reply[1] is True
         if type(reply) is tuple and len(reply) == 2 and reply[0] == "value":
             return "value", from_wire(reply[1])
         raise WireError("a malformed lookup reply")
@@ -469,8 +473,8 @@ def _tensor_args(args: tuple, kwargs: dict) -> list[torch.Tensor]:
 class RemoteAnswer:
     """The learner's function as a case sees it: calling it runs the learner's code in the worker."""
 
-    def __init__(self, process: AnswerProcess, name: str):
-        self.process, self.__name__ = process, name
+    def __init__(self, process: AnswerProcess, name: str, is_stub: bool = False):
+        self.process, self.__name__, self.is_stub = process, name, is_stub
 
     def prepare(self) -> None:
         """Start a fresh worker if an earlier case killed it: called before a case's clock starts."""
@@ -510,7 +514,9 @@ class RemoteNamespace:
     def get(self, name: str, default: Any = None) -> Any:
         self.ensure()
         kind, value = self.process.lookup(name)
-        return default if kind == "missing" else RemoteAnswer(self.process, name) if kind == "callable" else value
+        if kind == "missing":
+            return default
+        return RemoteAnswer(self.process, name, value) if kind == "callable" else value
 
 
 # ================================================================ the worker's side
@@ -657,7 +663,7 @@ def serve(fd: int) -> None:
             channel.send(("ready", _load(message[1], ns)))
         elif kind == "lookup":
             value = ns.get(message[1], _MISSING)
-            channel.send(("missing",) if value is _MISSING else ("callable",) if callable(value)
+            channel.send(("missing",) if value is _MISSING else ("callable", is_stub(value)) if callable(value)
                          else ("value", to_wire(value)))
         elif kind == "call":
             channel.send(_call(channel, ns, filenames, message[1], message[2], message[3]))

@@ -93,10 +93,25 @@ UNFINISHED = ("it looks unfinished: write your code where it says `# YOUR CODE H
 
 
 def untouched(message: str) -> bool:
-    """Whether a case's message says the answer is still the stub (or missing): no hint is shown then, since a
-    hint is a recipe for the question, for after a wrong answer, not before any."""
-    return any(mark in message for mark in ("`# YOUR CODE HERE`", "is still `...`", "not attempted yet",
-                                            "is not defined: run the cell"))
+    """Whether a case's message says the answer is missing or still `...`: no hint is shown then, since a hint
+    is a recipe for the question, for after a wrong answer, not before any."""
+    marks = ("is still `...`, not", "is still `...`: replace", "not attempted yet", "is not defined: run the cell")
+    return any(mark in message for mark in marks)
+
+
+def _empty() -> None:
+    """What an untouched stub compiles to: a docstring and `...`, no code."""
+    ...
+
+
+def is_stub(answer: Any) -> bool:
+    """Whether the learner's function is still the stub: its body runs no code at all (the grader's remote
+    answer says so itself, from the learner's process)."""
+    flag = getattr(answer, "is_stub", None)
+    if isinstance(flag, bool):
+        return flag
+    code = getattr(answer, "__code__", None)
+    return code is not None and code.co_code == _empty.__code__.co_code
 
 
 def unfinished(call: str) -> str:
@@ -401,6 +416,7 @@ class Lab:
             return result
         missing = question.answer not in ns
         answer = ns.get(question.answer)
+        stub = is_stub(answer)  # no hints for an answer not yet attempted
         timed_out = False
         for case in cases:
             if missing:
@@ -414,7 +430,8 @@ class Lab:
                 continue
             passed, message, printed = self._run_case(case, answer)
             timed_out = message.startswith(TIMEOUT_MESSAGE)
-            result.cases.append(CaseResult(qid, case.name, passed, message, case.hint, case.hidden, printed))
+            hint = "" if stub else case.hint
+            result.cases.append(CaseResult(qid, case.name, passed, message, hint, case.hidden, printed))
         return result
 
     def _run_case(self, case: Case, answer: Any) -> tuple[bool, str, str]:

@@ -341,6 +341,79 @@ def test_a_plausible_mistake_is_caught_by_the_case_written_for_it(lab, qid, case
     assert "First failing check:" in out and "What happened:" in out and "Hint:" in out
 
 
+# Every rule a lab's text states, with the PUBLIC case that checks it and an answer that breaks only that rule:
+# a learner who sees a check mark has followed every stated rule (issue 34). Hidden cases are left for other
+# sizes, seeds and edge values.
+RULES = [
+    ("lab06", "q1", "the **largest** $n$ whose tail", "a longer match beats a later, shorter one",
+     "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min_ngram, min(max_ngram, len(seq) - 1) + 1):  # the shortest n first\n"
+     "        for i in range(len(seq) - n - 1, -1, -1):\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q1", "an occurrence may overlap the tail", "a repeated token: the match overlaps the tail",
+     "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min(max_ngram, len(seq) - 1), min_ngram - 1, -1):\n"
+     "        for i in range(len(seq) - 2 * n, -1, -1):  # only matches that end before the tail starts\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q2", "one that is already there moves to the end", "re-adding a stored continuation",
+     next(m[3] for m in MISTAKES if m[2] == "re-adding a stored continuation")),
+    ("lab06", "q3", "`torch.bool` tensor", "a torch.bool tensor, as attention masks need",
+     "def lookahead_mask(width, levels):\n    return speclab.methods.lookahead.window_sees(width, levels).int()"),
+    ("lab06", "q4", "reuse the child of the current node that carries that token", "two tokens shared, then apart",
+     "def candidate_tree(candidates):\n    tokens, parents, node_of = [], [], {}\n"
+     "    for candidate in candidates:\n        node = -1\n        for token in candidate:\n"
+     "            if token not in node_of:  # any node with that token, wherever it hangs\n"
+     "                node_of[token] = len(tokens)\n                tokens.append(token)\n"
+     "                parents.append(node)\n            node = node_of[token]\n    return tokens, parents"),
+    ("lab07", "q3", "among the current node's children", "a node whose parent was not accepted",
+     "def greedy_path(tokens, parents, target_argmax):\n    path, node = [], -1\n    while True:\n"
+     "        want = int(target_argmax[node + 1])\n"
+     "        child = next((i for i in range(len(tokens)) if i > node and int(tokens[i]) == want), None)  # any later node\n"
+     "        if child is None:\n            return path, want\n        path.append(child)\n        node = child"),
+    ("lab08", "q4", "a 0-dimensional tensor through which gradients flow back", "a 0-dim tensor whose gradient",
+     "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1)\n"
+     "    ce = -(p * torch.log_softmax(predicted @ lm_head_weight.T, -1)).sum(-1).mean()\n"
+     "    return (torch.nn.functional.smooth_l1_loss(predicted, truth) + ce_weight * ce).item()"),
+    ("lab09", "q1", "**A round that drafted nothing** says nothing about the draft: $K$ stays as it is", "nothing drafted",
+     next(m[3] for m in MISTAKES if m[2] == "nothing drafted")),
+    ("lab09", "q2", "a confidence equal to the threshold goes on", "exactly at the threshold",
+     next(m[3] for m in MISTAKES if m[2] == "exactly at the threshold")),
+    ("lab09", "q4", "If the best modelled speedup is not above 1", "exactly 1 is no gain",
+     next(m[3] for m in MISTAKES if m[2] == "exactly 1 is no gain")),
+    ("lab09", "q4", "every $K$ from 1 to `k_max`", "the best K is k_max",
+     next(m[3] for m in MISTAKES if m[2] == "the best K is k_max")),
+]
+
+
+@pytest.mark.parametrize("lab,qid,rule,case,wrong", RULES, ids=[f"{r[0]}-{r[1]}-{r[3][:20]}" for r in RULES])
+def test_every_rule_the_lab_states_has_a_public_case_that_breaking_it_fails_first(lab, qid, rule, case, wrong, capsys):
+    text = "\n".join(c.source for c in read(ROOT / "labs" / f"{lab}.ipynb").cells if c.cell_type == "markdown")
+    assert rule in " ".join(text.split()), f"{lab} {qid}: the text no longer states {rule!r}"
+    ns = answers(lab, keep=True)
+    exec(compile(wrong, f"<{lab} rule>", "exec"), ns)
+    result = Lab(lab).check(qid, ns)  # the public checks a learner runs, from speclab/course/labs
+    assert all(not c.hidden for c in result.cases)
+    assert result.first_failure is not None and case in result.first_failure.name, \
+        f"{lab} {qid}: breaking {rule!r} should fail the public case {case!r} first; got {result.first_failure}"
+    assert "Hint:" in capsys.readouterr().out  # a wrong answer gets its hint
+
+
+def test_messages_say_what_happened():
+    """Issue 34, item 5: an additive mask is named as such, lab 9 q4's stub message reads, and a point mass
+    that is rejected is not described as accepted."""
+    ns = answers("lab08", keep=True)
+    exec("def unroll_mask(n, step):\n    return speclab.train.eagle.unroll_mask(n, step, torch.float32)[0, 0]", ns)
+    assert "an additive mask" in all_checks("lab08").run("q5", ns).first_failure.message
+    stub = all_checks("lab09").run("q4", answers("lab09", keep=False))
+    assert "unfinished: it looks" not in stub.report() and "Hint:" not in stub.report()
+    assert "untouched stub returns None" in stub.first_failure.message
+    public = (ROOT / "speclab" / "course" / "labs" / "lab07.py").read_text()
+    assert "token 0 is accepted with p(0) = 0.5" not in public and "would be accepted with probability p(0)" in public
+
+
 # ---------------------------------------------------------------- the committed files
 def test_learner_versions_and_public_checks_are_not_stale():
     """CI fails here when a source changed without `python -m speclab.course.grading build`."""
@@ -422,8 +495,9 @@ def test_the_learner_version_runs_unchanged_and_every_check_fails_with_its_messa
     for source, out in checks:
         qid = re.search(r'check\("(q\d+)"\)', source).group(1)
         assert out.startswith(f"✗ {qid} · "), out
-        for part in ("First failing check:", "What happened:", "Hint:"):
+        for part in ("First failing check:", "What happened:"):
             assert part in out, f"{lab} {qid}: {part!r} missing from\n{out}"
+        assert "Hint:" not in out, f"{lab} {qid}: a hint for an answer not yet attempted\n{out}"
     assert row["percent"] == "0", row
 
 

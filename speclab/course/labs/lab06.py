@@ -59,6 +59,17 @@ def _(f):
     check_lookup(f, [4, 6, 2, 9, 4, 6], 5, 2, why="only 4 tokens follow the match at 0, the tail included")
 
 
+@lab.case("q1", "a longer match beats a later, shorter one", hint="Try the largest n first and stop at the first n that matches. " + HINT_Q1)
+def _(f):
+    check_lookup(f, [1, 2, 7, 3, 2, 8, 1, 2], 2, 2, why="[1, 2] matches at 0; [2] alone matches later, at 4")
+
+
+@lab.case("q1", "a repeated token: the match overlaps the tail", hint=HINT_Q1)
+def _(f):
+    check_lookup(f, [1, 1, 1, 1], 3, 2)
+    check_lookup(f, [4, 4, 4, 4, 4], 2, 3)
+
+
 # TESTS q2
 lab.question("q2", "update_pool", points=2, title="the n-gram pool, fed by the Jacobi window")
 
@@ -132,6 +143,12 @@ def _(f):
                  why="(10, 11) was added first, so it goes when (2, 3) comes in")
 
 
+@lab.case("q2", "re-adding a stored continuation makes it the most recent and drops nothing", hint="If the continuation is already in the list, remove it before appending it. " + HINT_Q2)
+def _(f):
+    check_update(f, [(1, 2, 3), (1, 4, 5)], [([[1], [2]], [3])], per_key=2)
+    check_update(f, [(7, 2, 3), (7, 4, 5), (7, 6, 6)], [([[7, 7], [4, 2]], [5, 3])], per_key=3)
+
+
 # TESTS q3
 lab.question("q3", "lookahead_mask", points=2, title="the lookahead attention mask")
 
@@ -179,6 +196,11 @@ def _(f):
     check_mask(f, 4, 3, why="token (2, 1) sees (0, 0), (0, 1), (1, 1) and (2, 1)")
 
 
+@lab.case("q3", "a torch.bool tensor, as attention masks need", hint="Build it with torch.zeros(m, m, dtype=torch.bool).")
+def _(f):
+    check_mask(f, 2, 2, strict=True)
+
+
 # TESTS q4
 lab.question("q4", "candidate_tree", points=2, title="the pool's candidates as one token tree")
 
@@ -210,3 +232,10 @@ def _(f):
 @lab.case("q4", "the same candidate twice: its nodes once", hint=HINT_Q4)
 def _(f):
     check_tree(f, [(2, 3, 4), (2, 3, 4)])
+
+
+@lab.case("q4", "two tokens shared, then apart, and a token repeated in another branch", hint="Only a child of the current node with that token is reused; the same token elsewhere in the "
+               "tree is a different node. " + HINT_Q4)
+def _(f):
+    check_tree(f, [(1, 2, 3), (1, 2, 4), (1, 5, 3)])
+    check_tree(f, [(3, 3, 3), (3, 4, 3), (4, 3, 3)])

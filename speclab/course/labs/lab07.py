@@ -188,6 +188,13 @@ def _(f):
                  why="node 1 (token 6) is the root's match, node 4 (token 4) is node 1's, and node 4 is a leaf")
 
 
+@lab.case("q3", "a node whose parent was not accepted is never on the path", hint="Only the children of the node you are at are candidates: " + HINT_Q3)
+def _(f):
+    # node 2 (under node 0) carries the right token for the root's row, but node 0 misses
+    check_greedy(f, [5, 6, 7], [-1, -1, 0], [7, 1, 7, 3])
+    check_greedy(f, [5, 6, 7, 9], [-1, -1, 0, 1], [6, 7, 0, 1, 2], why="node 2's token matches after node 0 only")
+
+
 # TESTS q4
 lab.question("q4", "try_children", points=3, title="one node of multi-candidate rejection sampling")
 
@@ -277,8 +284,8 @@ def _(f):
 @lab.case("q4", "top-k candidates (qs = None): point masses, a rejection removes the token from p", hint=HINT_Q4)
 def _(f):
     check_node(f, dist([0.5, 0.3, 0.2]), [0, 1], None, [0.6, 0.5],
-               why="token 0 is accepted with p(0) = 0.5 and u = 0.6 is not below it; the residual is [0, 0.6, 0.4], "
-                   "and 0.5 < 0.6 accepts token 1")
+               why="child 0 (token 0) would be accepted with probability p(0) = 0.5, but u = 0.6 is not below "
+                   "it: rejected, and the residual is [0, 0.6, 0.4]; then u = 0.5 < 0.6 accepts child 1 (token 1)")
     check_node(f, dist([0.5, 0.3, 0.2]), [0, 1], None, [0.6, 0.7], why="both rejected: the residual is all on token 2")
 
 

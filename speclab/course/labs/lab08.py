@@ -385,6 +385,25 @@ def _(f):
                  why="what speclab.train.eagle.eagle_loss gives on the same 14-token row")
 
 
+@lab.case("q4", "a 0-dim tensor whose gradient reaches predicted, as eagle_loss's does",
+          hint="Compute with torch operations only (no .item(), float() "
+          "or numpy), and return the tensor itself.")
+def _(f):
+    g = torch.Generator().manual_seed(24)
+    weight, truth = torch.randn(7, 4, generator=g), torch.randn(5, 4, generator=g)
+    predicted = (truth + torch.randn(5, 4, generator=g)).requires_grad_()
+    call, got = loss_of(f, predicted, truth, weight)
+    expect(isinstance(got, torch.Tensor) and got.dim() == 0 and got.requires_grad,
+           f"{call} returned {show(got)} ({type(got).__name__}); expected a "
+           "0-dimensional tensor that gradients flow through")
+    got.backward()
+    mine = predicted.grad.clone()
+    predicted.grad = None
+    reference_loss(predicted, truth, weight).backward()
+    expect_allclose(mine, predicted.grad, "the gradient of your loss in predicted",
+                    atol=1e-5)
+
+
 # TESTS q5
 lab.question("q5", "unroll_mask", points=1, title="EAGLE-3's training-time-test mask")
 
@@ -404,6 +423,13 @@ def check_unroll(f, n, step, why=""):
         got = None
     expect(got is not None,
            f"{call} returned {show(result)}; expected a boolean tensor")
+    values = torch.as_tensor(plain(result))
+    odd = values[(values != 0) & (values != 1)] if values.is_floating_point() else values[:0]
+    expect(not len(odd),
+           f"{call} returned a {values.dtype} tensor holding values such as "
+           f"{show(float(odd[0])) if len(odd) else ''}: an additive mask (0 where a row "
+           "may attend, a large negative number where not), as a model takes it; expected a bool mask, "
+           "True where row t may attend to column c")
     want = training.unroll_mask(n, step, torch.float32)[0, 0] == 0
     expect(tuple(got.shape) == tuple(want.shape),
            f"{call} has shape {tuple(got.shape)}; expected {tuple(want.shape)}: n "

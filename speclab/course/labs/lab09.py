@@ -79,6 +79,13 @@ def _(f):
                "target kept both: every token it drafted was accepted")
 
 
+@lab.case("q1", "nothing drafted: K stays as it is", hint=HINT_Q1)
+def _(f):
+    for k, k_max in ((4, 6), (1, 6), (6, 6)):
+        check_step(f, k, 0, 0, k_max, why="a round that drafted nothing says nothing about "
+                   "the draft")
+
+
 # TESTS q2
 lab.question("q2", "draft_with_stop", points=3, title="the confidence stop")
 
@@ -211,6 +218,15 @@ def _(f):
                         "about 0.34, but the raw softmax's is 0.45: go on, until step 3 (0.3)")
 
 
+@lab.case("q2", "a confidence exactly at the threshold goes on: only below it stops",
+          hint=HINT_Q2)
+def _(f):
+    check_round(f, [torch.zeros(2), torch.zeros(2), torch.tensor([2.0, 0.0])], 3, 0.5,
+                why="equal logits over 2 tokens: confidence exactly 0.5")
+    check_round(f, [torch.zeros(4), torch.tensor([0.0, 3.0, 0.0, 0.0])], 2, 0.25,
+                why="equal logits over 4 tokens: confidence exactly 0.25")
+
+
 # TESTS q3
 lab.question("q3", "choose_exit_layer", points=2, title="where should the target exit?")
 
@@ -289,8 +305,6 @@ def _(f):
 
 
 # TESTS q4
-from speclab.checks import UNFINISHED
-
 lab.question("q4", "best_plan", points=2, title="exit layer and K together")
 
 HINT_Q4 = ("Try every E in sorted(alphas) and every K in range(1, k_max + 1); keep the "
@@ -329,7 +343,8 @@ def check_plan(f, alphas, costs, k_max, verify_cost=None, what="", why=""):
         return
     expect(result is not None, f"{call} returned None (the target alone); expected "
            f"{best}, a plan with a modelled speedup of {best_s:.4f}, above 1"
-           + because(why) + f". If best_plan is unfinished: {UNFINISHED}.")
+           + because(why) + ". (The untouched stub returns None too: write your code where it says "
+           "`# YOUR CODE HERE`.)")
     try:
         e, k = (int(x) for x in plain(result))
     except (TypeError, ValueError):
@@ -368,8 +383,21 @@ def _(f):
                why="a verify pass of 1.4 target steps leaves nothing for the drafts to win")
 
 
+@lab.case("q4", "a modelled speedup of exactly 1 is no gain: None", hint=HINT_Q4)
+def _(f):
+    check_plan(f, {4: 0.5, 8: 0.6}, {4: 0.1, 8: 0.2}, 4)
+    check_plan(f, {4: 0.0, 8: 0.0}, {4: 0.0, 8: 0.0}, 4,
+               why="a free draft that is never right: 1 token per round for 1 target step")
+
+
+@lab.case("q4", "the best K is k_max itself; and k_max = 1", hint=HINT_Q4)
+def _(f):
+    check_plan(f, {6: 0.97, 12: 0.99}, {6: 0.05, 12: 0.3}, 3)
+    check_plan(f, TRAINED_ALPHAS, TRAINED_COSTS, 1)
+
+
 @lab.case("q4", "a tie: the smaller exit layer, whatever the order of the keys",
           hint=HINT_Q4)
 def _(f):
-    check_plan(f, {16: 0.8, 8: 0.8, 4: 0.3}, {16: 0.1, 8: 0.1, 4: 0.1}, 6,
+    check_plan(f, {16: 0.8, 8: 0.8, 4: 0.3}, {16: 0.1, 8: 0.1, 4: 0.1}, 8,
                why="exits 8 and 16 were measured the same: the same speedup for every K")
