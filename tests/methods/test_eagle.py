@@ -681,3 +681,29 @@ def test_a_head_that_outputs_nan_is_refused_not_drafted_from(tree):
     drafter = EagleDrafter(head, target, tree=tree, top_k=2, depth=3, total_tokens=5)
     with pytest.raises(FloatingPointError, match="EAGLE head produced NaN"):
         speculative_generate(target, drafter, PROMPT, k=3, max_new_tokens=8)
+
+
+def test_unrolled_confidence_is_the_heads_top_probability_and_the_targets_verdict():
+    """Step 0 from the teacher-forced pass, by hand: the head's top probability, then greedy whether
+    it is the target's argmax, sampled the target's probability of it; greedy acceptance at step j
+    agrees with unrolled_accuracy."""
+    from speclab.train.eagle import unrolled_accuracy, unrolled_confidence
+    target = tiny_model("llama", layers=2, seed=0)
+    head = random_head(target, seed=3)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    rows = PROMPT.view(1, -1)
+    final = target_features(target, rows, torch.device("cpu")).float()
+    confidence, greedy = unrolled_confidence(head, embed, lm_head, rows, final, final, 3)
+    _, sampled = unrolled_confidence(head, embed, lm_head, rows, final, final, 3, temperature=1.0)
+    assert confidence.shape == greedy.shape == sampled.shape == (3, 1, len(PROMPT) - 3)
+    with torch.no_grad():
+        h = head(embed(rows[:, 1:]), final[:, :-1])
+        q = torch.softmax(lm_head(head.logits_input(h)), -1)
+        p = torch.softmax(lm_head(final[:, 1:]), -1)
+    n = len(PROMPT) - 3
+    top = q.argmax(-1)[:, :n]
+    torch.testing.assert_close(confidence[0], q.max(-1).values[:, :n])
+    assert torch.equal(greedy[0], (p.argmax(-1)[:, :n] == top).float())
+    torch.testing.assert_close(sampled[0], p[:, :n].gather(-1, top[..., None])[..., 0])
+    accuracy = unrolled_accuracy(head, embed, lm_head, rows, final, final, 3)
+    assert [round(float(a.mean()), 4) for a in greedy] == accuracy
