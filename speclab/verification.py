@@ -204,12 +204,12 @@ def typical_emitted_distribution(p: torch.Tensor, candidates: list[int], epsilon
                                  delta: float = 0.3, rule: str = "speclab", fast: bool = True) -> torch.Tensor:
     """Exact distribution of the token typical acceptance emits at one node whose children are the
     deterministic `candidates` (in order). rule "speclab" (typical_accept_tree): all mass on the first
-    candidate that passes the threshold, or p itself when none does. rule "medusa"
-    (medusa_typical_accept_tree): all mass on the passing candidate of highest p (the likeliest of the
+    candidate that passes the threshold, or p itself when none does. rule "reference", the Medusa
+    reference's (medusa_typical_accept_tree): all mass on the passing candidate of highest p (the likeliest of the
     longest paths), or, when none passes, on p's argmax (fast) or on p cut to the tokens at or above
     the threshold. Compare it with p (what the rejection rule emits) to see the bias."""
-    if rule not in ("speclab", "medusa"):
-        raise ValueError(f"rule must be 'speclab' or 'medusa', got {rule!r}")
+    if rule not in ("speclab", "reference"):
+        raise ValueError(f"rule must be 'speclab' or 'reference' (Medusa's), got {rule!r}")
     threshold = typical_threshold(p, epsilon, delta)
     passing = [x for x in candidates if p[x] > threshold]
     if passing:

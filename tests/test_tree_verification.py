@@ -177,10 +177,10 @@ def test_the_two_typical_rules_emit_different_biased_distributions():
     from speclab.verification import typical_emitted_distribution
     p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
     speclab_rule = typical_emitted_distribution(p, [1, 0])
-    medusa_rule = typical_emitted_distribution(p, [1, 0], rule="medusa")
+    medusa_rule = typical_emitted_distribution(p, [1, 0], rule="reference")
     assert speclab_rule[1] == 1 and medusa_rule[0] == 1   # the first that passes; the likeliest that passes
-    assert typical_emitted_distribution(p, [3], rule="medusa")[0] == 1  # none passes: the argmax
-    cut = typical_emitted_distribution(p, [3], rule="medusa", fast=False)
+    assert typical_emitted_distribution(p, [3], rule="reference")[0] == 1  # none passes: the argmax
+    cut = typical_emitted_distribution(p, [3], rule="reference", fast=False)
     torch.testing.assert_close(cut, torch.tensor([0.5, 0.3, 0.15, 0.0, 0.0]) / 0.95)
     with pytest.raises(ValueError, match="rule must be"):
         typical_emitted_distribution(p, [3], rule="eagle")

@@ -707,3 +707,26 @@ def test_unrolled_confidence_is_the_heads_top_probability_and_the_targets_verdic
     torch.testing.assert_close(sampled[0], p[:, :n].gather(-1, top[..., None])[..., 0])
     accuracy = unrolled_accuracy(head, embed, lm_head, rows, final, final, 3)
     assert [round(float(a.mean()), 4) for a in greedy] == accuracy
+
+
+def test_the_fastest_tree_setting_is_the_fastest_timed_with_more_than_one_child(tmp_path):
+    """settings='fastest-tree': EAGLE-2's dynamic tree proper, for the bench's tree rows, taken from
+    the head's timed table even where its fastest setting is a chain."""
+    import json
+    from speclab import load_drafter
+    from speclab.methods.eagle import fastest_tree
+    table = [dict(top_k=1, depth=12, total_tokens=12, min_confidence=None, speedup=3.0),
+             dict(top_k=2, depth=8, total_tokens=16, min_confidence=None, speedup=2.5),
+             dict(top_k=3, depth=6, total_tokens=16, min_confidence=0.1, speedup=2.4)]
+    measured = dict(top_k=1, depth=12, total_tokens=12, min_confidence=None, table=table)
+    assert fastest_tree(measured) == dict(top_k=2, depth=8, total_tokens=16, min_confidence=None)
+    target = tiny_model("llama", layers=2, seed=0)
+    EagleHead.for_target(target).save(tmp_path / "eagle")
+    (tmp_path / "eagle" / "tree.json").write_text(json.dumps(measured))
+    drafter = load_drafter("eagle", target, head=tmp_path / "eagle", settings="fastest-tree")
+    assert (drafter.top_k, drafter.depth, drafter.total_tokens) == (2, 8, 16)
+    assert load_drafter("eagle", target, head=tmp_path / "eagle").top_k == 1
+    with pytest.raises(ValueError, match="no greedy setting with top_k > 1"):
+        fastest_tree(dict(table=table[:1]))
+    with pytest.raises(ValueError, match="settings must be one of"):
+        load_drafter("eagle", target, head=tmp_path / "eagle", settings="widest")
