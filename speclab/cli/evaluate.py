@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from speclab.cli.main import command_parser
-from speclab.cli.options import add_pair_args, load, prompts_for
+from speclab.cli.options import add_pair_args, load, prompts_for, require_draft
 from speclab.measure.acceptance import acceptance_table, format_acceptance_table
 
 
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     target, draft, tok, device = load(args)
+    require_draft(args, draft, "evaluate (the draft's acceptance)")
     prompts = [p.to(device) for p in prompts_for(args, tok)]
     rows = acceptance_table(target, draft, prompts, ks=range(1, args.k_max + 1), temperatures=(0.0, 1.0),
                             max_new_tokens=args.max_new_tokens)

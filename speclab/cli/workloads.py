@@ -1,5 +1,6 @@
-"""python -m speclab workloads: the prompt sets bench runs on (code, prose, and the copying sets edit and
-quote), each shown by its first prompt's last lines; --build rewrites the shipped copying sets."""
+"""python -m speclab workloads: the prompt sets bench runs on (code, prose, the copying sets edit and quote,
+and the chat prompts by task, chat-*), each shown by its first prompt's last lines (a chat prompt as plain
+text; the bench applies the tokenizer's chat template); --build rewrites the shipped copying sets."""
 from __future__ import annotations
 
 import argparse

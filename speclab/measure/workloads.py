@@ -13,7 +13,21 @@ should be repeatable on the same prompts everywhere.
           the eight prompts kept for tuning settings (tuning_prompts)
   prose   free continuation of a held-out docstring (speclab.corpus.heldout_prompts)
 
-`python -m speclab workloads --build` rewrites the shipped file from this interpreter's library.
+And chat prompts by task, for an instruction-tuned target such as SmolLM2 (speclab/data/chat_prompts.json,
+four a category, each with its source and licence): Spec-Bench's six categories and code, one workload
+each, so the bench prints a table per category:
+
+  chat-conversation  multi-turn conversation (earlier turns given, the last user turn answered)
+  chat-translation   translation          chat-summarization  summarization
+  chat-qa            question answering   chat-math           mathematical reasoning
+  chat-rag           retrieval-grounded answers (a document, then a question about it)
+  chat-code          writing or explaining short Python functions
+
+`chat` stands for all seven (expand_workloads). A chat prompt is a list of messages; prompt_ids renders it
+with the tokenizer's chat template, ending with the assistant's turn opened, and where the tokenizer has
+no template (the bundled pair's) as plain "User: ..." / "Assistant: ..." lines, said in chat_text.
+
+`python -m speclab workloads --build` rewrites the shipped copying sets from this interpreter's library.
 """
 from __future__ import annotations
 
@@ -24,11 +38,17 @@ import re
 import sys
 from pathlib import Path
 
+import torch
+
 from speclab.corpus import heldout_prompts, is_heldout, read_source, stdlib_files, stdlib_root
 
 SHIPPED = Path(__file__).parents[1] / "data" / "workloads.json"
+CHAT_SHIPPED = Path(__file__).parents[1] / "data" / "chat_prompts.json"
 COPYING = ("edit", "quote")
-WORKLOADS = ("code", "prose", "edit", "quote")
+CHAT_CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
+CHAT = tuple(f"chat-{c}" for c in CHAT_CATEGORIES)
+WORKLOADS = ("code", "prose", "edit", "quote", *CHAT)
+GROUPS = {"chat": CHAT}  # a name that stands for several workloads
 MAX_CHARS = 1600  # with 128 new tokens this stays well inside the bundled target's 1024 positions
 
 
@@ -37,13 +57,32 @@ MAX_CHARS = 1600  # with 128 new tokens this stays well inside the bundled targe
 TUNING = slice(4, 12)
 
 
-def load_prompts(workload: str = "code", n: int = 4) -> list[str]:
-    """n prompt texts of a workload: the shipped copying sets ('edit', 'quote') or held-out windows of
-    this interpreter's library ('code', 'prose'); code prompts skip the tuning set (tuning_prompts)."""
+def check_request(workload: str, n: int) -> None:
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}; choose from {WORKLOADS}")
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n (number of prompts) must be an integer >= 1, got {n!r}")
+
+
+def expand_workloads(names: str) -> list[str]:
+    """'code,chat' -> ['code', 'chat-conversation', ..., 'chat-code']: comma-separated workloads, a
+    group name (GROUPS) standing for its members; an unknown name is a ValueError listing the choices."""
+    out: list[str] = []
+    for name in (n.strip() for n in names.split(",")):
+        if name not in WORKLOADS and name not in GROUPS:
+            raise ValueError(f"unknown workload {name!r}; choose from {', '.join((*WORKLOADS, *GROUPS))}")
+        out.extend(GROUPS.get(name, (name,)))
+    return out
+
+
+def load_prompts(workload: str = "code", n: int = 4) -> list[str]:
+    """n prompt texts of a workload: the shipped copying sets ('edit', 'quote'), held-out windows of
+    this interpreter's library ('code', 'prose'; code prompts skip the tuning set: tuning_prompts), or
+    the chat prompts of a category ('chat-qa', ...) as plain text (chat_text; prompt_ids applies a
+    tokenizer's chat template instead)."""
+    check_request(workload, n)
+    if workload in CHAT:
+        return [chat_text(messages) for messages in load_chats(workload, n)]
     if workload == "code":
         if n <= TUNING.start:
             return heldout_prompts("code", n)
@@ -55,6 +94,49 @@ def load_prompts(workload: str = "code", n: int = 4) -> list[str]:
     if n > len(records):
         raise ValueError(f"the {workload!r} workload ships {len(records)} prompts; ask for at most that many")
     return [r["text"] for r in records[:n]]
+
+
+# ================================================================ chat prompts by task
+def chat_records() -> list[dict]:
+    """Every shipped chat prompt: category, id, messages, source, licence."""
+    return json.loads(CHAT_SHIPPED.read_text())["prompts"]
+
+
+def load_chats(workload: str, n: int = 4) -> list[list[dict]]:
+    """The first n chat prompts (each a list of {'role', 'content'} messages) of a chat workload."""
+    check_request(workload, n)
+    if workload not in CHAT:
+        raise ValueError(f"{workload!r} is not a chat workload; choose from {CHAT}")
+    category = workload.removeprefix("chat-")
+    records = [r for r in chat_records() if r["category"] == category]
+    if n > len(records):
+        raise ValueError(f"the {workload!r} workload ships {len(records)} prompts; ask for at most that many")
+    return [r["messages"] for r in records[:n]]
+
+
+def chat_text(messages: list[dict]) -> str:
+    """A conversation as plain text, for a tokenizer without a chat template: a line per turn, labelled
+    by role, ending with the assistant's label for the model to continue."""
+    turns = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages)
+    return turns + "Assistant:"
+
+
+def encode_chat(tokenizer, messages: list[dict]) -> torch.Tensor:
+    """A conversation's token ids (1-D): the tokenizer's chat template with the assistant's turn opened
+    (add_generation_prompt), or chat_text's plain rendering where the tokenizer has no template."""
+    if getattr(tokenizer, "chat_template", None):
+        encoded = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True,
+                                                return_tensors="pt")
+        return encoded["input_ids"][0]
+    return tokenizer(chat_text(messages), return_tensors="pt").input_ids[0]
+
+
+def prompt_ids(tokenizer, workload: str = "code", n: int = 4) -> list[torch.Tensor]:
+    """n prompts of a workload as token ids (1-D tensors): chat prompts through encode_chat, the others
+    tokenised as they are."""
+    if workload in CHAT:
+        return [encode_chat(tokenizer, messages) for messages in load_chats(workload, n)]
+    return [tokenizer(text, return_tensors="pt").input_ids[0] for text in load_prompts(workload, n)]
 
 
 def tuning_prompts(n: int = TUNING.stop - TUNING.start) -> list[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from speclab.drafting import Drafter
-from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram
+from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram, shipped
 from speclab.models import BUNDLED_DIR, load_pair
 
 
@@ -62,7 +62,7 @@ def _load_layer_skip(target, **options) -> Drafter:
     if "exit_layer" not in options:
         raise ValueError(f"layer_skip needs exit_layer=E, the last layer that drafts (1 to "
                          f"{target.config.num_hidden_layers - 1})")
-    return layer_skip.load_layer_skip(target, bundled=bundled_weights(layer_skip.NAME), **options)
+    return layer_skip.load_layer_skip(target, bundled=shipped_weights(layer_skip.NAME, target), **options)
 
 
 # SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
@@ -131,6 +131,13 @@ def bundled_weights(name: str) -> Path | None:
     return BUNDLED_DIR / m.bundled if m.bundled else None
 
 
+def shipped_weights(name: str, target: torch.nn.Module | None) -> Path | None:
+    """Where the method's weights for `target` ship (any pair's folder, found by the target fingerprint
+    the weights record: speclab.methods.shipped; target None: the bundled target's), or None."""
+    m = method(name)
+    return shipped.find_shipped(m.bundled, target) if m.bundled else None
+
+
 def load_drafter(method_name: str, target: torch.nn.Module | None = None, **options) -> Drafter:
     """A drafter by method name (vLLM's names), for `target` (None: the bundled target).
 
@@ -160,9 +167,11 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     if m.on_target and target is None:
         target = load_pair(device="cpu").target
     if m.weights and options.get(m.weights) is None:
-        options[m.weights] = bundled_weights(m.name)
+        options[m.weights] = shipped_weights(m.name, target)
+        if options[m.weights] is None:
+            raise shipped.not_shipped(m.name, m.weights, m.train, m.bundled, target)
     return m.load(target, **options)
 
 
 __all__ = ["METHODS", "REGISTRY", "Method", "by_bench_row", "bundled_weights", "load_drafter", "method",
-           "rename_aliases"]
+           "rename_aliases", "shipped_weights"]

