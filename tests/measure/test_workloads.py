@@ -56,3 +56,53 @@ def test_timed_code_prompts_never_include_the_tuning_set():
     assert workloads.tuning_prompts(3) == held[4:7]
     with pytest.raises(ValueError, match="1 to 8"):
         workloads.tuning_prompts(9)
+
+
+# ================================================================ chat prompts by task
+SPEC_BENCH = {"multi-turn conversation", "translation", "summarization", "question answering",
+              "mathematical reasoning", "retrieval-augmented generation"}
+
+
+def test_every_spec_bench_category_and_code_ship_four_chat_prompts_with_source_and_licence():
+    data = json.loads(workloads.CHAT_SHIPPED.read_text())
+    assert SPEC_BENCH <= set(data["spec_bench_categories"].values())
+    assert set(data["spec_bench_categories"]) == set(workloads.CHAT_CATEGORIES)
+    ids = [r["id"] for r in data["prompts"]]
+    assert len(ids) == len(set(ids))
+    for category in workloads.CHAT_CATEGORIES:
+        records = [r for r in data["prompts"] if r["category"] == category]
+        assert len(records) == 4, category
+        for r in records:
+            assert r["source"].strip() and r["licence"].strip()
+            roles = [m["role"] for m in r["messages"]]
+            assert roles[-1] == "user" and set(roles) <= {"system", "user", "assistant"}
+            assert all(m["content"].strip() for m in r["messages"])
+    conversations = [r for r in data["prompts"] if r["category"] == "conversation"]
+    assert all(len(r["messages"]) >= 3 for r in conversations)  # earlier turns, then the one answered
+
+
+def test_chat_workloads_load_expand_and_refuse_what_they_do_not_hold():
+    assert workloads.expand_workloads("code, chat") == ["code", *workloads.CHAT]
+    assert workloads.expand_workloads("chat-qa") == ["chat-qa"]
+    with pytest.raises(ValueError, match="unknown workload 'chat-poetry'.*chat-qa"):
+        workloads.expand_workloads("chat-poetry")
+    with pytest.raises(ValueError, match="ships 4 prompts"):
+        workloads.load_chats("chat-math", 5)
+    with pytest.raises(ValueError, match="not a chat workload"):
+        workloads.load_chats("code", 1)
+    text = workloads.load_prompts("chat-rag", 1)[0]
+    assert text.startswith("User: Answer the question using only the document") and text.endswith("Assistant:")
+
+
+def test_chat_prompts_go_through_the_chat_template_where_the_tokenizer_has_one():
+    from tests.test_packaged import TEMPLATE, chat_tokenizer
+    tok = chat_tokenizer()
+    assert tok.chat_template == TEMPLATE
+    messages = workloads.load_chats("chat-conversation", 1)[0]
+    rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert rendered.endswith("<assistant>") and rendered.count("<user>") == 2
+    ids = workloads.prompt_ids(tok, "chat-conversation", 2)
+    assert len(ids) == 2 and ids[0].tolist() == tok(rendered).input_ids
+    tok.chat_template = None  # the bundled pair's tokenizer has none: plain role lines instead
+    plain = workloads.prompt_ids(tok, "chat-conversation", 1)[0]
+    assert plain.tolist() == tok(workloads.chat_text(messages)).input_ids != ids[0].tolist()
