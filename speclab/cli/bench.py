@@ -15,7 +15,7 @@ from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, lay
 from speclab.devices import cpu_name
 from speclab.measure.bench import METHODS, default_methods, format_table, model_check, run_bench
 from speclab.measure.profiling import cost_ratio, forward_ms_by_positions
-from speclab.measure.workloads import CHAT, COPYING, GROUPS, expand_workloads
+from speclab.measure.workloads import CHAT, COPYING, expand_workloads
 from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
 
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--workload", default="code", help="comma-separated workloads, each benchmarked in turn: code "
                    f"and prose (held-out windows), {' and '.join(COPYING)} (the shipped copying sets), the chat prompts "
                    f"by task, run through the tokenizer's chat template ({', '.join(CHAT)}; 4 each), or "
-                   f"{', '.join(GROUPS)} for all of them (speclab.measure.workloads)")
+                   "chat for all seven (speclab.measure.workloads)")
     b.add_argument("--lookahead", type=lookahead_setting, nargs="+", default=[(4, 4, 4)], metavar="W,N,G",
                    help="the lookahead row's window, n-gram size and pool size per key (default 4,4,4); several "
                    "settings give a row each, side by side (a sweep)")
@@ -84,7 +84,8 @@ def needs_draft_model(row: str) -> bool:
 
 def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
     """--methods, or every row that fits the target; without a draft model (a pair whose draft is not
-    trained yet) the rows that draft with one are left out, said once, and asking for one is an error."""
+    trained yet) the rows that draft with one are left out, said above each table, and asking for one by
+    --methods is an error that says how to train a draft."""
     if args.methods:
         methods = tuple(m.strip() for m in args.methods.split(","))
         if draft is None and any(needs_draft_model(m) for m in methods):

@@ -1,19 +1,24 @@
 """python -m speclab: the map of what speclab can do.
 
-  generate   decode a prompt with the bundled pair (or a hub / local pair) and print statistics
+  generate   decode a prompt with the bundled pair (or --pair smollm2, a hub or a local pair) and
+             print statistics
              (--method: any drafting method of the registry, speclab.methods, by vLLM's names, or
              target-only; --k-schedule heuristic and --confidence-threshold for adaptive K)
   bench      target-only vs every drafting method (draft model with fixed and adaptive K, prompt
              lookup, lookahead, Medusa, EAGLE-1's chain, EAGLE-2's tree with an EAGLE-1 or an EAGLE-3
              head, MTP, layer skipping) vs transformers' assisted generation and prompt lookup,
              side by side, on one or more
-             workloads (code, prose, and the copying sets edit and quote), and the speedup model
-             checked against the costs measured in the loop
+             workloads (code, prose, the copying sets edit and quote, the chat prompts by task
+             chat-*, or chat for all seven), and the speedup model checked against the costs
+             measured in the loop
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
   evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts
   card       measure the bundled pair and write its model card
   theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
-  workloads  the prompt sets bench runs on (code, prose, and the copying sets edit and quote);
+  pairs      the pairs load_pair knows: the bundled pair, smollm2 (SmolLM2-135M-Instruct from the
+             package registry, converted once), the hub pairs
+  workloads  the prompt sets bench runs on (code, prose, the copying sets edit and quote, and
+             the chat prompts by task: Spec-Bench's six categories and code);
              --build rewrites the shipped copying sets from this Python's standard library
   train      train the bundled pair (python -m speclab train pair --out DIR), new drafts for an
              existing target (train draft --target DIR --out DIR), Medusa heads for a frozen
@@ -45,7 +50,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "acceptance by K and temperature on held-out prompts"),
     "card": ("card", "measure the bundled pair and write its model card"),
     "theory": ("theory", "the speedup model for a given cost ratio"),
-    "pairs": ("pairs", "list the bundled and hub pairs"),
+    "pairs": ("pairs", "list the bundled pair, smollm2 (from the package registry) and the hub pairs"),
     "workloads": ("workloads", "show the prompt sets; --build rewrites the shipped copying sets"),
     "train": ("train", "python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
                        "train medusa|eagle|eagle3|mtp|exit --target DIR --out DIR"),

@@ -11,6 +11,7 @@ from speclab.methods.eagle import EagleHead
 from speclab.methods.medusa import MedusaHeads
 from speclab.methods.mtp import MtpModule
 from speclab.models import load_model
+from tests.test_packaged import cached_smollm2  # noqa: F401  (a fixture: a stand-in SmolLM2 in the cache)
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +135,27 @@ def test_workloads_shows_each_set(capsys):
     main(["workloads"])
     out = capsys.readouterr().out
     assert all(f"== {name}:" in out for name in ("code", "prose", "edit", "quote")) and "_revised(" in out
+    assert all(f"== chat-{name}:" in out for name in ("conversation", "translation", "summarization", "qa", "math",
+                                                      "rag", "code")) and "Assistant:" in out
+
+
+def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs_one(cached_smollm2, capsys):
+    # a tiny stand-in in the cache (tests/test_packaged.py): the same code path as the converted SmolLM2
+    main(["bench", "--pair", "smollm2", "--workload", "chat-qa", "--num-prompts", "1", "--max-new-tokens", "6",
+          "--device", "cpu", "--repeats", "1", "--layer-skip", "1"])
+    table = capsys.readouterr().out
+    assert "1 chat-qa prompts" in table and "draft none" in table
+    assert "no draft model for this pair: left out speclab speculative" in table and "hf assisted" in table
+    assert "\nprompt-lookup " in table and "\nlayer-skip E=1 " in table and "\nspeculative " not in table
+    for command in (["bench", "--methods", "speclab target-only,speclab speculative"], ["evaluate"], ["profile"],
+                    ["generate", "--prompt", "w1 w2"]):
+        with pytest.raises(SystemExit, match="needs a draft model: the smollm2 pair has no draft yet.*train draft"):
+            main([*command, "--pair", "smollm2", "--device", "cpu"])
+    main(["generate", "--pair", "smollm2", "--method", "ngram", "--prompt", "w1 w2 w1 w2", "--max-new-tokens", "4",
+          "--device", "cpu"])
+    assert "speculative (prompt lookup)" in capsys.readouterr().out
+
+
+def test_bench_takes_the_chat_group_and_refuses_an_unknown_workload_naming_the_choices():
+    with pytest.raises(SystemExit, match="unknown workload 'chat-poems'; choose from .*chat-qa.*chat"):
+        main(["bench", "--workload", "chat-poems"])
