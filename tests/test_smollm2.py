@@ -1,0 +1,39 @@
+"""The real SmolLM2-135M-Instruct, where it was converted on this machine (load_pair("smollm2") once, with
+the registry reachable): lossless greedy decoding of the drafters that need no training, on chat prompts
+through its chat template. Marked slow (about a minute on 2 CPU cores) and left out of the default run:
+`python -m pytest -m slow tests/test_smollm2.py`. Tests never download: without the converted folder it skips."""
+import pytest
+
+from speclab import generate, load_drafter, packaged, speculative_generate
+from speclab.measure.workloads import prompt_ids
+from speclab.models import load_pair
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not packaged.is_converted(packaged.converted_dir("smollm2")),
+                                 reason="SmolLM2 is not converted here: run load_pair('smollm2') once with the "
+                                        "package registry reachable")]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_pair("smollm2", device="cpu")
+
+
+def test_the_converted_model_is_smollm2_with_its_chat_template(smollm2):
+    target, draft, tok, _ = smollm2
+    assert draft is None  # no distilled draft ships yet
+    assert (target.config.num_hidden_layers, target.config.hidden_size, target.config.vocab_size) == (30, 576, 49152)
+    assert sum(p.numel() for p in target.parameters()) == 134_515_008
+    ids = prompt_ids(tok, "chat-qa", 1)[0]
+    assert tok.decode(ids).endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("workload", ["chat-qa", "chat-math", "chat-translation"])
+def test_prompt_lookup_and_layer_skip_are_greedy_exact_on_chat_prompts(smollm2, workload):
+    target, _, tok, _ = smollm2
+    ids = prompt_ids(tok, workload, 1)[0]
+    common = dict(max_new_tokens=48, eos_token_id=tok.eos_token_id)
+    reference = generate(target, ids, **common).tokens.tolist()
+    assert reference  # an answer to compare, not an immediate end of turn
+    for drafter in (load_drafter("ngram", target), load_drafter("layer_skip", target, exit_layer=8)):
+        assert speculative_generate(target, drafter, ids, k=4, **common).tokens.tolist() == reference
