@@ -25,6 +25,7 @@ inside float16's range. Compute precision stays the caller's choice (float32 on 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 STORED_DTYPE = torch.float16  # see the module docstring
 SOURCE_FILE = "speclab_source.json"  # written last into a converted folder: its presence says it is complete
@@ -178,12 +180,9 @@ def save_plain(model: torch.nn.Module, tokenizer, folder: Path, dtype: torch.dty
 
 def load_gguf(gguf_file: Path):
     """(model, tokenizer) from a GGUF file, dequantised to float32 by transformers."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    try:
-        import gguf  # noqa: F401  (transformers reads GGUF files with it)
-    except ImportError as err:
+    if importlib.util.find_spec("gguf") is None:  # transformers reads GGUF files with it
         raise ImportError("converting SmolLM2 needs the gguf package: pip install -r requirements.txt "
-                          "(or pip install gguf accelerate)") from err
+                          "(or pip install gguf accelerate)")
     folder, name = str(gguf_file.parent), gguf_file.name
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     return model, AutoTokenizer.from_pretrained(folder, gguf_file=name)

@@ -137,7 +137,7 @@ def cached_smollm2(monkeypatch, tmp_path):
 
 def test_load_pair_smollm2_reads_the_cache_and_has_no_draft_until_one_ships(cached_smollm2, tmp_path):
     folder, pair = cached_smollm2
-    target, draft, tok, device = load_pair("smollm2", device="cpu")
+    target, draft, tok, _ = load_pair("smollm2", device="cpu")
     assert draft is None and target.dtype == torch.float32 and tok.chat_template == TEMPLATE
     message = models.missing_draft("smollm2")
     assert f"train draft --target {folder}" in message and "ngram, lookahead, layer_skip" in message

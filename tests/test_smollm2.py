@@ -32,7 +32,7 @@ def test_the_converted_model_is_smollm2_with_its_chat_template(smollm2):
 def test_prompt_lookup_and_layer_skip_are_greedy_exact_on_chat_prompts(smollm2, workload):
     target, _, tok, _ = smollm2
     ids = prompt_ids(tok, workload, 1)[0]
-    common = dict(max_new_tokens=48, eos_token_id=tok.eos_token_id)
+    common = {"max_new_tokens": 48, "eos_token_id": tok.eos_token_id}
     reference = generate(target, ids, **common).tokens.tolist()
     assert reference  # an answer to compare, not an immediate end of turn
     for drafter in (load_drafter("ngram", target), load_drafter("layer_skip", target, exit_layer=8)):

@@ -139,7 +139,8 @@ def test_workloads_shows_each_set(capsys):
                                                       "rag", "code")) and "Assistant:" in out
 
 
-def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs_one(cached_smollm2, capsys):
+@pytest.mark.usefixtures("cached_smollm2")
+def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs_one(capsys):
     # a tiny stand-in in the cache (tests/test_packaged.py): the same code path as the converted SmolLM2
     main(["bench", "--pair", "smollm2", "--workload", "chat-qa", "--num-prompts", "1", "--max-new-tokens", "6",
           "--device", "cpu", "--repeats", "1", "--layer-skip", "1"])
