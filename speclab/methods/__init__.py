@@ -36,7 +36,8 @@ class Method:
     aliases      other engines' option names -> (speclab's option, offset added to the value)
     weights      the option naming the method's trained weights (a directory), where they default to
                  the bundled ones
-    bundled      where its weights ship beside the bundled target (speclab/pairs/stdlib/<bundled>)
+    bundled      the folder its weights ship in, in each pair's folder (speclab/pairs/<pair>/<bundled>;
+                 the bundled target's: speclab/pairs/stdlib/<bundled>)
     on_target    built on the target itself (the bundled target is loaded when none is passed)
     train        `python -m speclab train <train>` makes its weights (None: nothing to train)
     bench_rows   the bench's rows for it: row name -> load_drafter options of that row
@@ -139,7 +140,9 @@ def shipped_weights(name: str, target: torch.nn.Module | None) -> Path | None:
 
 
 def load_drafter(method_name: str, target: torch.nn.Module | None = None, **options) -> Drafter:
-    """A drafter by method name (vLLM's names), for `target` (None: the bundled target).
+    """A drafter by method name (vLLM's names), for `target` (None: the bundled target). Trained weights
+    not given are those shipped for `target`, in any pair's folder, found by the target fingerprint they
+    record (speclab.methods.shipped); where none ship, the error names the train command.
 
     draft_model  a draft model: draft= a model or a directory (default: the bundled draft)
     ngram        prompt lookup: max_ngram=3, min_ngram=1, num_tokens=None (k), choose="frequent";

@@ -1,4 +1,6 @@
 """load_drafter finds the weights shipped for whichever target it is given, by the fingerprint they record."""
+import copy
+
 import pytest
 
 from speclab.methods import REGISTRY, load_drafter, shipped, shipped_weights
@@ -26,6 +28,8 @@ def test_each_target_gets_the_heads_trained_for_it(two_pairs):
         drafter = load_drafter("medusa", target)
         assert isinstance(drafter, MedusaDrafter) and drafter.heads.num_heads == 2
     assert shipped.find_shipped("eagle", targets["a"]) is None  # no pair ships an EAGLE head here
+    # the same target in half precision is still the same target (its checksum moves within rounding)
+    assert shipped.find_shipped("medusa", copy.deepcopy(targets["b"]).half()) == root / "b" / "medusa"
 
 
 def test_a_target_nothing_was_trained_for_gets_the_command_that_trains_it(two_pairs):
