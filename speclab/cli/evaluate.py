@@ -6,12 +6,14 @@ import argparse
 from speclab.cli.main import command_parser
 from speclab.cli.options import add_pair_args, load, prompts_for, require_draft
 from speclab.measure.acceptance import acceptance_table, format_acceptance_table
+from speclab.measure.workloads import WORKLOADS
 
 
 def build_parser() -> argparse.ArgumentParser:
     e = command_parser("evaluate")
     add_pair_args(e)
-    e.add_argument("--workload", choices=["code", "prose"], default="code")
+    e.add_argument("--workload", choices=WORKLOADS, default="code", help="the prompts (speclab.measure.workloads; "
+                   "chat-* through the tokenizer's chat template)")
     e.add_argument("--num-prompts", type=int, default=4)
     e.add_argument("--k-max", type=int, default=8)
     e.add_argument("--max-new-tokens", type=int, default=128)

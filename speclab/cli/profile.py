@@ -1,5 +1,6 @@
 """python -m speclab profile: each model's forward time against the positions it reads at once, the cost
-ratio c, and the memory bandwidth a decode step uses of what the device has."""
+ratio c, and the memory bandwidth a decode step uses of what the device has (the target alone, without c,
+for a pair that has no draft yet)."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,7 @@ from pathlib import Path
 import torch
 
 from speclab.cli.main import command_parser
-from speclab.cli.options import add_pair_args, load, require_draft
+from speclab.cli.options import add_pair_args, load
 from speclab.measure.profiling import copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms_by_positions, parameter_bytes
 
 POSITIONS = [1, 2, 4, 8, 16, 32, 64]
@@ -28,7 +29,7 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.machine()} cpu"
 
 
-def write_record(pattern: str, device: torch.device, target, results: dict, peak: float, c: float) -> None:
+def write_record(pattern: str, device: torch.device, target, results: dict, peak: float, c: float | None) -> None:
     name = device_name(device)
     record = {"device_name": name, "device": str(device), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "positions": list(results),
@@ -40,20 +41,27 @@ def write_record(pattern: str, device: torch.device, target, results: dict, peak
     print(f"written to {path}")
 
 
+def forward_times(target, draft) -> dict[int, tuple[float, float | None]]:
+    """Positions -> (target ms, draft ms); the draft's None for a pair without a draft model."""
+    target_ms = forward_ms_by_positions(target, POSITIONS)
+    draft_ms = forward_ms_by_positions(draft, POSITIONS) if draft is not None else {}
+    return {n: (target_ms[n], draft_ms.get(n)) for n in POSITIONS}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    target, draft, tok, device = load(args)
-    require_draft(args, draft, "profile (the cost ratio c of draft to target)")
-    print(f"device {device}; target {parameter_bytes(target) / 1e6:.1f} MB of weights, draft {parameter_bytes(draft) / 1e6:.1f} MB")
+    target, draft, _, device = load(args)
+    draft_size = f"{parameter_bytes(draft) / 1e6:.1f} MB" if draft is not None else "none (the pair has no draft yet)"
+    print(f"device {device}; target {parameter_bytes(target) / 1e6:.1f} MB of weights, draft {draft_size}")
     print(f"{'positions':>9} {'target ms':>10} {'draft ms':>9}")
-    target_ms, draft_ms = forward_ms_by_positions(target, POSITIONS), forward_ms_by_positions(draft, POSITIONS)
-    results = {n: (target_ms[n], draft_ms[n]) for n in POSITIONS}
+    results = forward_times(target, draft)
     for n, (t, d) in results.items():
-        print(f"{n:9d} {t:10.2f} {d:9.2f}")
-    c = results[1][1] / results[1][0]
+        print(f"{n:9d} {t:10.2f} " + (f"{d:9.2f}" if d is not None else f"{'-':>9}"))
+    c = results[1][1] / results[1][0] if draft is not None else None
     peak = copy_bandwidth_gbs(device)
     used = decode_bandwidth_gbs(target, results[1][0])
-    print(f"cost ratio c = {c:.3f}; copy bandwidth {peak:.1f} GB/s; target decode step reads weights at "
+    ratio = f"cost ratio c = {c:.3f}" if c is not None else "no cost ratio c without a draft"
+    print(f"{ratio}; copy bandwidth {peak:.1f} GB/s; target decode step reads weights at "
           f"{used:.1f} GB/s ({100 * used / peak:.1f}% of it)")
     if args.json:
         write_record(args.json, device, target, results, peak, c)

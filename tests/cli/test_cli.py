@@ -148,10 +148,15 @@ def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs
     assert "1 chat-qa prompts" in table and "draft none" in table
     assert "no draft model for this pair: left out speclab speculative" in table and "hf assisted" in table
     assert "\nprompt-lookup " in table and "\nlayer-skip E=1 " in table and "\nspeculative " not in table
-    for command in (["bench", "--methods", "speclab target-only,speclab speculative"], ["evaluate"], ["profile"],
+    for command in (["bench", "--methods", "speclab target-only,speclab speculative"], ["evaluate"],
                     ["generate", "--prompt", "w1 w2"]):
         with pytest.raises(SystemExit, match="needs a draft model: the smollm2 pair has no draft yet.*train draft"):
             main([*command, "--pair", "smollm2", "--device", "cpu"])
+    main(["profile", "--pair", "smollm2", "--device", "cpu"])  # the target alone
+    profile = capsys.readouterr().out
+    assert "draft none (the pair has no draft yet)" in profile and "no cost ratio c without a draft" in profile
+    rows = [line.split() for line in profile.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2, 4, 8, 16, 32, 64] and all(r[2] == "-" for r in rows)
     main(["generate", "--pair", "smollm2", "--method", "ngram", "--prompt", "w1 w2 w1 w2", "--max-new-tokens", "4",
           "--device", "cpu"])
     assert "speculative (prompt lookup)" in capsys.readouterr().out
