@@ -36,9 +36,9 @@ def quantised_stand_in(seed: int = 0):
 def write_wheel(folder, payload: bytes = b"GGUF stand-in"):
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / "tiny_pkg-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        archive.writestr(MEMBER, payload)
-        archive.writestr("tiny_pkg-1.0.dist-info/LICENSE", "MIT")
+    with zipfile.ZipFile(wheel, "w") as archive:  # fixed timestamps: the same bytes, the same checksum, any second
+        archive.writestr(zipfile.ZipInfo(MEMBER, date_time=(2025, 2, 7, 7, 2, 0)), payload)
+        archive.writestr(zipfile.ZipInfo("tiny_pkg-1.0.dist-info/LICENSE", date_time=(2025, 2, 7, 7, 2, 0)), "MIT")
     return wheel
 
 
