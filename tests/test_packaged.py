@@ -8,22 +8,29 @@ import zipfile
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-from speclab import models, packaged
+from speclab import models as speclab_models
+from speclab import packaged
 from speclab.models import load_pair
 from tests.conftest import tiny_model
-from tests.test_models import WORDS, word_tokenizer
+from tests.test_models import WORDS
 
 TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
             "{% if add_generation_prompt %}<assistant>{% endif %}")
 MEMBER = "tiny_pkg/tiny.gguf"
 
 
-def chat_tokenizer():
-    tok = word_tokenizer(WORDS + ["<user>", "<assistant>", "<system>"])
-    tok.chat_template = TEMPLATE
-    return tok
+def chat_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer of 64 pieces with a chat template; it splits on spaces only, so the
+    template's role markers are pieces of their own."""
+    vocab = {w: i for i, w in enumerate(["<eos>", *WORDS, "<user>", "<assistant>", "<system>"])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<eos>")
+    fast.chat_template = TEMPLATE
+    return fast
 
 
 def quantised_stand_in(seed: int = 0):
@@ -82,7 +89,7 @@ def test_convert_saves_a_plain_float16_folder_with_the_chat_template_and_reads_i
     assert loaded.dtype == torch.float16
     reference = quantised_stand_in().state_dict()
     assert all(torch.equal(v, reference[k].to(torch.float16)) for k, v in loaded.state_dict().items())
-    assert models.load_tokenizer(folder).chat_template == TEMPLATE
+    assert speclab_models.load_tokenizer(folder).chat_template == TEMPLATE
     assert [p.name for p in folder.parent.iterdir()] == ["tiny-1.0"]  # no temporary folder left behind
     assert packaged.ensure_converted("tiny", tmp_path / "cache", download, load_stand_in) == folder
     assert len(calls) == 1  # the second call read the cache
@@ -130,8 +137,8 @@ def cached_smollm2(monkeypatch, tmp_path):
     folder = packaged.converted_dir("smollm2")
     packaged.save_plain(packaged.plain_copy(quantised_stand_in()), chat_tokenizer(), folder)
     (folder / packaged.SOURCE_FILE).write_text("{}")
-    pair = models.ConvertedPair("smollm2", tmp_path / "pairs" / "smollm2", "a stand-in")
-    monkeypatch.setitem(models.CONVERTED_PAIRS, "smollm2", pair)
+    pair = speclab_models.ConvertedPair("smollm2", tmp_path / "pairs" / "smollm2", "a stand-in")
+    monkeypatch.setitem(speclab_models.CONVERTED_PAIRS, "smollm2", pair)
     return folder, pair
 
 
@@ -139,7 +146,7 @@ def test_load_pair_smollm2_reads_the_cache_and_has_no_draft_until_one_ships(cach
     folder, pair = cached_smollm2
     target, draft, tok, _ = load_pair("smollm2", device="cpu")
     assert draft is None and target.dtype == torch.float32 and tok.chat_template == TEMPLATE
-    message = models.missing_draft("smollm2")
+    message = speclab_models.missing_draft("smollm2")
     assert f"train draft --target {folder}" in message and "ngram, lookahead, layer_skip" in message
     # a draft trained later and installed in the pair's folder is found with no change to the code
     tiny_model("llama", layers=1, vocab=64, seed=1).save_pretrained(pair.draft_dir)

@@ -9,6 +9,7 @@ from speclab.cli.main import command_parser
 from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_args, eagle_tree_setting, load,
                                  lookahead_setting, require_draft, weights_given)
 from speclab.decoding import generate, speculative_generate
+from speclab.measure.workloads import encode_chat
 from speclab.methods import METHODS, REGISTRY, draft_model, eagle, layer_skip, load_drafter, lookahead, mtp, ngram
 
 TARGET_ONLY = "target-only"
@@ -36,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     src = g.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text")
+    g.add_argument("--chat", action="store_true", help="send the prompt as a user's message through the tokenizer's "
+                   "chat template, the assistant's turn opened (for an instruction-tuned target such as smollm2)")
     g.add_argument("--method", "--drafter", dest="method", choices=list(GENERATE_METHODS), default=draft_model.NAME,
                    help=f"how to draft (the registry's methods, vLLM's names): {', '.join(METHODS)}; or "
                    f"{TARGET_ONLY} (older names: {', '.join(OLDER_NAMES)})")
@@ -97,7 +100,11 @@ def main(argv: list[str] | None = None) -> None:
                          f"not {args.method}")
     target, draft, tok, device = load(args)
     text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text()
-    ids = tok(text, return_tensors="pt").input_ids[0].to(device)
+    if args.chat:  # print the prompt as the model reads it, template and all
+        ids = encode_chat(tok, [{"role": "user", "content": text}]).to(device)
+        text = tok.decode(ids)
+    else:
+        ids = tok(text, return_tensors="pt").input_ids[0].to(device)
     common = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                   top_p=args.top_p, seed=args.seed, eos_token_id=tok.eos_token_id)
     result = decode(args, method, target, draft, ids, common)

@@ -160,6 +160,9 @@ def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs
     main(["generate", "--pair", "smollm2", "--method", "ngram", "--prompt", "w1 w2 w1 w2", "--max-new-tokens", "4",
           "--device", "cpu"])
     assert "speculative (prompt lookup)" in capsys.readouterr().out
+    main(["generate", "--pair", "smollm2", "--method", "target-only", "--chat", "--prompt", "w1 w2",
+          "--max-new-tokens", "4", "--device", "cpu"])
+    assert capsys.readouterr().out.startswith("<user> w1 w2 <assistant>")  # the stand-in's chat template
 
 
 def test_bench_takes_the_chat_group_and_refuses_an_unknown_workload_naming_the_choices():
