@@ -51,6 +51,18 @@ def check_fits(trained_for: dict | None, target: nn.Module, what: str, how: str,
                          f"{mine['lm_head_checksum']} vs {theirs['lm_head_checksum']}); {how}")
 
 
+TARGET_FILE = "target_fingerprint.json"  # beside a draft model's weights, which have no config of speclab's
+
+
+def record_target(directory: str | Path, target: nn.Module) -> Path:
+    """Write the target's fingerprint beside a draft model saved in `directory` (a save_pretrained folder,
+    whose config is transformers'): how load_drafter finds the draft trained for a target."""
+    path = Path(directory) / TARGET_FILE
+    about = "the fingerprint (speclab.methods.artifacts) of the target this draft was distilled from"
+    path.write_text(json.dumps({"about": about, "target_fingerprint": fingerprint(target)}, indent=1) + "\n")
+    return path
+
+
 def zero_linear(width: int) -> nn.Linear:
     """A width x width linear layer with W and b zero: a residual branch h + f(linear(h)) built on it is
     the identity (for f(0) = 0) until training moves it."""

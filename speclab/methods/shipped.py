@@ -3,7 +3,7 @@
 Every pair has a folder, speclab/pairs/<pair>/, holding what speclab trained for its target in one layout
 (draft/, medusa/, eagle/, eagle3/, mtp/, exit/). Each trained drafter already records its target's
 fingerprint in its config (speclab.methods.artifacts: widths, depth, a checksum of the lm_head); a
-draft model records it in target_fingerprint.json beside its weights. So the weights for a target are
+draft model records it in target_fingerprint.json beside its weights (artifacts.record_target). So the weights for a target are
 found by asking every pair folder which target its weights were trained for, not by knowing which pair
 the target came from: a chapter switches pairs by the pair's name alone, and a folder added for a new
 pair is found without a line changed here.
@@ -17,8 +17,6 @@ from torch import nn
 
 from speclab.methods.artifacts import checksums_close, fingerprint
 from speclab.models import BUNDLED_DIR, PAIRS_DIR
-
-DRAFT_FINGERPRINT = "target_fingerprint.json"  # beside a draft model's weights: {"target_fingerprint": ...}
 
 
 def recorded_fingerprint(folder: Path) -> dict | None:
@@ -35,21 +33,23 @@ def recorded_fingerprint(folder: Path) -> dict | None:
 
 
 def fits(recorded: dict, mark: dict) -> bool:
-    """Whether weights trained for the target `recorded` describes fit the target whose fingerprint is
-    `mark`: every key recorded agrees, and the lm_head checksums are close (within rounding: the same
-    rule as artifacts.check_fits, which the method's loader applies again)."""
-    for key, value in recorded.items():
-        if key == "lm_head_checksum":
-            if not checksums_close(value, mark[key]):
-                return False
-        elif value is not None and mark.get(key) != value:
+    """Whether two fingerprints describe the same target: every key both hold agrees (older heads record
+    fewer keys), and the lm_head checksums are close, within rounding (artifacts.check_fits' rule, which
+    the method's loader applies again)."""
+    for key in recorded.keys() & mark.keys():
+        a, b = recorded[key], mark[key]
+        if a is None or b is None:
+            continue
+        if key == "lm_head_checksum" and not checksums_close(a, b):
+            return False
+        if key != "lm_head_checksum" and a != b:
             return False
     return True
 
 
 def find_shipped(folder_name: str, target: nn.Module | None, pairs_dir: Path | None = None) -> Path | None:
     """<pair>/<folder_name> of `pairs_dir` (default: speclab/pairs) trained for `target`, found by the
-    fingerprint it records, or None where no pair ships one. target None means the bundled target: its
+    fingerprint it records, or None where no pair ships one (the first pair in name order, should two). target None means the bundled target: its
     folder, if present."""
     if target is None:
         folder = BUNDLED_DIR / folder_name
@@ -80,3 +80,15 @@ def not_shipped(method: str, weights_option: str, train: str, folder_name: str, 
         f"train {train} --target {where} --out runs/{train}`, then pass {weights_option}='runs/{train}/"
         f"{folder_name}' to load_drafter (or that folder to the command line's flag for it). Methods that need "
         "no trained weights work on any target: ngram, lookahead, layer_skip with adapter=False.")
+
+
+def pair_fingerprint(pair_folder: Path) -> dict | None:
+    """The target a pair folder's weights were trained for, as the first of its folders that records one
+    says (they all serve one target), or None for a folder with none yet."""
+    if not pair_folder.is_dir():
+        return None
+    for folder in sorted(p for p in pair_folder.iterdir() if p.is_dir()):
+        recorded = recorded_fingerprint(folder)
+        if recorded is not None:
+            return recorded
+    return None

@@ -17,7 +17,9 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from speclab.devices import pick_device
+from speclab.methods.artifacts import record_target
 from speclab.models import BUNDLED_DIR, load_model, load_tokenizer, shallow_config
+from speclab.train.install import check_same_target
 from speclab.train.data import (bf16_autocast_supported, choose_preset, generate_continuations, get_batch, hardware,
                                 prepare_data)
 from speclab.train.loop import deadline_after, train_loop
@@ -176,12 +178,14 @@ def train_drafts(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, tr
     report["draft"] = train_stage("draft", draft, train, heldout, p, p.draft_steps, out, dev, seed + 1,
                                   teacher=target, deadline=deadline, amp=amp, generated=generated)
     export(draft, tokenizer, out / "draft")
+    record_target(out / "draft", target)  # so load_drafter finds this draft for this target, once installed
     if plain_draft:
         torch.manual_seed(seed + 2)
         plain = type(target)(shallow_config(target.config, p.draft_layers)).to(dev)
         report["draft_plain"] = train_stage("draft-plain", plain, train, heldout, p, p.draft_steps, out, dev,
                                             seed + 1, deadline=deadline, amp=amp)
         export(plain, tokenizer, out / "draft-plain")
+        record_target(out / "draft-plain", target)
     return report
 
 
@@ -238,6 +242,8 @@ def install_pair(out: Path, dest: Path | None = None) -> Path:
     """Copy what a run trained (target/, draft/, draft-plain/) into the package, where load_pair() finds
     it, and merge its training.json into the package's: a draft-only run keeps the target's record."""
     dest = dest or BUNDLED_DIR
+    if not (out / "target").exists():  # a draft-only run: its draft must serve the target already there
+        check_same_target(out / "draft", dest)
     for name in ("target", "draft", "draft-plain"):
         if (out / name).exists():
             shutil.rmtree(dest / name, ignore_errors=True)

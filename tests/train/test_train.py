@@ -7,6 +7,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 import speclab
 from speclab import corpus
 from speclab.cli.train import main as train_main
+from speclab.methods import shipped
+from speclab.methods.artifacts import fingerprint
 
 
 def test_micro_pair_trains_resumes_and_loads_with_from_pretrained(tmp_path):
@@ -57,6 +59,10 @@ def test_draft_command_trains_a_draft_for_an_existing_target_and_install_keeps_t
     report = json.loads((draft_out / "training.json").read_text())
     assert report["target_from"] == str(pair_out / "target") and report["draft"]["steps"] == 3
     assert (draft_out / "draft-plain" / "config.json").exists()
+    # the draft records its target, so load_drafter("draft_model", target) finds it once installed
+    trained_for = shipped.recorded_fingerprint(draft_out / "draft")
+    target = speclab.load_pair(str(pair_out / "target"), draft=draft_out / "draft").target
+    assert trained_for["layers"] == 2 and shipped.fits(trained_for, fingerprint(target))
     install_pair(draft_out, package)
     merged = json.loads((package / "training.json").read_text())
     assert merged["target"]["steps"] == 6 and merged["draft"]["steps"] == 3 and merged["target_from"]
