@@ -19,7 +19,7 @@ from speclab.methods.draft_model import ModelDrafter
 from speclab.runner import ModelRunner, context_length
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
 from speclab.stats import GenerationResult, GenerationStats, Round
-from speclab.verification import typical_accept_tree, verify_tree
+from speclab.verification import medusa_typical_accept_tree, typical_accept_tree, verify_tree
 
 
 # ---------------------------------------------------------------- input checks
@@ -108,7 +108,7 @@ def generate(target: torch.nn.Module, input_ids: torch.Tensor | Sequence[int], *
 
 
 # ---------------------------------------------------------------- speculative decoding
-ACCEPTANCE_RULES = ("rejection", "typical")
+ACCEPTANCE_RULES = ("rejection", "typical", "typical-medusa")
 
 
 def as_drafter(draft: torch.nn.Module | Drafter, device: torch.device) -> Drafter:
@@ -144,8 +144,10 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     rejection rule decides. k None: the depth of the drafter's own tree (EAGLE-2's, measured for its head:
     Drafter.own_depth); drafters without one need k. Greedy output equals `generate`'s; sampled output has
     the same distribution. acceptance="typical" swaps in typical acceptance (speclab's variant of the
-    Medusa paper's rule: verification.typical_accept_tree; typical_epsilon, typical_delta): it accepts more
-    when sampling, and it is NOT lossless; its stats say so. Adaptive K
+    Medusa paper's rule: verification.typical_accept_tree; typical_epsilon, typical_delta), and
+    "typical-medusa" the Medusa reference's own decision (verification.medusa_typical_accept_tree, with
+    medusa_generate's fast=True): they accept more when sampling, and they are NOT lossless; the stats
+    say so. Adaptive K
     (speclab.adaptive), k the upper bound: k_schedule="heuristic" is transformers' schedule (+2 after a
     fully accepted round, -1 otherwise); confidence_threshold stops a chain drafter's round at the first
     token its draft was less sure of (top probability below it). Both lossless.
@@ -169,7 +171,7 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     adaptive = ("" if k_schedule == "fixed" else f", {k_schedule} K") + \
         ("" if confidence_threshold is None else f", confidence stop {confidence_threshold:g}")
     stats = GenerationStats(method=f"speculative ({drafter.name})" + adaptive +
-                            ("" if lossless else ", typical acceptance"),
+                            ("" if lossless else f", {acceptance} acceptance"),
                             k=k, device=str(runner.device), accepted_lengths=[0] * (k + 1), lossless=lossless)
     features = drafter.feature_layers
     trace: list[Round] = []
@@ -204,9 +206,10 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
             p = pad_vocab(sampling.probs(logits), width)
             if lossless:
                 path, next_token = verify_tree(p, proposal.proposal_probs(width), proposal.tokens, tree, generator)
-            else:
-                path, next_token = typical_accept_tree(p, proposal.tokens, tree, typical_epsilon, typical_delta,
-                                                       generator)
+            else:  # typical acceptance, speclab's variant or the Medusa reference's rule
+                typical = typical_accept_tree if acceptance == "typical" else medusa_typical_accept_tree
+                path, next_token = typical(p, proposal.tokens, tree, typical_epsilon, typical_delta,
+                                           generator=generator)
 
             runner.keep_path(cached, path)  # the prefix, the pending token, the accepted path
             new = proposal.tokens[path].tolist() + [next_token]

@@ -8,6 +8,8 @@ that matches the target's argmax, then take the target's argmax".
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from speclab.sampling import sample
@@ -163,16 +165,62 @@ def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, 
         node = chosen
 
 
+def medusa_typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, parents,
+                               epsilon: float = 0.09, delta: float = 0.3, fast: bool = True,
+                               generator: torch.Generator | None = None) -> tuple[list[int], int]:
+    """Typical acceptance as the Medusa reference decides it (FasterDecoding/Medusa,
+    medusa/model/utils.py: evaluate_posterior, then generate_candidates): every node passes when
+    p(x) > min(epsilon, delta * exp(-H(p))), p the target's row at its parent; the accepted path is
+    the deepest node whose whole path passes, ties broken by the path's likelihood (the sum of log
+    p(x) along it); the next token is the argmax of the target's row at the path's end (fast=True,
+    medusa_generate's default) or a draw from that row cut to the tokens at or above its threshold
+    (fast=False: get_typical_one_token). NOT lossless, like speclab's variant (typical_accept_tree),
+    which takes the first passing child level by level and draws the next token from the whole row."""
+    parents = check_tree_inputs(target_probs, None, draft_tokens, parents)
+    bars = [typical_threshold(row, epsilon, delta) for row in target_probs]
+    passed: list[bool] = []
+    depth: list[int] = []
+    likelihood: list[float] = []
+    for node, parent in enumerate(parents):
+        prob = float(target_probs[parent + 1][draft_tokens[node]])
+        passed.append(prob > bars[parent + 1] and (parent < 0 or passed[parent]))
+        depth.append(1 + (depth[parent] if parent >= 0 else 0))
+        likelihood.append(math.log(max(prob, 1e-30)) + (likelihood[parent] if parent >= 0 else 0.0))
+    accepted = [node for node in range(len(parents)) if passed[node]]
+    best = max(accepted, key=lambda node: (depth[node], likelihood[node]), default=-1)
+    path = []
+    node = best
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    p = target_probs[best + 1]
+    if fast:
+        return path[::-1], int(p.argmax())
+    kept = torch.where(p >= bars[best + 1], p, torch.zeros_like(p))
+    return path[::-1], int(sample(kept / kept.sum(), generator))
+
+
 def typical_emitted_distribution(p: torch.Tensor, candidates: list[int], epsilon: float = 0.09,
-                                 delta: float = 0.3) -> torch.Tensor:
+                                 delta: float = 0.3, rule: str = "speclab", fast: bool = True) -> torch.Tensor:
     """Exact distribution of the token typical acceptance emits at one node whose children are the
-    deterministic `candidates` (in order): all mass on the first candidate that passes the threshold,
-    or p itself when none does. Compare it with p (what the rejection rule emits) to see the bias."""
+    deterministic `candidates` (in order). rule "speclab" (typical_accept_tree): all mass on the first
+    candidate that passes the threshold, or p itself when none does. rule "reference", the Medusa
+    reference's (medusa_typical_accept_tree): all mass on the passing candidate of highest p (the likeliest of the
+    longest paths), or, when none passes, on p's argmax (fast) or on p cut to the tokens at or above
+    the threshold. Compare it with p (what the rejection rule emits) to see the bias."""
+    if rule not in ("speclab", "reference"):
+        raise ValueError(f"rule must be 'speclab' or 'reference' (Medusa's), got {rule!r}")
     threshold = typical_threshold(p, epsilon, delta)
-    for x in candidates:
-        if p[x] > threshold:
-            return torch.zeros_like(p).index_fill_(0, torch.tensor([x]), 1.0)
-    return p.clone()
+    passing = [x for x in candidates if p[x] > threshold]
+    if passing:
+        chosen = passing[0] if rule == "speclab" else max(passing, key=lambda x: float(p[x]))
+        return torch.zeros_like(p).index_fill_(0, torch.tensor([chosen]), 1.0)
+    if rule == "speclab":
+        return p.clone()
+    if fast:
+        return torch.zeros_like(p).index_fill_(0, p.argmax().view(1), 1.0)
+    kept = torch.where(p >= threshold, p, torch.zeros_like(p))
+    return kept / kept.sum()
 
 
 def sibling_emitted_distribution(p: torch.Tensor, candidates: list[int]) -> torch.Tensor:

@@ -153,12 +153,46 @@ def test_typical_acceptance_takes_the_first_plausible_child_and_is_biased():
     assert torch.equal(typical_emitted_distribution(p, [3, 4]), p)  # none passes: p itself
 
 
+def test_the_medusa_reference_rule_keeps_the_longest_passing_path_then_the_likeliest():
+    """evaluate_posterior's decision: the deepest node whose whole path passes (not the first child
+    that passes, as speclab's variant takes), ties by the path's likelihood; when nothing passes, the
+    row's argmax (fast) or a token at or above the threshold (not fast)."""
+    from speclab.verification import medusa_typical_accept_tree, typical_accept_tree
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    target = torch.stack([p, p, p, p])
+    # root children: 1 (passes, no passing child), 0 (passes), then 0's child 2 (passes)
+    tokens, parents = torch.tensor([1, 0, 2]), [-1, -1, 1]
+    assert typical_accept_tree(target, tokens, parents)[0] == [0]       # speclab: the first that passes
+    assert medusa_typical_accept_tree(target, tokens, parents) == ([1, 2], 0)  # the longest path; argmax next
+    # two passing root children, no deeper path: the likelier one (0.5 beats 0.3)
+    assert medusa_typical_accept_tree(target[:3], torch.tensor([1, 0]), [-1, -1])[0] == [1]
+    # nothing passes: no path; fast takes the argmax, not fast draws only tokens at or above the bar
+    assert medusa_typical_accept_tree(target[:2], torch.tensor([3]), [-1]) == ([], 0)
+    drawn = {medusa_typical_accept_tree(target[:2], torch.tensor([3]), [-1], fast=False,
+                                        generator=torch.Generator().manual_seed(s))[1] for s in range(200)}
+    assert drawn == {0, 1, 2}  # 0.05 is under the bar min(0.09, 0.3 exp(-H(p)))
+
+
+def test_the_two_typical_rules_emit_different_biased_distributions():
+    from speclab.verification import typical_emitted_distribution
+    p = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0])
+    speclab_rule = typical_emitted_distribution(p, [1, 0])
+    medusa_rule = typical_emitted_distribution(p, [1, 0], rule="reference")
+    assert speclab_rule[1] == 1 and medusa_rule[0] == 1   # the first that passes; the likeliest that passes
+    assert typical_emitted_distribution(p, [3], rule="reference")[0] == 1  # none passes: the argmax
+    cut = typical_emitted_distribution(p, [3], rule="reference", fast=False)
+    torch.testing.assert_close(cut, torch.tensor([0.5, 0.3, 0.15, 0.0, 0.0]) / 0.95)
+    with pytest.raises(ValueError, match="rule must be"):
+        typical_emitted_distribution(p, [3], rule="eagle")
+
+
 def test_typical_runs_say_they_are_not_lossless(pair, prompt):
     from speclab import generate, speculative_generate
     target, draft = pair
-    result = speculative_generate(target, draft, prompt, k=3, max_new_tokens=20, acceptance="typical")
-    assert not result.stats.lossless and "NOT LOSSLESS" in str(result.stats)
-    assert result.tokens.tolist() == generate(target, prompt, max_new_tokens=20).tokens.tolist()  # greedy: exact
+    for rule in ("typical", "typical-medusa"):
+        result = speculative_generate(target, draft, prompt, k=3, max_new_tokens=20, acceptance=rule)
+        assert not result.stats.lossless and "NOT LOSSLESS" in str(result.stats) and rule in result.stats.method
+        assert result.tokens.tolist() == generate(target, prompt, max_new_tokens=20).tokens.tolist()  # greedy: exact
     with pytest.raises(ValueError, match="acceptance must be"):
         speculative_generate(target, draft, prompt, k=3, max_new_tokens=5, acceptance="lenient")
 

@@ -379,6 +379,7 @@ class AnswerProcess:
         """The learner's `name(*args, **kwargs)`, run in the worker; callbacks and attribute reads of the case's
         objects are served here meanwhile. A failure inside a case's callback is raised after the call, so a
         learner's `except` cannot hide it."""
+        self.kept = {}  # handles live for one call: what an earlier call passed is out of the worker's reach
         reply = self._request(("call", name, args, kwargs), serve=True)
         if type(reply) is not tuple or not reply:
             raise WireError("a malformed reply")

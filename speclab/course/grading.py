@@ -114,17 +114,14 @@ def feedback_notebook(executed, feedback: str, note: str = ""):
 
 
 def _network_wrapper() -> list[str]:
-    """A command prefix that runs its command with no network but loopback (the kernel talks to its
-    client over loopback), or [] where this machine does not allow it (then grading goes on with network)."""
+    """A command prefix that runs the notebook's kernel with no network but loopback (the kernel talks to its
+    client over loopback), in its own PID namespace where allowed (so what it starts dies with it); or []
+    where this machine allows neither (then grading goes on with network)."""
     unshare, ip = shutil.which("unshare"), shutil.which("ip")
     if not unshare or not ip or sys.platform != "linux":
         return []
-    wrapper = [unshare, "-rn", "sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
-    try:
-        ok = subprocess.run(wrapper + ["true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        ok = False
-    return wrapper if ok else []
+    lo_up = ["sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
+    return _first_that_runs([[unshare, "-rnpf", "--kill-child", *lo_up], [unshare, "-rn", *lo_up]])
 
 
 def _worker_wrapper() -> list[str]:
@@ -133,12 +130,17 @@ def _worker_wrapper() -> list[str]:
     unshare = shutil.which("unshare")
     if not unshare or sys.platform != "linux":
         return []
-    wrapper = [unshare, "-rnpf", "--kill-child"]
-    try:
-        ok = subprocess.run(wrapper + ["true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        ok = False
-    return wrapper if ok else []
+    return _first_that_runs([[unshare, "-rnpf", "--kill-child"], [unshare, "-rn"]])
+
+
+def _first_that_runs(wrappers: list[list[str]]) -> list[str]:
+    for wrapper in wrappers:
+        try:
+            if subprocess.run(wrapper + ["true"], capture_output=True, timeout=10).returncode == 0:
+                return wrapper
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return []
 
 
 def detect_lab(path: Path, known: Iterable[str]) -> str | None:

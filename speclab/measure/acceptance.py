@@ -118,3 +118,30 @@ def heldout_windows(tokenizer, n: int = 8, length: int = 256, seed: int = 0) -> 
     g = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, len(stream) - length, (n,), generator=g).tolist()
     return torch.stack([stream[s:s + length] for s in starts])
+
+
+def reliability(confidence: torch.Tensor, outcome: torch.Tensor, bins: int = 10) -> list[dict]:
+    """A reliability table: the predictions grouped by `confidence` into `bins` equal-width bins on
+    [0, 1], each with its count, mean confidence and mean `outcome` (1/0 or a probability). A
+    calibrated predictor has mean outcome = mean confidence in every bin; empty bins are left out."""
+    confidence, outcome = confidence.flatten().float(), outcome.flatten().float()
+    if confidence.shape != outcome.shape:
+        raise ValueError(f"confidence and outcome must hold as many values, got {confidence.numel()} and "
+                         f"{outcome.numel()}")
+    if not bins >= 1 or confidence.numel() == 0:
+        raise ValueError("reliability needs at least one bin and one prediction")
+    which = (confidence * bins).long().clamp(max=bins - 1)
+    table = []
+    for b in range(bins):
+        chosen = which == b
+        if chosen.any():
+            table.append({"low": b / bins, "high": (b + 1) / bins, "count": int(chosen.sum()),
+                          "confidence": float(confidence[chosen].mean()), "outcome": float(outcome[chosen].mean())})
+    return table
+
+
+def calibration_error(table: list[dict]) -> float:
+    """The expected calibration error of a reliability table: the count-weighted mean gap between
+    mean confidence and mean outcome over the bins."""
+    total = sum(row["count"] for row in table)
+    return sum(row["count"] * abs(row["confidence"] - row["outcome"]) for row in table) / total

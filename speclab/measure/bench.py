@@ -375,11 +375,20 @@ def round_costs(row: BenchRow, base: BenchRow) -> dict[str, float]:
                 other=per_round(st.other_s), passes=st.draft_calls / st.rounds, nodes=st.drafted / st.rounds)
 
 
+def row_label(method: str) -> str:
+    """A row's name in a table: speclab's rows without the "speclab " prefix (transformers' keep "hf ")."""
+    return method.removeprefix("speclab ")
+
+
 def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
+    """The rows as a table about 90 characters wide, so that a page shows it whole: tokens/s, the
+    speedup over `baseline` and its 95% range over the prompts (speedup_interval), acceptance
+    (of drafts; alpha, per token), tokens a target pass emits, drafts and verified positions a round,
+    and whether the greedy output equals target-only; a legend under it says which is which."""
     base = next((r for r in rows if r.method == baseline), rows[0])
-    name = max([24] + [len(r.method) for r in rows])  # sweeps' rows carry their setting in the name
-    lines = [f"{'method':{name}} {'tokens':>7} {'tokens/s':>9} {'vs ' + base.method:>28} {'95% over prompts':>16} "
-             f"{'accept':>7} {'alpha':>6} {'tok/round':>9} {'drafts/round':>12} {'pass width':>10} {'same output':>11}"]
+    name = max([12] + [len(row_label(r.method)) for r in rows])  # sweeps' rows carry their setting in the name
+    lines = [f"{'method':{name}} {'tok/s':>6} {'speedup':>7} {'95% range':>11} {'accept':>6} {'alpha':>5} "
+             f"{'tok/pass':>8} {'drafts':>6} {'width':>5} {'same':>4}"]
     for r in rows:
         accept = f"{r.acceptance_rate:.3f}" if r.acceptance_rate is not None else "-"
         alpha = f"{r.alpha:.3f}" if r.alpha is not None else "-"
@@ -389,12 +398,19 @@ def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") ->
         same = "-" if r.matches_target_only is None else ("yes" if r.matches_target_only else "no")
         interval = speedup_interval(r, base) if r is not base else None
         spread = f"{interval[0]:.2f}-{interval[1]:.2f}x" if interval else "-"
-        lines.append(f"{r.method:{name}} {r.new_tokens:7d} {r.tokens_per_s:9.1f} {r.tokens_per_s / base.tokens_per_s:27.2f}x "
-                     f"{spread:>16} {accept:>7} {alpha:>6} {tpr:>9} {per_round:>12} {width:>10} {same:>11}")
+        speedup = f"{r.tokens_per_s / base.tokens_per_s:.2f}x"
+        lines.append(f"{row_label(r.method):{name}} {r.tokens_per_s:6.1f} {speedup:>7} {spread:>11} {accept:>6} "
+                     f"{alpha:>5} {tpr:>8} {per_round:>6} {width:>5} {same:>4}")
+    tokens = ", ".join(str(n) for n in sorted({r.new_tokens for r in rows}))
+    lines += [f"speedup: tokens/s over {row_label(base.method)}; 95% range: a bootstrap over the prompts;",
+              "accept: of drafted tokens; alpha: per token; tok/pass: tokens a target pass emits;",
+              "drafts, width: drafted tokens and verified positions a round; same: greedy output",
+              f"equals target-only; new tokens a row: {tokens}"]
     prompts = len(base.prompt_seconds)
     if 2 <= prompts < MIN_INTERVAL_PROMPTS:
-        lines.append(f"(no interval over {prompts} prompts: a bootstrap needs {MIN_INTERVAL_PROMPTS} or more to "
-                     f"say how far a ratio moves with the prompts; --num-prompts 16 for a record)")
+        lines.append(f"(no interval over {prompts} prompts: a bootstrap needs {MIN_INTERVAL_PROMPTS} or more to say "
+                     "how far")
+        lines.append(" a ratio moves with the prompts; --num-prompts 16 for a record)")
     return "\n".join(lines)
 
 

@@ -85,9 +85,13 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}}),
     Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), aliases=EAGLE_ALIASES, weights="head",
            bundled="eagle", on_target=True, train="eagle",
-           bench_rows={"speclab eagle": {}, "speclab eagle-chain": {"tree": "chain"}}),
+           # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree
+           # with two or more children a node, and EAGLE-1's own chain
+           bench_rows={"speclab eagle": {}, "speclab eagle-tree": {"settings": "fastest-tree"},
+                       "speclab eagle-chain": {"tree": "chain"}}),
     Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), aliases=EAGLE_ALIASES, weights="head",
-           bundled="eagle3", on_target=True, train="eagle3", bench_rows={"speclab eagle3": {}}),
+           bundled="eagle3", on_target=True, train="eagle3",
+           bench_rows={"speclab eagle3": {}, "speclab eagle3-tree": {"settings": "fastest-tree"}}),
     Method(mtp.NAME, mtp.load_mtp, aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
            on_target=True, train="mtp",
            # chained as deep as the round's K
@@ -138,7 +142,8 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
     eagle        an EAGLE-1 head: head= a directory written by train eagle (default: the head shipped
                  for the bundled target), tree="dynamic" (EAGLE-2's tree, default) or "chain",
-                 top_k, depth, total_tokens, min_confidence (the tree stops growing below it);
+                 top_k, depth, total_tokens, min_confidence (the tree stops growing below it),
+                 settings="fastest" (tree.json's) or "fastest-tree" (its fastest with top_k > 1);
                  SGLang's names (speculative_eagle_topk, speculative_num_steps,
                  speculative_num_draft_tokens: nodes plus the root) and vLLM's
                  num_speculative_tokens (the depth) are accepted too

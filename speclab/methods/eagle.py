@@ -690,24 +690,51 @@ class EagleDrafter(ChainDrafter):
         return self._head_step(frontier_tokens, parent_h, positions=positions, visible=visible.to(device))
 
 
+def fastest_tree(measured: dict) -> dict:
+    """Of the settings a tree.json timed (its "table", and its "sampled" table), the fastest with more
+    than one child per node: EAGLE-2's dynamic tree proper, for a head whose fastest setting is a
+    chain. A ValueError when none was timed."""
+    def best(table: list[dict], what: str) -> dict:
+        trees = [row for row in table if row["top_k"] > 1]
+        if not trees:
+            raise ValueError(f"this head's tree.json timed no {what} setting with top_k > 1; pass top_k=, depth= and "
+                             "total_tokens= instead of settings='fastest-tree'")
+        row = max(trees, key=lambda r: r["speedup"])
+        return {k: row[k] for k in TREE_SETTINGS if k in row}
+    settings = best(measured.get("table", []), "greedy")
+    if "sampled" in measured:
+        settings["sampled"] = best(measured["sampled"].get("table", []), "sampled")
+    return settings
+
+
+SETTINGS_CHOICES = ("fastest", "fastest-tree")
+
+
 def load_eagle(target: nn.Module, head: str | Path | FeatureHead, version: int | None = None,
-               **options) -> EagleDrafter:
+               settings: str = "fastest", **options) -> EagleDrafter:
     """An EAGLE drafter for `target` from a head directory (train eagle / train eagle3) or a head.
     `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
     the default) or "chain", top_k, depth, total_tokens, min_confidence (defaults: the head
     directory's tree.json, where the settings measured fastest with that head are kept, else
     EagleDrafter's; a chain takes none of them), sampled (the settings of sampled rounds: tree.json's
     "sampled" entry, timed at temperature 1, unless any tree setting is passed here, which then
-    applies to every round)."""
+    applies to every round). settings="fastest-tree" takes instead tree.json's fastest timed setting
+    with top_k > 1 (fastest_tree): the dynamic tree itself, for a head whose fastest is a chain."""
+    if settings not in SETTINGS_CHOICES:
+        raise ValueError(f"settings must be one of {SETTINGS_CHOICES}, got {settings!r}")
     if not isinstance(head, FeatureHead):
         if options.get("tree", "dynamic") == "dynamic":  # EAGLE-2's settings measured fastest for this head
             measured = measured_settings(head)
+            if settings == "fastest-tree":
+                measured = fastest_tree(measured)
             # settings passed here apply to every round; without them, sampled rounds take the settings
             # timed at temperature 1 where tree.json has them
             if "sampled" in measured and not any(k in options for k in (*TREE_SETTINGS, "sampled")):
                 options["sampled"] = {k: measured["sampled"][k] for k in TREE_SETTINGS if k in measured["sampled"]}
             options = {**{k: measured[k] for k in TREE_SETTINGS if k in measured}, **options}
         head = FeatureHead.load(head, device=target.device)
+    elif settings != "fastest":
+        raise ValueError("settings= reads a head directory's tree.json: pass the directory, not a loaded head")
     if version is not None and head.version != version:
         raise ValueError(f"this is an {head.name} head, not an EAGLE-{version} head: load it with "
                          f"load_drafter({head.train_command!r}, head=...)")

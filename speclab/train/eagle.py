@@ -180,6 +180,33 @@ def unrolled_accuracy(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.
             for j, h in enumerate(outputs)]
 
 
+@torch.no_grad()
+def unrolled_confidence(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module,
+                        tokens: torch.Tensor, inputs: torch.Tensor, final_h: torch.Tensor, steps: int,
+                        temperature: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """What EAGLE-2's calibration claim is about, at every held-out position and draft step j (the
+    head drafting on its own outputs, fed the true tokens: `unroll`): the head's probability of its
+    top token (its confidence) and whether the target accepts that token given the earlier steps
+    were accepted. Greedy (temperature 0) acceptance is 1 or 0, the token being the target's argmax
+    or not; at a temperature it is the chance the rejection rule accepts the point mass, the target's
+    probability of the token there. Returns (confidence, acceptance), each (steps, B, n). Under greedy
+    decoding the cumulative products over steps are a path's score e^score and whether the whole
+    path is accepted, exactly: an accepted path is the true one the head was fed."""
+    outputs = unroll(head, embed, tokens, head.fuse(inputs[:, :-1].float()), steps)
+    n = tokens.shape[1] - steps
+    target_logits = lm_head(final_h.float())
+    confidence, accepted = [], []
+    for j, h in enumerate(outputs):
+        top = torch.softmax(head.logits(h, lm_head).float(), -1).max(-1)
+        teacher = target_logits[:, 1 + j:1 + j + n]
+        if temperature == 0:
+            accepted.append((teacher.argmax(-1) == top.indices).float())
+        else:
+            accepted.append(torch.softmax(teacher / temperature, -1).gather(-1, top.indices[..., None])[..., 0])
+        confidence.append(top.values)
+    return torch.stack(confidence), torch.stack(accepted)
+
+
 def eagle_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
                h: torch.Tensor, noise: float = 0.1, ce_weight: float = 0.1,
                generator: torch.Generator | None = None, inputs: torch.Tensor | None = None

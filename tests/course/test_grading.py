@@ -377,7 +377,7 @@ def test_nothing_the_learners_code_writes_during_hidden_checks_reaches_the_feedb
     def next_k(*args, **kwargs):
         public_calls.add(submissions.LEAK + repr((args, kwargs)))
         return solution(*args, **kwargs)
-    Lab("lab09").run("q1", {"next_k": next_k})
+    Lab("lab09").check("q1", {"next_k": next_k})  # the public checks, as the learner ran them
     text = "\n".join(strings(json.loads((executed / "lab09_leak.ipynb").read_text())))
     leaked = {line.strip().strip("'\"") for line in re.findall(re.escape(submissions.LEAK) + r"[^\n]*", text)}
     assert leaked and leaked <= {c for c in public_calls}, sorted(leaked - public_calls)[:5]
@@ -410,3 +410,24 @@ def test_an_endless_ungraded_cell_is_interrupted_and_costs_nothing(attacked):
     assert "ran longer than 30 s and was interrupted" in feedback_of(executed, "lab07_demo_loop.ipynb")
     score_cell = nb.cells[-2]  # the learner's score() ran after the interrupted cell
     assert score_cell.source == "score()" and "Total:" in "".join(o.get("text", "") for o in score_cell.outputs)
+
+
+def test_score_does_not_wait_again_for_a_function_that_ran_out_of_time(capsys):
+    lab = Lab("lab96", public_tests=False, time_limit=0.3)
+    lab.question("q1", "spin")
+
+    @lab.case("q1", "returns")
+    def _(f):
+        f()
+
+    def spin():
+        while True:
+            pass
+    ns = {"spin": spin}
+    lab.check("q1", ns)
+    start = time.perf_counter()
+    summary = lab.score(ns)
+    assert time.perf_counter() - start < 0.2 and summary.points == 0
+    assert "ran out of time in an earlier check" in summary.results[0].cases[0].message
+    ns["spin"] = lambda: None  # the learner fixed it and ran its cell again
+    assert lab.check("q1", ns).passed

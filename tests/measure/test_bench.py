@@ -83,8 +83,9 @@ def test_the_speedup_interval_is_a_bootstrap_over_prompts():
                                 BenchRow("speclab target-only", 320, 64.0, prompt_seconds=[2.0] * 32))
     assert low < narrower[0] and narrower[1] < high  # four times the prompts, a narrower interval
     table = format_table([base, mixed]).splitlines()
-    assert "95% over prompts" in table[0] and f"{low:.2f}-{high:.2f}x" in table[2] and " - " in table[1]
-    assert len(table) == 3  # no footer: enough prompts
+    assert "95% range" in table[0] and f"{low:.2f}-{high:.2f}x" in table[2] and " - " in table[1]
+    assert len(table) == 7 and table[3].startswith("speedup:")  # the legend, no footer: enough prompts
+    assert max(map(len, table)) <= 90  # fits a page
 
 
 def test_too_few_prompts_give_no_interval_and_the_table_says_why():
@@ -93,7 +94,7 @@ def test_too_few_prompts_give_no_interval_and_the_table_says_why():
     assert speedup_interval(few, base) is None
     assert speedup_interval(few, base, min_prompts=4) is not None
     table = format_table([base, few]).splitlines()
-    assert "no interval over 4 prompts" in table[-1] and "--num-prompts" in table[-1]
+    assert "no interval over 4 prompts" in table[-2] and "--num-prompts" in table[-1]
 
 
 def test_bench_refuses_an_unknown_method(pair, prompt):
@@ -174,7 +175,7 @@ def test_prompt_lookup_rules_become_rows_side_by_side(pair, prompt):
     assert [r.method for r in rows] == ["speclab target-only", "speclab prompt-lookup latest",
                                         "speclab prompt-lookup frequent", "hf prompt-lookup"]
     assert rows[1].stats.k == rows[2].stats.k == 6 and all(r.matches_target_only for r in rows[1:])
-    table = format_table(rows).splitlines()  # one prompt: no footer
+    table = format_table(rows).splitlines()[:len(rows) + 1]  # the header and the rows, above the legend
     assert len({len(line) for line in table}) == 1, "a long row name pushed its columns out of line"
 
 

@@ -776,3 +776,52 @@ def test_eagle3_training_with_a_draft_vocabulary_skips_positions_it_cannot_draft
     teacher[0, 2], teacher[1, 50] = 5.0, 5.0  # row 0's target token is drafted (2), row 1's is not (50)
     logits, restricted, kept = draft_space(head, target.get_output_embeddings(), torch.randn(2, 32), teacher)
     assert logits.shape == restricted.shape == (2, 3) and kept.tolist() == [1.0, 0.0]
+
+
+def test_unrolled_confidence_is_the_heads_top_probability_and_the_targets_verdict():
+    """Step 0 from the teacher-forced pass, by hand: the head's top probability, then greedy whether
+    it is the target's argmax, sampled the target's probability of it; greedy acceptance at step j
+    agrees with unrolled_accuracy."""
+    from speclab.train.eagle import unrolled_accuracy, unrolled_confidence
+    target = tiny_model("llama", layers=2, seed=0)
+    head = random_head(target, seed=3)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    rows = PROMPT.view(1, -1)
+    final = target_features(target, rows, torch.device("cpu")).float()
+    confidence, greedy = unrolled_confidence(head, embed, lm_head, rows, final, final, 3)
+    _, sampled = unrolled_confidence(head, embed, lm_head, rows, final, final, 3, temperature=1.0)
+    assert confidence.shape == greedy.shape == sampled.shape == (3, 1, len(PROMPT) - 3)
+    with torch.no_grad():
+        h = head(embed(rows[:, 1:]), final[:, :-1])
+        q = torch.softmax(head.logits(h, lm_head), -1)
+        p = torch.softmax(lm_head(final[:, 1:]), -1)
+    n = len(PROMPT) - 3
+    top = q.argmax(-1)[:, :n]
+    torch.testing.assert_close(confidence[0], q.max(-1).values[:, :n])
+    assert torch.equal(greedy[0], (p.argmax(-1)[:, :n] == top).float())
+    torch.testing.assert_close(sampled[0], p[:, :n].gather(-1, top[..., None])[..., 0])
+    accuracy = unrolled_accuracy(head, embed, lm_head, rows, final, final, 3)
+    assert [round(float(a.mean()), 4) for a in greedy] == accuracy
+
+
+def test_the_fastest_tree_setting_is_the_fastest_timed_with_more_than_one_child(tmp_path):
+    """settings='fastest-tree': EAGLE-2's dynamic tree proper, for the bench's tree rows, taken from
+    the head's timed table even where its fastest setting is a chain."""
+    import json
+    from speclab import load_drafter
+    from speclab.methods.eagle import fastest_tree
+    table = [dict(top_k=1, depth=12, total_tokens=12, min_confidence=None, speedup=3.0),
+             dict(top_k=2, depth=8, total_tokens=16, min_confidence=None, speedup=2.5),
+             dict(top_k=3, depth=6, total_tokens=16, min_confidence=0.1, speedup=2.4)]
+    measured = dict(top_k=1, depth=12, total_tokens=12, min_confidence=None, table=table)
+    assert fastest_tree(measured) == dict(top_k=2, depth=8, total_tokens=16, min_confidence=None)
+    target = tiny_model("llama", layers=2, seed=0)
+    EagleHead.for_target(target).save(tmp_path / "eagle")
+    (tmp_path / "eagle" / "tree.json").write_text(json.dumps(measured))
+    drafter = load_drafter("eagle", target, head=tmp_path / "eagle", settings="fastest-tree")
+    assert (drafter.top_k, drafter.depth, drafter.total_tokens) == (2, 8, 16)
+    assert load_drafter("eagle", target, head=tmp_path / "eagle").top_k == 1
+    with pytest.raises(ValueError, match="no greedy setting with top_k > 1"):
+        fastest_tree(dict(table=table[:1]))
+    with pytest.raises(ValueError, match="settings must be one of"):
+        load_drafter("eagle", target, head=tmp_path / "eagle", settings="widest")
