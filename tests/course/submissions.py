@@ -102,7 +102,8 @@ def cheat(lab: str):
 
 def leaky(lab: str, name: str):
     """The solved lab whose `name` writes every argument it gets past print's capture: the raw file
-    descriptors, stderr, the display system, a file in its working directory and in its home."""
+    descriptors, stderr, the display system, a file in its working directory and in its home. Only the
+    checks call it (the ungraded cells that call it are left out)."""
     nb = solved(lab)
     cell = answer_cell(nb, name)
     body = (f"    import os, sys\n    _seen = {LEAK!r} + repr((args, kwargs)) + '\\n'\n"
@@ -114,6 +115,8 @@ def leaky(lab: str, name: str):
             "        with open(os.path.join(folder, 'leak.txt'), 'a') as f:\n            f.write(_seen)\n"
             f"    return _{name}(*args, **kwargs)\n")
     cell.source = cell.source.replace(f"def {name}(", f"def _{name}(", 1) + f"\n\n\ndef {name}(*args, **kwargs):\n{body}"
+    # the learner's own demo cells that call it are left out, so that every line written comes from a check
+    nb.cells = [c for c in nb.cells if c is cell or c.cell_type != "code" or f"{name}(" not in c.source]
     return nb
 
 
