@@ -13,7 +13,7 @@ import math
 import torch
 
 from speclab.sampling import sample
-from speclab.trees import chain_parents, check_parents, children
+from speclab.trees import chain_parents, check_parents, children, depths, path_to
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -178,26 +178,20 @@ def medusa_typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.T
     which takes the first passing child level by level and draws the next token from the whole row."""
     parents = check_tree_inputs(target_probs, None, draft_tokens, parents)
     bars = [typical_threshold(row, epsilon, delta) for row in target_probs]
-    passed: list[bool] = []
-    depth: list[int] = []
-    likelihood: list[float] = []
+    passed: list[bool] = []          # the node and all its ancestors pass (parents come first)
+    likelihood: list[float] = []     # the sum of log p(x) along the node's path
     for node, parent in enumerate(parents):
         prob = float(target_probs[parent + 1][draft_tokens[node]])
         passed.append(prob > bars[parent + 1] and (parent < 0 or passed[parent]))
-        depth.append(1 + (depth[parent] if parent >= 0 else 0))
         likelihood.append(math.log(max(prob, 1e-30)) + (likelihood[parent] if parent >= 0 else 0.0))
+    depth = depths(parents)
     accepted = [node for node in range(len(parents)) if passed[node]]
     best = max(accepted, key=lambda node: (depth[node], likelihood[node]), default=-1)
-    path = []
-    node = best
-    while node >= 0:
-        path.append(node)
-        node = parents[node]
     p = target_probs[best + 1]
     if fast:
-        return path[::-1], int(p.argmax())
+        return path_to(parents, best), int(p.argmax())
     kept = torch.where(p >= bars[best + 1], p, torch.zeros_like(p))
-    return path[::-1], int(sample(kept / kept.sum(), generator))
+    return path_to(parents, best), int(sample(kept / kept.sum(), generator))
 
 
 def typical_emitted_distribution(p: torch.Tensor, candidates: list[int], epsilon: float = 0.09,
@@ -205,8 +199,8 @@ def typical_emitted_distribution(p: torch.Tensor, candidates: list[int], epsilon
     """Exact distribution of the token typical acceptance emits at one node whose children are the
     deterministic `candidates` (in order). rule "speclab" (typical_accept_tree): all mass on the first
     candidate that passes the threshold, or p itself when none does. rule "reference", the Medusa
-    reference's (medusa_typical_accept_tree): all mass on the passing candidate of highest p (the likeliest of the
-    longest paths), or, when none passes, on p's argmax (fast) or on p cut to the tokens at or above
+    reference's (medusa_typical_accept_tree): all mass on the passing candidate of highest p (the
+    likeliest of the longest paths), or, when none passes, on p's argmax (fast) or on p cut to the tokens at or above
     the threshold. Compare it with p (what the rejection rule emits) to see the bias."""
     if rule not in ("speclab", "reference"):
         raise ValueError(f"rule must be 'speclab' or 'reference' (Medusa's), got {rule!r}")
