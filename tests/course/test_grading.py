@@ -19,6 +19,7 @@ from speclab.course.labbuild import cell_kind, checks_source, learner_notebook, 
 
 from tests.course import submissions
 from tests.course.test_labs import answers as solved_answers
+from tests.course.test_labs import strings  # every string in a JSON document
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -381,14 +382,6 @@ def test_nothing_the_learners_code_writes_during_hidden_checks_reaches_the_feedb
     text = "\n".join(strings(json.loads((executed / "lab09_leak.ipynb").read_text())))
     leaked = set(re.findall(re.escape(submissions.LEAK) + r"\(\([^()]*\), \{[^{}]*\}\)", text))  # one call's arguments
     assert leaked and leaked <= {c for c in public_calls}, sorted(leaked - public_calls)[:5]
-
-
-def strings(node) -> list[str]:
-    if isinstance(node, str):
-        return [node]
-    if isinstance(node, dict):
-        node = list(node.values())
-    return [s for item in node for s in strings(item)] if isinstance(node, list) else []
 
 
 def test_two_looping_answers_cost_their_questions_only_within_the_notebook_timeout(attacked):
