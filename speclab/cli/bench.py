@@ -85,6 +85,7 @@ def summary_of(args, device, workload: str, rows: list) -> dict:
     # a ratio depends on the machine (how it charges a pass over several positions): say which one
     # the settings under their flags' names
     return dict(device=str(device), cpu=cpu_name(), torch=torch.__version__, workload=workload,
+                temperature=args.temperature, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                 k=args.k, lookup_k=args.lookup_k or args.k, threads=torch.get_num_threads(),
                 lookahead=[list(s) for s in args.lookahead],
                 layer_skip=[list(s) for s in args.layer_skip], k_sweep=args.k_sweep,

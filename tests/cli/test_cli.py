@@ -42,6 +42,7 @@ def test_generate_and_bench_on_a_local_pair(micro, tmp_path, capsys):
     assert "target torch.float32, draft torch.float16" in table  # the CPU default
     record = json.loads((tmp_path / "bench.json").read_text())
     assert record["cpu"] == cpu_name() and record["torch"] == torch.__version__  # which machine timed it
+    assert (record["temperature"], record["max_new_tokens"]) == (0.0, 8)  # and how it decoded
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"),
           "--prompt", "import os\nimport sys\nimport os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "lookahead", "--lookahead", "3,3,2"])
