@@ -15,7 +15,7 @@ from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, lay
 from speclab.devices import cpu_name
 from speclab.measure.bench import METHODS, default_methods, format_table, model_check, run_bench
 from speclab.measure.profiling import cost_ratio, forward_ms_by_positions
-from speclab.measure.workloads import WORKLOADS
+from speclab.measure.workloads import WORKLOADS, shipped_count
 from speclab.methods.ngram import MATCH_CHOICES
 
 
@@ -111,8 +111,19 @@ def check_model(args, target, draft, rows: list) -> dict:
                 c_alone=c_alone, verify_cost_alone=verify_alone)
 
 
-def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
-    prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
+def prompt_count(args, workload: str) -> int:
+    """--num-prompts, or all of a shipped set when it holds fewer (the copying sets ship eight, so that
+    `--workload code,edit,quote --num-prompts 16` times sixteen code prompts and eight of each set); said
+    aloud, and each record's rows hold one time per prompt."""
+    shipped = shipped_count(workload)
+    if args.prompt or shipped is None or args.num_prompts <= shipped:
+        return args.num_prompts
+    print(f"the {workload!r} set ships {shipped} prompts: timing all {shipped} (--num-prompts {args.num_prompts})")
+    return shipped
+
+
+def bench_workload(args, target, draft, tok, device, workload: str, num_prompts: int) -> dict:
+    prompts = [p.to(device) for p in prompts_for(args, tok, workload, num_prompts)]
     print_settings(args, target, draft, device, workload, len(prompts))
     rows = bench_rows(args, target, draft, prompts)
     print(format_table(rows))
@@ -128,8 +139,9 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    counts = {w: prompt_count(args, w) for w in workloads}  # before any timing: a bad count fails at once
     target, draft, tok, device = load(args)
-    summaries = [bench_workload(args, target, draft, tok, device, w) for w in workloads]
+    summaries = [bench_workload(args, target, draft, tok, device, w, counts[w]) for w in workloads]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summaries[0] if len(summaries) == 1 else {"workloads": summaries}, f, indent=1)

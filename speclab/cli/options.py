@@ -58,9 +58,11 @@ def load(args) -> Pair:
     return load_pair(args.pair, device=args.device, draft=args.draft, draft_dtype=draft_dtype)
 
 
-def prompts_for(args, tokenizer, workload: str | None = None) -> list[torch.Tensor]:
-    """--prompt's token ids, else --num-prompts prompts of the workload (default: --workload)."""
-    texts = [args.prompt] if getattr(args, "prompt", None) else load_prompts(workload or args.workload, args.num_prompts)
+def prompts_for(args, tokenizer, workload: str | None = None, num_prompts: int | None = None) -> list[torch.Tensor]:
+    """--prompt's token ids, else num_prompts (default: --num-prompts) prompts of the workload (default:
+    --workload)."""
+    texts = [args.prompt] if getattr(args, "prompt", None) else \
+        load_prompts(workload or args.workload, num_prompts or args.num_prompts)
     return [tokenizer(t, return_tensors="pt").input_ids[0] for t in texts]
 
 

@@ -57,6 +57,14 @@ def load_prompts(workload: str = "code", n: int = 4) -> list[str]:
     return [r["text"] for r in records[:n]]
 
 
+def shipped_count(workload: str) -> int | None:
+    """How many prompts a shipped set holds ('edit', 'quote'); None for the workloads cut from held-out
+    text ('code', 'prose'), which have as many as asked."""
+    if workload not in COPYING:
+        return None
+    return sum(r["workload"] == workload for r in json.loads(SHIPPED.read_text())["prompts"])
+
+
 def tuning_prompts(n: int = TUNING.stop - TUNING.start) -> list[str]:
     """The first n held-out code prompts of the tuning set, which load_prompts never returns: settings
     chosen on the prompts they are then timed on would flatter them."""
