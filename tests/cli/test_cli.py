@@ -135,3 +135,16 @@ def test_workloads_shows_each_set(capsys):
     main(["workloads"])
     out = capsys.readouterr().out
     assert all(f"== {name}:" in out for name in ("code", "prose", "edit", "quote")) and "_revised(" in out
+
+
+def test_a_shipped_set_smaller_than_num_prompts_is_timed_whole_and_said(capsys):
+    from argparse import Namespace
+
+    from speclab.cli.bench import prompt_count
+    from speclab.measure.workloads import shipped_count
+    args = Namespace(prompt=None, num_prompts=16)
+    assert shipped_count("edit") == 8 and shipped_count("code") is None
+    assert prompt_count(args, "code") == 16 and capsys.readouterr().out == ""
+    assert prompt_count(args, "edit") == 8
+    assert "ships 8 prompts: timing all 8" in capsys.readouterr().out
+    assert prompt_count(Namespace(prompt=None, num_prompts=3), "quote") == 3
