@@ -15,7 +15,7 @@ from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, lay
 from speclab.devices import cpu_name
 from speclab.measure.bench import METHODS, default_methods, format_table, model_check, run_bench
 from speclab.measure.profiling import cost_ratio, forward_ms_by_positions
-from speclab.measure.workloads import CHAT, COPYING, expand_workloads
+from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
 from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
 
@@ -113,6 +113,7 @@ def summary_of(args, device, workload: str, rows: list) -> dict:
     # a ratio depends on the machine (how it charges a pass over several positions): say which one
     # the settings under their flags' names
     return dict(device=str(device), cpu=cpu_name(), torch=torch.__version__, workload=workload,
+                temperature=args.temperature, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                 k=args.k, lookup_k=args.lookup_k or args.k, threads=torch.get_num_threads(),
                 lookahead=[list(s) for s in args.lookahead],
                 layer_skip=[list(s) for s in args.layer_skip], k_sweep=args.k_sweep,
@@ -138,8 +139,19 @@ def check_model(args, target, draft, rows: list) -> dict:
                 c_alone=c_alone, verify_cost_alone=verify_alone)
 
 
-def bench_workload(args, target, draft, tok, device, workload: str) -> dict:
-    prompts = [p.to(device) for p in prompts_for(args, tok, workload)]
+def prompt_count(args, workload: str) -> int:
+    """--num-prompts, or all of a shipped set when it holds fewer (the copying sets ship eight, so that
+    `--workload code,edit,quote --num-prompts 16` times sixteen code prompts and eight of each set); said
+    aloud, and each record's rows hold one time per prompt."""
+    shipped = shipped_count(workload)
+    if args.prompt or shipped is None or args.num_prompts <= shipped:
+        return args.num_prompts
+    print(f"the {workload!r} set ships {shipped} prompts: timing all {shipped} (--num-prompts {args.num_prompts})")
+    return shipped
+
+
+def bench_workload(args, target, draft, tok, device, workload: str, num_prompts: int) -> dict:
+    prompts = [p.to(device) for p in prompts_for(args, tok, workload, num_prompts)]
     print_settings(args, target, draft, device, workload, len(prompts))
     rows = bench_rows(args, target, draft, prompts)
     print(format_table(rows))
@@ -155,8 +167,9 @@ def main(argv: list[str] | None = None) -> None:
         workloads = expand_workloads(args.workload)
     except ValueError as err:
         raise SystemExit(str(err))
+    counts = {w: prompt_count(args, w) for w in workloads}  # before any timing: a bad count fails at once
     target, draft, tok, device = load(args)
-    summaries = [bench_workload(args, target, draft, tok, device, w) for w in workloads]
+    summaries = [bench_workload(args, target, draft, tok, device, w, counts[w]) for w in workloads]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summaries[0] if len(summaries) == 1 else {"workloads": summaries}, f, indent=1)

@@ -66,12 +66,13 @@ def require_draft(args, draft, command: str) -> None:
         raise SystemExit(f"{command} needs a draft model: " + (missing_draft(name) if name else "pass --draft DIR"))
 
 
-def prompts_for(args, tokenizer, workload: str | None = None) -> list[torch.Tensor]:
-    """--prompt's token ids (the text as given), else --num-prompts prompts of the workload (default:
-    --workload; chat workloads through the tokenizer's chat template: workloads.prompt_ids)."""
+def prompts_for(args, tokenizer, workload: str | None = None, num_prompts: int | None = None) -> list[torch.Tensor]:
+    """--prompt's token ids (the text as given), else num_prompts (default: --num-prompts) prompts of the
+    workload (default: --workload; chat workloads through the tokenizer's chat template:
+    workloads.prompt_ids)."""
     if getattr(args, "prompt", None):
         return [tokenizer(args.prompt, return_tensors="pt").input_ids[0]]
-    return prompt_ids(tokenizer, workload or args.workload, args.num_prompts)
+    return prompt_ids(tokenizer, workload or args.workload, num_prompts or args.num_prompts)
 
 
 def weights_given(args) -> dict:

@@ -100,6 +100,9 @@ def add_head_commands(sub) -> None:
                          "head's record says what it was trained with)")
         if version == 3:
             cmd.add_argument("--ttt-steps", type=int, help="steps unrolled in training (default 4)")
+            cmd.add_argument("--draft-vocab", type=int, help="the head's draft vocabulary: the N tokens most "
+                             "frequent in the training rows (default: "
+                             f"{EAGLE_PRESETS['stdlib'].draft_vocab or 'the whole vocabulary'})")
         else:
             cmd.add_argument("--inputs", choices=EAGLE_INPUTS, default="feature+token", help="what the head "
                              "reads (the EAGLE paper's ablation; chapter 8): feature+token (EAGLE), or a head "
@@ -182,6 +185,7 @@ def run_head(args) -> None:
         report = train_mtp(args.target, args.out, **common)
     else:
         report = train_eagle(args.target, args.out, version=args.version, ttt_steps=getattr(args, "ttt_steps", None),
+                             draft_vocab=getattr(args, "draft_vocab", None),
                              inputs=getattr(args, "inputs", "feature+token"), **common)
     last = report["log"]["evals"][-1]
     print(f"{args.command}: held-out loss {last['heldout_loss']:.4f}, top-1 by draft position "

@@ -141,6 +141,17 @@ def default_methods(target, draft=None, weights: Mapping[str, str | Path] | None
     return tuple(m for m in METHODS if m not in unfit)
 
 
+def decode_options(methods) -> dict[str, dict]:
+    """speculative_generate options of the rows of `methods` that decode otherwise than by default: an
+    adaptive schedule or another acceptance rule (each method's decode_options in the registry)."""
+    out = {}
+    for row in methods:
+        method = by_bench_row(row)
+        if method is not None and row in method.decode_options:
+            out[row] = dict(method.decode_options[row])
+    return out
+
+
 def make_drafters(methods, target, draft, weights: Mapping[str, str | Path] | None = None, lookahead=LOOKAHEAD,
                   lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
                   confidence_thresholds=CONFIDENCE_THRESHOLDS) -> dict:
@@ -301,9 +312,11 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
     k_of.update({row: n for row, n in k_sweep_rows(k_sweep).items() if row in methods})
     upper = adaptive_k or max(k_sweep or [max(k, ADAPTIVE_K)])
-    options_of = {"speclab adaptive-heuristic": dict(k_schedule="heuristic"),
-                  **{row: dict(confidence_threshold=t) for row, t in confidence_rows(confidence_thresholds).items()}}
-    k_of.update({m: upper for m in options_of if m in methods})
+    confidence = {row: dict(confidence_threshold=t) for row, t in confidence_rows(confidence_thresholds).items()}
+    adaptive = ("speclab adaptive-heuristic", *confidence)
+    k_of.update({m: upper for m in adaptive if m in methods})
+    # rows that decode with another schedule or acceptance rule (the registry's decode_options)
+    options_of = {**decode_options(methods), **confidence}
     # a drafter with a tree of its own depth (EAGLE-2's) drafts at that depth: K would only cut it
     # (the draft-model rows hold the model itself, which has none)
     own = {m: getattr(d, "own_depth", None) for m, d in drafters.items() if m in methods}
@@ -384,9 +397,13 @@ def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") ->
     """The rows as a table about 90 characters wide, so that a page shows it whole: tokens/s, the
     speedup over `baseline` and its 95% range over the prompts (speedup_interval), acceptance
     (of drafts; alpha, per token), tokens a target pass emits, drafts and verified positions a round,
-    and whether the greedy output equals target-only; a legend under it says which is which."""
+    and whether the greedy output equals target-only; a legend under it says which is which, and a
+    row marked * decodes with a rule that is not lossless."""
     base = next((r for r in rows if r.method == baseline), rows[0])
-    name = max([12] + [len(row_label(r.method)) for r in rows])  # sweeps' rows carry their setting in the name
+    # a row whose rule does not keep the target's distribution (typical acceptance) is marked
+    label = {r.method: row_label(r.method) + ("*" if r.stats is not None and not r.stats.lossless else "")
+             for r in rows}
+    name = max([12] + [len(n) for n in label.values()])  # sweeps' rows carry their setting in the name
     lines = [f"{'method':{name}} {'tok/s':>6} {'speedup':>7} {'95% range':>11} {'accept':>6} {'alpha':>5} "
              f"{'tok/pass':>8} {'drafts':>6} {'width':>5} {'same':>4}"]
     for r in rows:
@@ -399,13 +416,15 @@ def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") ->
         interval = speedup_interval(r, base) if r is not base else None
         spread = f"{interval[0]:.2f}-{interval[1]:.2f}x" if interval else "-"
         speedup = f"{r.tokens_per_s / base.tokens_per_s:.2f}x"
-        lines.append(f"{row_label(r.method):{name}} {r.tokens_per_s:6.1f} {speedup:>7} {spread:>11} {accept:>6} "
+        lines.append(f"{label[r.method]:{name}} {r.tokens_per_s:6.1f} {speedup:>7} {spread:>11} {accept:>6} "
                      f"{alpha:>5} {tpr:>8} {per_round:>6} {width:>5} {same:>4}")
     tokens = ", ".join(str(n) for n in sorted({r.new_tokens for r in rows}))
     lines += [f"speedup: tokens/s over {row_label(base.method)}; 95% range: a bootstrap over the prompts;",
               "accept: of drafted tokens; alpha: per token; tok/pass: tokens a target pass emits;",
               "drafts, width: drafted tokens and verified positions a round; same: greedy output",
               f"equals target-only; new tokens a row: {tokens}"]
+    if any(n.endswith("*") for n in label.values()):
+        lines.append("*: not lossless: its rule changes the sampled distribution (typical acceptance)")
     prompts = len(base.prompt_seconds)
     if 2 <= prompts < MIN_INTERVAL_PROMPTS:
         lines.append(f"(no interval over {prompts} prompts: a bootstrap needs {MIN_INTERVAL_PROMPTS} or more to say "

@@ -248,9 +248,11 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
         num_prompts, max_new_tokens)
     lines = [
         EAGLE_HEADING, "",
-        f"An EAGLE-1 head (Li et al. 2024): fc(2H -> H) over [embedding of the next token; the target's feature], "
-        f"one decoder layer of the target's architecture (initialised from its last layer), the target's frozen "
-        f"embeddings and lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle/`. Trained by "
+        f"An EAGLE-1 head (Li et al. 2024) in the reference's layout (SafeAILab/EAGLE eagle/model/cnets1.py): "
+        f"fc(2H -> H, with a bias) over [embedding of the next token; the target's feature], one decoder layer of "
+        f"the target's architecture without its input norm (initialised from its last layer), the target's "
+        f"frozen embeddings and lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle/`. "
+        f"Trained by "
         f"{train_command(method, record)}: smooth L1 to the "
         f"next feature + {m['ce_weight']} x cross-entropy against the target's own distribution, U(-{m['noise']}, "
         f"{m['noise']}) noise on the input features, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} "
@@ -288,22 +290,35 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     lines = [
         EAGLE3_HEADING, "",
         f"An EAGLE-3 head (Li et al. 2025): the target's hidden states at layers {record['feature_layers']} "
-        f"(inputs of layers 2, L/2 and L-3) fused 3H -> H, then fc(2H -> H) over [norm(embedding of the next "
-        f"token); norm(feature)] into one decoder layer of the target's architecture and a norm before the "
-        f"target's frozen lm_head; from the second draft step on, the head's own hidden state replaces the fused "
-        f"feature. {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle3/`. Trained by "
+        f"(inputs of layers 2, L/2 and L-3) fused by fc (3H -> H), in the reference's layout (SafeAILab/EAGLE "
+        f"eagle/model/cnets.py, the names vLLM and SGLang load): one Llama decoder layer whose q, k and v read "
+        f"[input_layernorm(embedding of the next token); hidden_norm(feature)] (2H) with the feature as its "
+        f"residual, a final norm and the head's own lm_head over a draft vocabulary mapped to the target's by "
+        f"d2t; from the second draft step on, the layer's own output replaces the fused feature. "
+        f"{record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle3/`. Trained by "
         f"{train_command(method, record)} with the training-time "
         f"test: the head unrolled {m['ttt_steps']} steps on its own outputs, step j's cross-entropy against the "
         f"target's distribution weighted {m['decay']}^j, no feature loss; {m['steps']} steps of {m['batch']} rows "
         f"x {m['seq_len']} positions from {rows_trained_on(record)}; training "
-        f"{log['seconds'] / 60:.1f} min on {record['hardware']}. The full vocabulary ({target.config.vocab_size} "
-        "tokens) is kept: no reduced draft vocabulary.", "",
+        f"{log['seconds'] / 60:.1f} min on {record['hardware']}. {vocabulary_note(record, target)}", "",
         "Held-out top-1 agreement with the target by draft position (the head drafting on its own outputs, fed "
         "the true tokens):", "",
         *position_table(first, last), "",
         f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens; outputs {same} "
         "target-only decoding's):", ""] + drafting_table(runs)
     return "\n".join(lines)
+
+
+def vocabulary_note(record: dict, target) -> str:
+    """What the EAGLE-3 head's lm_head scores: the whole vocabulary, or a reduced draft vocabulary and how
+    often the target's own next token is in it (the record's held-out coverage)."""
+    vocab = record.get("draft_vocab") or {}
+    size = vocab.get("size", target.config.vocab_size)
+    if size == target.config.vocab_size:
+        return f"The draft vocabulary is the whole vocabulary ({size} tokens; d2t all zero)."
+    return (f"A draft vocabulary of the {size} most frequent training tokens of {target.config.vocab_size} "
+            f"(d2t maps them back), holding the target's own next token at {vocab['heldout_coverage']:.1%} of "
+            "held-out positions.")
 
 
 MTP_HEADING = "## MTP module"

@@ -138,6 +138,15 @@ def prompt_ids(tokenizer, workload: str = "code", n: int = 4) -> list[torch.Tens
         return [encode_chat(tokenizer, messages) for messages in load_chats(workload, n)]
     return [tokenizer(text, return_tensors="pt").input_ids[0] for text in load_prompts(workload, n)]
 
+def shipped_count(workload: str) -> int | None:
+    """How many prompts a shipped set holds ('edit', 'quote', each chat category); None for the workloads
+    cut from held-out text ('code', 'prose'), which have as many as asked."""
+    if workload in CHAT:
+        return sum(r["category"] == workload.removeprefix("chat-") for r in chat_records())
+    if workload not in COPYING:
+        return None
+    return sum(r["workload"] == workload for r in json.loads(SHIPPED.read_text())["prompts"])
+
 
 def tuning_prompts(n: int = TUNING.stop - TUNING.start) -> list[str]:
     """The first n held-out code prompts of the tuning set, which load_prompts never returns: settings

@@ -41,6 +41,8 @@ class Method:
     on_target    built on the target itself (the bundled target is loaded when none is passed)
     train        `python -m speclab train <train>` makes its weights (None: nothing to train)
     bench_rows   the bench's rows for it: row name -> load_drafter options of that row
+    decode_options  speculative_generate options of some of those rows: a row that decodes with
+                 another schedule or acceptance rule than the default, with the same drafter
     """
 
     name: str
@@ -51,6 +53,7 @@ class Method:
     on_target: bool = False
     train: str | None = None
     bench_rows: Mapping[str, Mapping] = field(default_factory=dict)
+    decode_options: Mapping[str, Mapping] = field(default_factory=dict)
 
 
 def _load_draft_model(target, draft=None, **rest) -> Drafter:
@@ -74,7 +77,8 @@ EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk"
 
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(draft_model.NAME, _load_draft_model, weights="draft", bundled="draft", train="draft",
-           bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {}, "speclab adaptive-confidence": {}}),
+           bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {}, "speclab adaptive-confidence": {}},
+           decode_options={"speclab adaptive-heuristic": {"k_schedule": "heuristic"}}),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
            aliases={"prompt_lookup_max": ("max_ngram", 0), "prompt_lookup_min": ("min_ngram", 0),  # vLLM
                     "num_speculative_tokens": ("num_tokens", 0),
@@ -83,7 +87,9 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            bench_rows={"speclab prompt-lookup": {}}),
     Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o), bench_rows={"speclab lookahead": {}}),
     Method(medusa.NAME, medusa.load_medusa, weights="heads", bundled="medusa", train="medusa",
-           bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}}),
+           # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
+           bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}, "speclab medusa-typical": {}},
+           decode_options={"speclab medusa-typical": {"acceptance": "typical-medusa"}}),
     Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), aliases=EAGLE_ALIASES, weights="head",
            bundled="eagle", on_target=True, train="eagle",
            # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree

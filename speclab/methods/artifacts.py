@@ -79,7 +79,9 @@ def save_weights(directory: str | Path, config_file: str, config: dict, weights_
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / config_file).write_text(json.dumps(config, indent=1))
-    save_file({k: v.detach().to(torch.float16).contiguous() for k, v in state.items()}, str(directory / weights_file))
+    # floating-point weights to float16; integer and bool buffers (EAGLE-3's d2t, t2d) as they are
+    save_file({k: (v.to(torch.float16) if v.is_floating_point() else v).detach().contiguous()
+               for k, v in state.items()}, str(directory / weights_file))
     return directory
 
 

@@ -2,16 +2,22 @@
 
 The target's feature f_t (its last hidden state after the final norm: what its lm_head reads) holds
 most of what it knows about the next token. EAGLE-1 predicts the *next feature* from the current
-one and the token that follows it: an input projection of [embedding(x_{t+1}); f_t] (2H -> H) into
-one decoder layer of the target's own architecture, whose output f^_{t+1} goes through the target's
-frozen lm_head to give the draft distribution of x_{t+2}. Embeddings and lm_head are the target's
-(frozen, not stored with the head), so the head is one layer and one H x 2H matrix.
+one and the token that follows it: an input projection of [embedding(x_{t+1}); f_t] (2H -> H, with
+a bias) into one decoder layer of the target's own architecture without an input norm, whose output
+f^_{t+1} goes through the target's frozen lm_head to give the draft distribution of x_{t+2}.
+Embeddings and lm_head are the target's (frozen, not stored with the head), so the head is one layer
+and one H x 2H matrix. `EagleHead` follows the reference's EAGLE-1 model (SafeAILab/EAGLE,
+eagle/model/cnets1.py: `Model.fc`, `LlamaDecoderLayer` with index 0).
 
-EAGLE-3 (version=3) changes what goes in and how it is trained, not the drafting loop: the first
-input is a fusion (3H -> H) of the target's hidden states at a low, a middle and a high layer, later
-steps feed the head's own hidden state instead, embedding and feature are normed before the input
-projection, and a norm sits before the lm_head. It is trained on tokens only (no feature loss),
-with the training-time test: the head is unrolled several steps on its own outputs during training
+EAGLE-3 changes what goes in and how it is trained, not the drafting loop. `Eagle3Head` follows the
+reference's EAGLE-3 model (eagle/model/cnets.py: `Model`, `LlamaDecoderLayeremb`), the layout vLLM
+(`LlamaForCausalLMEagle3`) and SGLang load: `fc` fuses the target's hidden states at a low, a middle
+and a high layer (3H -> H, no bias) into the first step's feature; the one decoder layer norms the
+token's embedding and the feature apart and its attention reads their concatenation, 2H wide, while
+the feature is the residual stream; a final norm and the head's own lm_head over a draft vocabulary
+(its ids mapped back to the target's by d2t) give the draft. Later steps feed the layer's output
+(before that norm) as the feature. It is trained on tokens only (no feature loss), with the
+training-time test: the head is unrolled several steps on its own outputs during training
 (speclab.train.eagle.eagle3_loss), so step 3 is trained on what step 3 will see when drafting.
 
 Drafting runs autoregressively on the head's own outputs, with its own KV cache: each round the
@@ -20,7 +26,7 @@ Medusa uses: Drafter.take_features), then drafts from there; the rows it compute
 guesses are rolled back at the next round, like a draft model's. EAGLE-2's dynamic tree
 (`expand_level`, `rerank`) grows the draft as a tree scored by the head's own confidence.
 
-This module holds the head and the drafter; training is in speclab.train.eagle.
+This module holds the heads and the drafter; training is in speclab.train.eagle.
 """
 from __future__ import annotations
 
@@ -32,7 +38,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, DynamicCache
+from transformers import AutoConfig, AutoModel, DynamicCache, LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from speclab.adaptive import stops_here
 from speclab.drafting import ChainDrafter, Draft
@@ -74,54 +81,40 @@ def check_mirrorable(target: nn.Module) -> None:
                         "(draft_model, ngram, medusa) for it")
 
 
-class EagleHead(nn.Module):
-    """One decoder layer of the target's architecture drafting in its feature space.
+def draft_vocabulary(rows: torch.Tensor, size: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """EAGLE-3's draft vocabulary, as the reference builds it (cnets.py, `scandata`): the `size` most
+    frequent tokens of the training rows, in id order. Returns d2t (size,) with target id = draft id +
+    d2t[draft id], and t2d (vocab_size,) bool, True for the target ids kept."""
+    if not isinstance(size, int) or not 1 <= size <= vocab_size:
+        raise ValueError(f"the draft vocabulary size must be an integer from 1 to the target's {vocab_size}, "
+                         f"got {size!r}")
+    counts = torch.bincount(rows.reshape(-1).long(), minlength=vocab_size)[:vocab_size]
+    kept = counts.topk(size, sorted=True).indices.sort().values  # ties: topk's order, then by id
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[kept] = True
+    return kept - torch.arange(size), t2d
 
-    version 1: x = fc([embedding; feature]) (2H -> H); output h, read by the target's lm_head as it is
-    (it regresses the target's normed features) and fed back as the next step's feature.
-    version 3: the first feature is fuse([low; mid; high]) (3H -> H) of the target's hidden states at
-    `feature_layers`; x = fc([norm(embedding); norm(feature)]); output h goes through a norm before
-    the lm_head and is fed back, un-normed, as the next step's feature.
 
-    forward(embeds (n, H) or (B, n, H), features (same), cache, **attention extras) -> h."""
+class FeatureHead(nn.Module):
+    """What every head drafting in the target's feature space shares: its config (the target's config
+    and fingerprint, which layers it reads), where it is stored, the check that it was trained for a
+    target, and its KV caches. Subclasses build the layers: EagleHead (EAGLE-1, and DeepSeek-V3's MTP
+    module in speclab.methods.mtp), Eagle3Head.
+
+    forward(embeds, features, cache, positions, visible) -> h, for rows (n, H) or a batch (B, n, H);
+    fuse(what the target hands over) -> the first step's feature; vocab_logits(h, the target's
+    lm_head) -> (logits, the target ids they score or None for the whole vocabulary)."""
 
     CONFIG_FILE, WEIGHTS_FILE = CONFIG_FILE, WEIGHTS_FILE
-    FC_BIAS = True  # EAGLE's input projection has a bias (DeepSeek-V3's MTP projection has none)
+    layer: nn.Module
+    rotary: nn.Module
 
-    def __init__(self, target_config: dict, target_fingerprint: dict | None = None, version: int = 1,
-                 feature_layers: Sequence[int] | None = None):
+    def __init__(self, target_config: dict, target_fingerprint: dict | None, version, feature_layers: Sequence[int],
+                 **extra):
         super().__init__()
-        if version not in VERSIONS:
-            raise ValueError(f"EAGLE version must be 1 or 3, got {version!r}")
-        config = AutoConfig.for_model(**target_config)
-        if feature_layers is None:
-            feature_layers = (-1,) if version == 1 else eagle3_layers(config.num_hidden_layers)
         self.version, self.feature_layers = version, tuple(int(i) for i in feature_layers)
         self.config = dict(target_config=target_config, target_fingerprint=target_fingerprint, version=version,
-                           feature_layers=list(self.feature_layers))
-        self.layer_config = one_layer_config(config)
-        hidden = config.hidden_size
-        self.fc = nn.Linear(2 * hidden, hidden, bias=self.FC_BIAS)
-        self.model = AutoModel.from_config(self.layer_config)
-        self.model.embed_tokens = None       # tokens are embedded with the target's own embeddings
-        self.model.norm = nn.Identity()      # version 1 regresses normed features; version 3 has out_norm
-        if version == 3:
-            norm = type(self.model.layers[0].input_layernorm)
-            eps = getattr(config, "rms_norm_eps", 1e-6)
-            if len(self.feature_layers) > 1:  # several layers read are fused; one (MTP's) needs no fusion
-                self.fuse_fc = nn.Linear(len(self.feature_layers) * hidden, hidden, bias=False)
-            self.embed_norm, self.feature_norm, self.out_norm = (norm(hidden, eps=eps) for _ in range(3))
-
-    @classmethod
-    def for_target(cls, target: nn.Module, version: int = 1) -> EagleHead:
-        """A fresh head for `target`; its decoder layer starts as a copy of the target's last layer (and
-        version 3's output norm as a copy of the target's final norm)."""
-        check_mirrorable(target)
-        head = cls(target.config.to_dict(), fingerprint(target), version)
-        head.model.layers[0].load_state_dict(target.model.layers[-1].state_dict())
-        if version == 3:
-            head.out_norm.load_state_dict(target.model.norm.state_dict())
-        return head.to(device=target.device, dtype=torch.float32)
+                           feature_layers=list(self.feature_layers), **extra)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -135,7 +128,17 @@ class EagleHead(nn.Module):
     def train_command(self) -> str:
         return NAME if self.version == 1 else NAME3
 
+    @property
+    def layer_step(self) -> LayerStep | None:
+        """The head's layer written out (speclab.methods.layer_step), where it covers the layer's kind;
+        None where the model's forward must run. Built once."""
+        if "_layer_step" not in self.__dict__:
+            supported = LayerStep.supports(self.layer, self.rotary)
+            self.__dict__["_layer_step"] = LayerStep(self.layer, self.rotary) if supported else None
+        return self.__dict__["_layer_step"]
+
     def new_cache(self) -> DynamicCache:
+        """A cache that concatenates (training's unrolled passes: autograd keeps every step's keys)."""
         return DynamicCache(config=self.layer_config)
 
     def drafting_cache(self) -> RowCache | DynamicCache:
@@ -146,45 +149,18 @@ class EagleHead(nn.Module):
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """The first step's feature from what the target hands over (len(feature_layers) * H wide)."""
         features = features.to(self.dtype)
-        return features if getattr(self, "fuse_fc", None) is None else self.fuse_fc(features)
+        fuse = getattr(self, "fuse_fc", None)
+        return features if fuse is None else fuse(features)
 
-    def logits_input(self, h: torch.Tensor) -> torch.Tensor:
-        """What the target's lm_head reads from the head's output."""
-        return h if self.version == 1 else self.out_norm(h)
-
-    def forward(self, embeds: torch.Tensor, features: torch.Tensor, cache: DynamicCache | None = None,
-                positions: torch.Tensor | None = None, visible: torch.Tensor | None = None, **extra) -> torch.Tensor:
-        """The head's output h for new rows appended to `cache`. Drafting passes (n, H) rows with a
-        cache; `positions` (n,) default to the next ones, `visible` (n, cached + n) bool says which
-        rows each new row attends to (default: causal). `extra` goes to the model's forward as it is
-        (training's batched, masked passes)."""
-        embeds, features = embeds.to(self.dtype), features.to(self.dtype)
-        if self.version == 3:
-            embeds, features = self.embed_norm(embeds), self.feature_norm(features)
-        x = self.fc(torch.cat([embeds, features], dim=-1))
-        if x.dim() == 2 and cache is not None and not extra:
-            if positions is None:
-                start = cache.get_seq_length()
-                positions = torch.arange(start, start + len(x), device=x.device)
-            if self.layer_step is not None:
-                return self.layer_step(x, cache, positions, visible)
-            extra = {"position_ids": positions[None]}
-            if visible is not None:  # transformers adds a float mask to the scores
-                mask = torch.zeros(visible.shape, dtype=self.dtype, device=x.device)
-                extra["attention_mask"] = mask.masked_fill_(~visible, torch.finfo(self.dtype).min)[None, None]
-        batched = x.dim() == 3
-        out = self.model(inputs_embeds=x if batched else x.unsqueeze(0), past_key_values=cache,
-                         use_cache=cache is not None, **extra)
-        return out.last_hidden_state if batched else out.last_hidden_state[0]
-
-    @property
-    def layer_step(self) -> LayerStep | None:
-        """The head's layer written out for drafting (speclab.methods.layer_step), where it covers the layer's
-        kind; None where the model's forward must run. Built once."""
-        if "_layer_step" not in self.__dict__:
-            layer, rotary = self.model.layers[0], self.model.rotary_emb
-            self.__dict__["_layer_step"] = LayerStep(layer, rotary) if LayerStep.supports(layer, rotary) else None
-        return self.__dict__["_layer_step"]
+    def logits(self, h: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+        """The draft's logits over the target's vocabulary; tokens outside a draft vocabulary get -inf
+        (never drafted). A NaN or inf from the head itself is refused first."""
+        logits, ids = self.vocab_logits(h, lm_head)
+        check_finite(logits, f"{self.name} head")
+        if ids is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], lm_head.weight.shape[0]), float("-inf"))
+        return full.index_copy_(-1, ids, logits)
 
     def check_fits(self, target: nn.Module) -> None:
         """A ValueError, saying how to get a fitting head, unless this head was trained for `target`."""
@@ -194,7 +170,8 @@ class EagleHead(nn.Module):
                    keys=("model_type", "hidden", "vocab", "layers"))
 
     def save(self, directory: str | Path) -> None:
-        save_weights(directory, self.CONFIG_FILE, self.config, self.WEIGHTS_FILE, self.state_dict())
+        state = {k: v for k, v in self.state_dict().items()}
+        save_weights(directory, self.CONFIG_FILE, self.config, self.WEIGHTS_FILE, state)
 
     @classmethod
     def missing(cls, directory: str | Path) -> str:
@@ -204,11 +181,237 @@ class EagleHead(nn.Module):
 
     @classmethod
     def load(cls, directory: str | Path, device: torch.device | str = "cpu",
-             dtype: torch.dtype = torch.float32) -> EagleHead:
+             dtype: torch.dtype = torch.float32) -> FeatureHead:
+        """The head stored in `directory`: an Eagle3Head for an EAGLE-3 head, else this class."""
         config, state = load_weights(directory, cls.CONFIG_FILE, cls.WEIGHTS_FILE, cls.missing(directory))
-        head = cls(**config)
-        head.load_state_dict(state, strict=False)
+        kind = cls
+        if cls in (FeatureHead, EagleHead):  # the stored version says which head it is
+            kind = Eagle3Head if config.get("version") == 3 else EagleHead
+        head = kind(**config)
+        expected = set(head.state_dict())
+        if set(state) != expected:  # a wrong name would load nothing and draft from random weights
+            raise ValueError(
+                f"{directory} holds an {head.name} head in another layout: missing {sorted(expected - set(state))[:4]}, "
+                f"unexpected {sorted(set(state) - expected)[:4]}. Heads saved before speclab followed the reference "
+                f"layouts must be retrained: python -m speclab train {head.train_command} --target DIR --out DIR")
+        head.load_state_dict({k: v.to(head.state_dict()[k].dtype) for k, v in state.items()})
         return head.to(device=device, dtype=dtype).eval()
+
+
+class EagleHead(FeatureHead):
+    """EAGLE-1's head (SafeAILab/EAGLE eagle/model/cnets1.py): x = fc([embedding; feature]) (2H -> H,
+    with a bias) into one decoder layer of the target's architecture whose input norm is dropped (the
+    reference's layer 0 has none: fc's output goes straight into the attention); its output h is read
+    by the target's lm_head as it is (it regresses the target's normed features) and fed back as the
+    next step's feature.
+
+    NORMED_INPUTS (DeepSeek-V3's MTP module, speclab.methods.mtp): embedding and feature are RMS-normed
+    before fc, the layer keeps its input norm, and a norm sits before the lm_head."""
+
+    FC_BIAS = True         # EAGLE's input projection has a bias (DeepSeek-V3's MTP projection has none)
+    NORMED_INPUTS = False
+
+    def __init__(self, target_config: dict, target_fingerprint: dict | None = None, version: int = 1,
+                 feature_layers: Sequence[int] | None = None):
+        if version != 1 and not self.NORMED_INPUTS:
+            raise ValueError(f"EagleHead is EAGLE-1's head (version 1); EAGLE-3's is Eagle3Head, got version {version!r}")
+        super().__init__(target_config, target_fingerprint, version, feature_layers or (-1,))
+        config = AutoConfig.for_model(**target_config)
+        self.layer_config = one_layer_config(config)
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=self.FC_BIAS)
+        self.model = AutoModel.from_config(self.layer_config)
+        self.model.embed_tokens = None       # tokens are embedded with the target's own embeddings
+        self.model.norm = nn.Identity()      # EAGLE-1 regresses normed features; MTP has out_norm
+        if self.NORMED_INPUTS:
+            norm = type(self.model.layers[0].input_layernorm)
+            eps = getattr(config, "rms_norm_eps", 1e-6)
+            self.embed_norm, self.feature_norm, self.out_norm = (norm(hidden, eps=eps) for _ in range(3))
+        else:
+            self.model.layers[0].input_layernorm = nn.Identity()
+
+    @property
+    def layer(self) -> nn.Module:
+        return self.model.layers[0]
+
+    @property
+    def rotary(self) -> nn.Module:
+        return self.model.rotary_emb
+
+    @classmethod
+    def for_target(cls, target: nn.Module, version: int = 1) -> FeatureHead:
+        """A fresh head for `target` (version 3: an Eagle3Head); its decoder layer starts as a copy of
+        the target's last layer (and MTP's output norm as a copy of the target's final norm)."""
+        if version not in VERSIONS:
+            raise ValueError(f"EAGLE version must be 1 or 3, got {version!r}")
+        if version == 3 and cls is EagleHead:
+            return Eagle3Head.for_target(target)
+        check_mirrorable(target)
+        head = cls(target.config.to_dict(), fingerprint(target), version)
+        head.layer.load_state_dict(target.model.layers[-1].state_dict(), strict=False)  # all but a dropped norm
+        if cls.NORMED_INPUTS:
+            head.out_norm.load_state_dict(target.model.norm.state_dict())
+        return head.to(device=target.device, dtype=torch.float32)
+
+    def vocab_logits(self, h: torch.Tensor, lm_head: nn.Module) -> tuple[torch.Tensor, None]:
+        x = self.out_norm(h) if self.NORMED_INPUTS else h
+        return lm_head(x.to(lm_head.weight.dtype)), None
+
+    def forward(self, embeds: torch.Tensor, features: torch.Tensor, cache: DynamicCache | RowCache | None = None,
+                positions: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
+        """The head's output h for new rows appended to `cache` (None: a fresh one, a causal pass
+        over the rows). `positions` (n,) or (B, n) default to the next ones; `visible` (n, cached +
+        n) bool says which rows each new row attends to (default: causal)."""
+        embeds, features = embeds.to(self.dtype), features.to(self.dtype)
+        if self.NORMED_INPUTS:
+            embeds, features = self.embed_norm(embeds), self.feature_norm(features)
+        return run_layer(self, self.fc(torch.cat([embeds, features], dim=-1)), cache, positions, visible)
+
+
+def run_layer(head: FeatureHead, x: torch.Tensor, cache, positions: torch.Tensor | None,
+              visible: torch.Tensor | None, attn_input: torch.Tensor | None = None) -> torch.Tensor:
+    """The head's decoder layer on rows x (n, H) or (B, n, H) appended to `cache`: through LayerStep
+    where it covers the layer, else through the model's forward (with a float mask)."""
+    cache = head.new_cache() if cache is None else cache
+    n = x.shape[-2]
+    if positions is None:
+        start = cache.get_seq_length()
+        positions = torch.arange(start, start + n, device=x.device)
+    if head.layer_step is not None:
+        return head.layer_step(x, cache, positions, visible, attn_input)
+    if attn_input is not None:
+        raise TypeError("a layer whose attention reads another input than its residual needs LayerStep")
+    batched = x.dim() == 3
+    extra = {"position_ids": positions if positions.dim() == 2 else positions[None]}
+    if visible is not None:  # transformers adds a float mask to the scores
+        mask = torch.zeros(visible.shape, dtype=head.dtype, device=x.device)
+        extra["attention_mask"] = mask.masked_fill_(~visible, torch.finfo(head.dtype).min)[None, None]
+        if batched:
+            extra["attention_mask"] = extra["attention_mask"].expand(x.shape[0], -1, -1, -1)
+    out = head.model(inputs_embeds=x if batched else x.unsqueeze(0), past_key_values=cache, use_cache=True,
+                     **extra)
+    return out.last_hidden_state if batched else out.last_hidden_state[0]
+
+
+def eagle3_layer_config(config) -> LlamaConfig:
+    """EAGLE-3's decoder layer is a Llama layer whatever the target (the reference's and vLLM's
+    LlamaForCausalLMEagle3), shaped by the target's width, heads, MLP and rotary embedding."""
+    heads = config.num_attention_heads
+    return LlamaConfig(
+        hidden_size=config.hidden_size, intermediate_size=config.intermediate_size, num_hidden_layers=1,
+        num_attention_heads=heads, num_key_value_heads=getattr(config, "num_key_value_heads", None) or heads,
+        head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
+        rms_norm_eps=getattr(config, "rms_norm_eps", 1e-6), vocab_size=config.vocab_size,
+        max_position_embeddings=config.max_position_embeddings, hidden_act="silu",
+        rope_parameters=getattr(config, "rope_parameters", None))
+
+
+class Eagle3Head(FeatureHead):
+    """EAGLE-3's head in the reference's layout (SafeAILab/EAGLE eagle/model/cnets.py: `Model` and
+    `LlamaDecoderLayeremb`; the names vLLM's and SGLang's EAGLE-3 checkpoints use):
+
+        fc            Linear(3H -> H, no bias): the low, middle and high hidden states fused
+        midlayer      one Llama decoder layer: residual = feature;
+                      a = [input_layernorm(embedding); hidden_norm(feature)]  (2H)
+                      h = feature + o_proj(attention(q, k, v = q_proj(a), k_proj(a), v_proj(a)))
+                      h = h + mlp(post_attention_layernorm(h))
+        norm, lm_head the draft's logits over `draft_vocab_size` tokens, the head's own
+        d2t, t2d      draft id -> target id (id + d2t[id]); the target ids kept
+
+    `draft_vocab_size` None keeps the whole vocabulary (d2t all zero)."""
+
+    def __init__(self, target_config: dict, target_fingerprint: dict | None = None, version: int = 3,
+                 feature_layers: Sequence[int] | None = None, draft_vocab_size: int | None = None):
+        if version != 3:
+            raise ValueError(f"Eagle3Head is EAGLE-3's head (version 3), got version {version!r}")
+        config = AutoConfig.for_model(**target_config)
+        vocab = config.vocab_size
+        draft_vocab_size = vocab if draft_vocab_size is None else draft_vocab_size
+        if not isinstance(draft_vocab_size, int) or not 1 <= draft_vocab_size <= vocab:
+            raise ValueError(f"draft_vocab_size must be an integer from 1 to the target's vocabulary ({vocab}), "
+                             f"got {draft_vocab_size!r}")
+        super().__init__(target_config, target_fingerprint, 3,
+                         feature_layers or eagle3_layers(config.num_hidden_layers), draft_vocab_size=draft_vocab_size)
+        self.layer_config = eagle3_layer_config(config)
+        hidden, eps = config.hidden_size, self.layer_config.rms_norm_eps
+        self.fc = nn.Linear(len(self.feature_layers) * hidden, hidden, bias=False)
+        self.midlayer = LlamaDecoderLayer(self.layer_config, layer_idx=0)
+        attn = self.midlayer.self_attn
+        for name in ("q_proj", "k_proj", "v_proj"):  # the attention reads [embedding; feature], 2H wide
+            setattr(attn, name, nn.Linear(2 * hidden, getattr(attn, name).out_features, bias=False))
+        self.midlayer.hidden_norm = LlamaRMSNorm(hidden, eps=eps)
+        self.rotary_emb = LlamaRotaryEmbedding(self.layer_config)
+        self.norm = LlamaRMSNorm(hidden, eps=eps)
+        self.lm_head = nn.Linear(hidden, draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(vocab, dtype=torch.bool) if draft_vocab_size == vocab
+                             else torch.zeros(vocab, dtype=torch.bool))
+
+    @property
+    def layer(self) -> nn.Module:
+        return self.midlayer
+
+    @property
+    def rotary(self) -> nn.Module:
+        return self.rotary_emb
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        return self.fc(features.to(self.dtype))
+
+    @property
+    def draft_ids(self) -> torch.Tensor:
+        """The target id of every draft-vocabulary token."""
+        return torch.arange(len(self.d2t), device=self.d2t.device) + self.d2t
+
+    def set_vocabulary(self, d2t: torch.Tensor, t2d: torch.Tensor, lm_head: nn.Module | None = None) -> None:
+        """Take a draft vocabulary (draft_vocabulary's d2t, t2d); with the target's `lm_head`, start the
+        head's own lm_head from its rows for those tokens."""
+        if d2t.shape != self.d2t.shape or t2d.shape != self.t2d.shape or int(t2d.sum()) != len(d2t):
+            raise ValueError(f"a draft vocabulary of {len(self.d2t)} tokens over {len(self.t2d)} needs d2t "
+                             f"{tuple(self.d2t.shape)} and t2d {tuple(self.t2d.shape)} with that many True")
+        self.d2t.copy_(d2t)
+        self.t2d.copy_(t2d)
+        if lm_head is not None:
+            with torch.no_grad():
+                self.lm_head.weight.copy_(lm_head.weight[self.draft_ids.to(lm_head.weight.device)])
+
+    @classmethod
+    def for_target(cls, target: nn.Module, version: int = 3, draft_vocab_size: int | None = None) -> Eagle3Head:
+        """A fresh head for `target` (with the whole vocabulary until set_vocabulary gives it a smaller
+        one). speclab's start, where the reference starts from random weights: the layer begins as the
+        target's last layer reading the feature (the embedding's half of q/k/v at zero, so training
+        opens it), the final norm as the target's, the lm_head as the target's rows."""
+        check_mirrorable(target)
+        head = cls(target.config.to_dict(), fingerprint(target), 3, draft_vocab_size=draft_vocab_size)
+        last = target.model.layers[-1]
+        with torch.no_grad():
+            for name in ("q_proj", "k_proj", "v_proj"):
+                source, weight = getattr(last.self_attn, name), getattr(head.midlayer.self_attn, name).weight
+                if source.weight.shape == weight[:, :weight.shape[1] // 2].shape:
+                    weight.zero_()[:, weight.shape[1] // 2:] = source.weight
+            for name in ("o_proj",):
+                target_proj, own = getattr(last.self_attn, name), getattr(head.midlayer.self_attn, name)
+                if target_proj.weight.shape == own.weight.shape:
+                    own.weight.copy_(target_proj.weight)
+            if all(getattr(last, n, None) is not None for n in ("mlp", "post_attention_layernorm")):
+                head.midlayer.mlp.load_state_dict(last.mlp.state_dict(), strict=False)
+                head.midlayer.post_attention_layernorm.load_state_dict(last.post_attention_layernorm.state_dict())
+                head.midlayer.hidden_norm.load_state_dict(last.input_layernorm.state_dict())
+            head.norm.load_state_dict(target.model.norm.state_dict())
+            head.lm_head.weight.copy_(target.get_output_embeddings().weight[head.draft_ids])
+        return head.to(device=target.device, dtype=torch.float32)
+
+    def vocab_logits(self, h: torch.Tensor, lm_head: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.lm_head(self.norm(h))
+        return logits, None if len(self.d2t) == len(self.t2d) else self.draft_ids
+
+    def forward(self, embeds: torch.Tensor, features: torch.Tensor, cache: DynamicCache | RowCache | None = None,
+                positions: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
+        """As EagleHead.forward; `features` is the residual stream, fc's fusion at the first step."""
+        embeds, features = embeds.to(self.dtype), features.to(self.dtype)
+        layer = self.midlayer
+        attn_input = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(features)], dim=-1)
+        return run_layer(self, features, cache, positions, visible, attn_input)
 
 
 # ---------------------------------------------------------------- EAGLE-2's dynamic tree, as plain functions
@@ -310,7 +513,7 @@ class EagleDrafter(ChainDrafter):
     Each round the head rolls its cache back to the true pairs, feeds the new ones (the verify pass's
     features of the pending token and the accepted drafts), and drafts on from there."""
 
-    def __init__(self, head: EagleHead, target: nn.Module, tree: str = "dynamic", top_k: int = 2, depth: int = 6,
+    def __init__(self, head: FeatureHead, target: nn.Module, tree: str = "dynamic", top_k: int = 2, depth: int = 6,
                  total_tokens: int = 12, min_confidence: float | None = None, sampled: dict | None = None):
         head.check_fits(target)
         if tree not in ("dynamic", "chain"):
@@ -360,11 +563,9 @@ class EagleDrafter(ChainDrafter):
         self.forward_calls += 1
         return self.head(self.embed(tokens), features, self.cache, **extra)
 
-    def _logits(self, h: torch.Tensor, check: bool = True) -> torch.Tensor:
-        logits = self.lm_head(self.head.logits_input(h).to(self.lm_head.weight.dtype))
-        if check:
-            check_finite(logits, "EAGLE head")
-        return logits
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The draft's logits over the target's vocabulary (refused if the head gives NaN or inf)."""
+        return self.head.logits(h, self.lm_head)
 
     def _catch_up(self, ids: torch.Tensor) -> torch.Tensor:
         """Roll back the rows computed from guesses, feed the true pairs handed over since, and return
@@ -431,7 +632,7 @@ class EagleDrafter(ChainDrafter):
         row_of: dict[int, int] = {}                 # node -> its row in the head's cache
         frontier, frontier_h = [-1], h.view(1, -1)  # the root: the pending token
         for level in range(depth):
-            logits = self._logits(frontier_h, check=drawn)
+            logits = self._logits(frontier_h)
             log_probs = torch.log_softmax(logits.float(), -1)
             frontier_scores = [scores[n] if n >= 0 else 0.0 for n in frontier]
             if drawn:
@@ -441,10 +642,6 @@ class EagleDrafter(ChainDrafter):
                 children = [(frontier_scores[0] + float(log_probs[0, token]), 0, token)]
             else:
                 children = expand_level(frontier_scores, log_probs, top_k)
-            # a NaN or +inf logit makes its row's log-softmax NaN: checking the children's scores is
-            # cheaper than checking every logit at every level
-            if any(math.isnan(score) for score, _, _ in children):
-                check_finite(log_probs, "EAGLE head")
             chosen = []                             # (child node, its parent's row in frontier_h)
             for score, i, token in children:
                 tokens.append(token)
@@ -513,7 +710,7 @@ def fastest_tree(measured: dict) -> dict:
 SETTINGS_CHOICES = ("fastest", "fastest-tree")
 
 
-def load_eagle(target: nn.Module, head: str | Path | EagleHead, version: int | None = None,
+def load_eagle(target: nn.Module, head: str | Path | FeatureHead, version: int | None = None,
                settings: str = "fastest", **options) -> EagleDrafter:
     """An EAGLE drafter for `target` from a head directory (train eagle / train eagle3) or a head.
     `version` (1 or 3), when given, must match the head's. options: tree="dynamic" (EAGLE-2's tree,
@@ -525,7 +722,7 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead, version: int | N
     with top_k > 1 (fastest_tree): the dynamic tree itself, for a head whose fastest is a chain."""
     if settings not in SETTINGS_CHOICES:
         raise ValueError(f"settings must be one of {SETTINGS_CHOICES}, got {settings!r}")
-    if not isinstance(head, EagleHead):
+    if not isinstance(head, FeatureHead):
         if options.get("tree", "dynamic") == "dynamic":  # EAGLE-2's settings measured fastest for this head
             measured = measured_settings(head)
             if settings == "fastest-tree":
@@ -535,7 +732,7 @@ def load_eagle(target: nn.Module, head: str | Path | EagleHead, version: int | N
             if "sampled" in measured and not any(k in options for k in (*TREE_SETTINGS, "sampled")):
                 options["sampled"] = {k: measured["sampled"][k] for k in TREE_SETTINGS if k in measured["sampled"]}
             options = {**{k: measured[k] for k in TREE_SETTINGS if k in measured}, **options}
-        head = EagleHead.load(head, device=target.device)
+        head = FeatureHead.load(head, device=target.device)
     elif settings != "fastest":
         raise ValueError("settings= reads a head directory's tree.json: pass the directory, not a loaded head")
     if version is not None and head.version != version:

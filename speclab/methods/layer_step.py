@@ -87,7 +87,8 @@ class LayerStep:
     """`step(x, cache, positions, visible)`: the decoder `layer` (index `layer_idx` in `cache`) on new
     rows x (n, H) appended to the cache, at `positions` (n,), each row attending to the cached and new
     rows `visible` (n, cached + n, bool) names; visible None means a causal pass (every cached row,
-    and the new rows up to itself). Returns the layer's output (n, H)."""
+    and the new rows up to itself). Returns the layer's output (n, H). A batch (B, n, H) of rows that
+    share the mask runs alike (training's unrolled passes), with gradients when they are on."""
 
     def __init__(self, layer: nn.Module, rotary: nn.Module, layer_idx: int = 0):
         if not self.supports(layer, rotary):
@@ -116,50 +117,69 @@ class LayerStep:
             getattr(rotary, "rope_type", "default") in FIXED_ROPE
 
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (n, 1, head_dim) at `positions`, from a table the rotary module fills once."""
+        """cos and sin (..., n, 1, head_dim) at `positions` (n,) or (B, n), from a table the rotary
+        module fills once."""
         needed = int(positions.max()) + 1
         if self.cos is None or len(self.cos) < needed or self.cos.dtype != like.dtype or self.cos.device != like.device:
             table = torch.arange(max(needed, 2048), device=like.device)[None]
             cos, sin = self.rotary(like, table)
             self.cos, self.sin = cos[0], sin[0]
-        return self.cos[positions][:, None], self.sin[positions][:, None]
+        return self.cos[positions][..., None, :], self.sin[positions][..., None, :]
 
     def fused(self, name: str, linears: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weights (and biases) of `linears` stacked, so that one matmul computes all their outputs
         (q, k and v; gate and up). Rebuilt whenever one of them changed: a parameter's storage changes
         when the head is moved or cast, and its version counter when it is updated in place (an
-        optimizer step, load_state_dict), so a head trained after this was built is the one used."""
+        optimizer step, load_state_dict), so a head trained after this was built is the one used.
+        While training (gradients on and wanted) the stack is built afresh each call, inside the
+        graph, so that the gradients reach the layer's own weights."""
+        training = torch.is_grad_enabled() and any(m.weight.requires_grad for m in linears)
         key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
-        if self._fused.get(name, (None,))[0] != key:
-            weight = torch.cat([m.weight.detach() for m in linears])
+        if training or self._fused.get(name, (None,))[0] != key:
+            weights = [m.weight if training else m.weight.detach() for m in linears]
+            weight = torch.cat(weights)
             bias = None
             if any(m.bias is not None for m in linears):
-                bias = torch.cat([m.bias.detach() if m.bias is not None else weight.new_zeros(m.out_features)
-                                  for m in linears])
+                bias = torch.cat([(m.bias if training else m.bias.detach()) if m.bias is not None
+                                  else weight.new_zeros(m.out_features) for m in linears])
+            if training:
+                return weight, bias
             self._fused[name] = (key, weight, bias)
         return self._fused[name][1:]
 
-    def __call__(self, x: torch.Tensor, cache, positions: torch.Tensor,
-                 visible: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, cache, positions: torch.Tensor, visible: torch.Tensor | None = None,
+                 attn_input: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (n, H) or (B, n, H); positions (n,) or (B, n); visible (n, cached + n) shared by the batch.
+        attn_input: what the attention projects, when it is not the layer's input norm of x (EAGLE-3's
+        layer projects [norm(embedding); norm(feature)], 2H wide, while x stays the residual stream)."""
         layer, attn, mlp = self.layer, self.layer.self_attn, self.layer.mlp
-        n, cached = x.shape[0], cache.get_seq_length(self.layer_idx)
-        h = rms_norm(x, layer.input_layernorm)
-        qkv = F.linear(h, *self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj))).view(n, -1, self.head_dim)
-        q, k, v = qkv.split((self.heads, self.kv_heads, self.kv_heads), dim=1)
+        single = x.dim() == 2
+        if single:
+            x = x[None]
+            attn_input = None if attn_input is None else attn_input[None]
+        batch, n = x.shape[:2]
+        cached = cache.get_seq_length(self.layer_idx)
+        if attn_input is None:  # EAGLE-1's layer has no input norm (an Identity): its input is fc's output
+            norm = layer.input_layernorm
+            attn_input = rms_norm(x, norm) if hasattr(norm, "weight") else norm(x)
+        qkv = F.linear(attn_input, *self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj)))
+        qkv = qkv.view(batch, n, -1, self.head_dim)
+        q, k, v = qkv.split((self.heads, self.kv_heads, self.kv_heads), dim=2)
         if hasattr(attn, "q_norm"):  # Qwen3 norms each head's query and key before the rotation
             q, k = rms_norm(q, attn.q_norm), rms_norm(k, attn.k_norm)
-            qk = torch.cat((q, k), dim=1)
+            qk = torch.cat((q, k), dim=2)
         else:
-            qk = qkv[:, :self.heads + self.kv_heads]
+            qk = qkv[:, :, :self.heads + self.kv_heads]
         cos, sin = self.rope(positions, x)
         qk = qk * cos + rotate_half(qk) * sin  # queries and keys rotated together
-        q, k = qk[:, :self.heads], qk[:, self.heads:]
-        keys, values = cache.update(k.transpose(0, 1)[None], v.transpose(0, 1)[None], self.layer_idx)
+        q, k = qk[:, :, :self.heads], qk[:, :, self.heads:]
+        keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), self.layer_idx)
         if visible is None and n > 1:  # causal over the new rows, everything cached before them
             visible = torch.ones(n, cached + n, dtype=torch.bool, device=x.device).tril_(cached)
-        out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], keys, values, attn_mask=visible,
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible,
                                              scale=self.scale, enable_gqa=self.grouped)
-        x = x + F.linear(out[0].transpose(0, 1).reshape(n, -1), attn.o_proj.weight, attn.o_proj.bias)
+        x = x + F.linear(out.transpose(1, 2).reshape(batch, n, -1), attn.o_proj.weight, attn.o_proj.bias)
         gate, up = F.linear(rms_norm(x, layer.post_attention_layernorm),
                             *self.fused("gate_up", (mlp.gate_proj, mlp.up_proj))).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        x = x + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        return x[0] if single else x

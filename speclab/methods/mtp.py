@@ -8,8 +8,10 @@ output head (behind its own norm) reads the token x_{t+2}. Served as a drafter (
 state") it proposes more, less reliably, since it was only ever trained one step deep (vLLM warns of
 this; chapter 9 measures it).
 
-That is EAGLE-3's head reading one layer, the last, and trained one step deep: so MtpModule is an
-EagleHead with those settings, and MtpDrafter is an EAGLE chain that drafts `num_tokens` per round.
+That is EAGLE-1's head (speclab.methods.eagle.EagleHead: a projection of [embedding; feature] into
+one decoder layer) with EAGLE-3's norms: both inputs normed apart, a norm before the shared head, no
+bias in the projection. So MtpModule is an EagleHead with normed inputs, trained one step deep, and
+MtpDrafter is an EAGLE chain that drafts `num_tokens` per round.
 What differs from DeepSeek-V3 here: the module is trained after the fact on a frozen target, against
 the target's own distribution (speclab.train.mtp.train_mtp), not jointly with the
 model's pretraining on the corpus's tokens; and it reads the target's last hidden state after the
@@ -36,10 +38,12 @@ class MtpModule(EagleHead):
 
     CONFIG_FILE, WEIGHTS_FILE = "mtp_config.json", "mtp_module.safetensors"
     FC_BIAS = False  # DeepSeek-V3's projection M has no bias
+    NORMED_INPUTS = True  # norm(h), norm(embedding) before the projection; a norm before the shared head
 
     def __init__(self, target_config: dict, target_fingerprint: dict | None = None, version: int = 3,
                  feature_layers=None):
-        # EAGLE-3's norms and output norm, reading one layer (the last), so nothing is fused
+        # reads one layer, the last, so nothing is fused; the stored version (3) is kept for the files
+        # already shipped, and means nothing else here
         super().__init__(target_config, target_fingerprint, version=3, feature_layers=(-1,))
 
     @classmethod

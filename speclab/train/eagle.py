@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 
 from speclab.devices import pick_device
 from speclab.methods import REGISTRY
-from speclab.methods.eagle import NAME, NAME3, VERSIONS, EagleHead, eagle3_layers
+from speclab.methods.eagle import NAME, NAME3, VERSIONS, Eagle3Head, EagleHead, FeatureHead, draft_vocabulary, eagle3_layers
 from speclab.models import load_model
 from speclab.train.data import cached_features, check_resumed_rows, choose_preset, hardware, target_features
 from speclab.train.loop import deadline_after, train_loop
@@ -53,6 +53,9 @@ class EaglePreset:
     ttt_steps: int = 4        # EAGLE-3: steps the head is unrolled on its own outputs in training
     decay: float = 0.8        # EAGLE-3: weight of unrolled step j is decay ** j
     eval_depth: int = 6       # steps of the held-out unrolled accuracy (acceptance by draft position)
+    # EAGLE-3's draft vocabulary: the lm_head's tokens, the most frequent of the training rows (None: all of
+    # the target's). The reference keeps 32k of Llama 3's 128k.
+    draft_vocab: int | None = None
     # EAGLE-2's settings, chosen by timing after training (choose_eagle_tree): how many prompts of the tuning
     # set (held-out code prompts speclab bench never times; at most 8), new tokens each, and timed repeats.
     # Four prompts picked a setting that gained 25% tokens a pass on them and 6% on the bench's prompts:
@@ -84,24 +87,31 @@ def eagle_predict(head: torch.nn.Module, embed: torch.nn.Module, tokens: torch.T
     return head(embed(tokens[:, 1:].to(h.device)), inputs)
 
 
-def unroll_mask(n: int, step: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The additive mask (1, 1, n, n * (step + 1)) of unrolled step `step` over the head's cache, which
-    holds the step-0 rows of anchors 0..n-1 and then each later step's n rows: the row of anchor t
-    sees the step-0 rows of anchors <= t (the true prefix) and its own rows of steps 1..step (its
+def unroll_visible(n: int, step: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Which rows the rows of unrolled step `step` see (n, n * (step + 1)) bool, over the head's cache,
+    which holds the step-0 rows of anchors 0..n-1 and then each later step's n rows: the row of anchor
+    t sees the step-0 rows of anchors <= t (the true prefix) and its own rows of steps 1..step (its
     chain of drafts), exactly what it sees when drafting step `step` after true pair t."""
-    visible = torch.cat([torch.ones(n, n, dtype=torch.bool).tril()] + [torch.eye(n, dtype=torch.bool)] * step, dim=1)
+    return torch.cat([torch.ones(n, n, dtype=torch.bool).tril()] + [torch.eye(n, dtype=torch.bool)] * step,
+                     dim=1).to(device)
+
+
+def unroll_mask(n: int, step: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """unroll_visible as the additive mask (1, 1, n, n * (step + 1)) a transformers model takes: 0 where
+    a row sees, the dtype's minimum where it does not."""
+    visible = unroll_visible(n, step)
     mask = torch.zeros(visible.shape, dtype=dtype).masked_fill_(~visible, torch.finfo(dtype).min)
     return mask[None, None].to(device)
 
 
-def unroll(head: torch.nn.Module, embed: torch.nn.Module, tokens: torch.Tensor, first: torch.Tensor,
+def unroll(head: FeatureHead, embed: torch.nn.Module, tokens: torch.Tensor, first: torch.Tensor,
            steps: int) -> list[torch.Tensor]:
     """The head drafting `steps` steps on its own outputs from every true pair at once: the
     training-time test of EAGLE-3 (Li et al. 2025), and the measure of how a head does at depth.
     tokens (B, T); first (B, T-1, H): the first step's input feature of pair t (head.fuse of what the
     target hands over). Returns [h_0, ..., h_{steps-1}], h_j (B, n, H) with n = T - steps: h_j[:, t]
     is the head's output after j steps from true pair t, fed the true tokens x_{t+1..t+1+j} and its
-    own outputs; the lm_head reads from it the distribution of x_{t+j+2}."""
+    own outputs; the head's logits of it are its draft of x_{t+j+2}."""
     batch, length = tokens.shape
     n = length - steps
     if n < 1:
@@ -109,20 +119,34 @@ def unroll(head: torch.nn.Module, embed: torch.nn.Module, tokens: torch.Tensor, 
     cache, g, outputs = head.new_cache(), first[:, :n], []
     for j in range(steps):
         positions = (torch.arange(n, device=first.device) + j).expand(batch, n)
-        g = head(embed(tokens[:, 1 + j:1 + j + n].to(first.device)), g, cache,
-                 attention_mask=unroll_mask(n, j, head.dtype, first.device).expand(batch, -1, -1, -1),
-                 position_ids=positions)
+        g = head(embed(tokens[:, 1 + j:1 + j + n].to(first.device)), g, cache, positions=positions,
+                 visible=unroll_visible(n, j, first.device))
         outputs.append(g)
     return outputs
 
 
-def soft_cross_entropy(logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy of softmax(logits) against the target's own distribution softmax(teacher_logits)."""
+def soft_cross_entropy(logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+    """Cross-entropy of softmax(logits) against the target's own distribution softmax(teacher_logits),
+    averaged over the positions `mask` keeps (all by default)."""
     teacher = torch.softmax(teacher_logits.detach().float(), -1)
-    return -(teacher * torch.log_softmax(logits.float(), -1)).sum(-1).mean()
+    ce = -(teacher * torch.log_softmax(logits.float(), -1)).sum(-1)
+    return ce.mean() if mask is None else (ce * mask).sum() / mask.sum().clamp(min=1)
 
 
-def eagle3_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
+def draft_space(head: FeatureHead, lm_head: torch.nn.Module, h: torch.Tensor, teacher_logits: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The head's logits and the teacher's over the vocabulary the head drafts from, and the positions
+    to train on. A draft vocabulary (EAGLE-3's d2t) gets the teacher's logits of its tokens, and, as
+    in the reference (cnets.py), only the positions whose target token is in it."""
+    logits, ids = head.vocab_logits(h, lm_head)
+    if ids is None:
+        return logits, teacher_logits, None
+    kept = head.t2d[teacher_logits.argmax(-1)].float()
+    return logits, teacher_logits[..., ids], kept
+
+
+def eagle3_loss(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
                 layer_h: torch.Tensor, final_h: torch.Tensor, steps: int = 4, decay: float = 0.8
                 ) -> tuple[torch.Tensor, list[float]]:
     """EAGLE-3's loss (Li et al. 2025): the head unrolled `steps` steps on its own outputs (`unroll`,
@@ -136,14 +160,14 @@ def eagle3_loss(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn
     with torch.no_grad():
         teacher = lm_head(final_h.float())
     for j, h in enumerate(outputs):
-        ce = soft_cross_entropy(lm_head(head.logits_input(h)), teacher[:, 1 + j:1 + j + n])
+        ce = soft_cross_entropy(*draft_space(head, lm_head, h, teacher[:, 1 + j:1 + j + n]))
         total = total + decay ** j * ce
         per_step.append(ce.item())
     return total, per_step
 
 
 @torch.no_grad()
-def unrolled_accuracy(head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
+def unrolled_accuracy(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
                       inputs: torch.Tensor, final_h: torch.Tensor, steps: int) -> list[float]:
     """acc[j]: how often the head, j steps into drafting on its own outputs (fed the true tokens),
     names the target's own greedy token: the chance draft j + 1 is accepted given the earlier ones
@@ -152,7 +176,7 @@ def unrolled_accuracy(head: torch.nn.Module, embed: torch.nn.Module, lm_head: to
     outputs = unroll(head, embed, tokens, head.fuse(inputs[:, :-1].float()), steps)
     n = tokens.shape[1] - steps
     truth = lm_head(final_h.float()).argmax(-1)
-    return [round(float((lm_head(head.logits_input(h)).argmax(-1) == truth[:, 1 + j:1 + j + n]).float().mean()), 4)
+    return [round(float((head.logits(h, lm_head).argmax(-1) == truth[:, 1 + j:1 + j + n]).float().mean()), 4)
             for j, h in enumerate(outputs)]
 
 
@@ -173,7 +197,7 @@ def unrolled_confidence(head: torch.nn.Module, embed: torch.nn.Module, lm_head: 
     target_logits = lm_head(final_h.float())
     confidence, accepted = [], []
     for j, h in enumerate(outputs):
-        top = torch.softmax(lm_head(head.logits_input(h)).float(), -1).max(-1)
+        top = torch.softmax(head.logits(h, lm_head).float(), -1).max(-1)
         teacher = target_logits[:, 1 + j:1 + j + n]
         if temperature == 0:
             accepted.append((teacher.argmax(-1) == top.indices).float())
@@ -302,15 +326,30 @@ def train_eagle(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
         m.eval_depth = 1  # a head that never read its own outputs is measured one step deep
         folder = f"{folder}-{inputs}"
     return train_feature_head(target_dir, out, m, preset, folder, version,
-                              lambda target: EagleHead.for_target(target, version), inputs=inputs, device=device,
+                              lambda target, rows: new_head(target, version, rows, m.draft_vocab), inputs=inputs,
+                              device=device,
                               seed=seed, stop_after_minutes=stop_after_minutes, stop_after_steps=stop_after_steps)
 
 
+def new_head(target: PreTrainedModel, version: int, rows: torch.Tensor, draft_vocab: int | None = None
+             ) -> FeatureHead:
+    """A fresh head for `target`: EAGLE-1's, or EAGLE-3's with a draft vocabulary of the `draft_vocab`
+    tokens most frequent in the training `rows` (None: the whole vocabulary)."""
+    if version == 1:
+        return EagleHead.for_target(target)
+    head = Eagle3Head.for_target(target, draft_vocab_size=draft_vocab)
+    if draft_vocab is not None:
+        head.set_vocabulary(*draft_vocabulary(rows, draft_vocab, target.config.vocab_size),
+                            target.get_output_embeddings())
+    return head
+
+
 def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset: str, name: str, version,
-                       make_head: Callable[[PreTrainedModel], EagleHead], inputs: str = "feature+token",
+                       make_head: Callable[[PreTrainedModel, torch.Tensor], FeatureHead],
+                       inputs: str = "feature+token",
                        device: str | None = None, seed: int = 0, stop_after_minutes: float | None = None,
                        stop_after_steps: int | None = None) -> dict:
-    """Train the head make_head(target) on the frozen target's cached features and write out/<name>/ (head,
+    """Train the head make_head(target, training rows) on the frozen target's cached features and write out/<name>/ (head,
     config, record.json), resuming from out/<name>.ckpt. version 1: EAGLE-1's loss (eagle_loss); 3:
     EAGLE-3's, on the fused layers (eagle3_loss); any other (MTP's, speclab.train.mtp): EAGLE-3's
     loss, m.ttt_steps deep, on the last features. The record keeps `version` as given."""
@@ -333,7 +372,7 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
     if inputs == "feature":  # the ablation: the head does not see the token that follows the feature
         embed = ZeroEmbedding(embed)
     torch.manual_seed(seed)
-    head = make_head(target)
+    head = make_head(target, train_rows)
     opt = torch.optim.AdamW(head.parameters(), lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
     ckpt_file = out / f"{name}.ckpt"
 
@@ -378,6 +417,10 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
               "device": str(dev), "hardware": hardware(dev), "torch": torch.__version__, "seed": seed,
               "training_rows": features["rows"], "feature_layers": list(head.feature_layers),
               "parameters": sum(p.numel() for p in head.parameters()), "log": log}
+    if isinstance(head, Eagle3Head):  # how often the target's own next token is one the head can draft
+        with torch.no_grad():
+            report["draft_vocab"] = {"size": len(head.d2t), "heldout_coverage": round(float(
+                head.t2d[lm_head(held_h).argmax(-1)].float().mean()), 4)}
     head.save(out / name)
     (out / name / "record.json").write_text(json.dumps(report, indent=1))
     return report

@@ -1,6 +1,6 @@
 """DeepSeek-V3-style MTP modules (speclab.methods.mtp) for a frozen target, trained after the fact.
 
-An MTP module is EAGLE-3's head reading the last layer alone, so it trains with EAGLE-3's trainer
+An MTP module is a feature head reading the last layer alone, so it trains with EAGLE-3's trainer
 (speclab.train.eagle.train_feature_head) one step deep: the cross-entropy against the target's own
 distribution of the token two ahead. Its record's accuracy by draft position measures what chaining
 it costs.
@@ -28,6 +28,7 @@ def train_mtp(target_dir: str | Path, out: Path, preset: str = "stdlib", device:
     if overrides.get("steps") is None:
         m.steps = m.mtp_steps
     m.ttt_steps = 1  # DeepSeek-V3 trains its module one step deep
-    return train_feature_head(target_dir, out, m, preset, METHOD.bundled, METHOD.name, MtpModule.for_target,
+    return train_feature_head(target_dir, out, m, preset, METHOD.bundled, METHOD.name,
+                              lambda target, rows: MtpModule.for_target(target),
                               device=device, seed=seed, stop_after_minutes=stop_after_minutes,
                               stop_after_steps=stop_after_steps)

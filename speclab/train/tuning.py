@@ -15,7 +15,7 @@ from speclab.decoding import generate, speculative_generate
 from speclab.devices import pick_device, timer
 from speclab.measure.bench import time_interleaved
 from speclab.measure.workloads import TUNING, tuning_prompts
-from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, EagleHead, measured_settings
+from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, FeatureHead, measured_settings
 from speclab.models import load_model, load_tokenizer
 from speclab.train.data import hardware
 
@@ -53,7 +53,7 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
     room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
     prompts = [tok(p, return_tensors="pt").input_ids[0][-room:].to(dev)
                for p in tuning_prompts(num_prompts)]
-    head = EagleHead.load(head_dir, device=dev)
+    head = FeatureHead.load(head_dir, device=dev)
     greedy = temperature == 0
     if candidates is None:
         candidates = EAGLE_TREE_CANDIDATES if greedy else EAGLE_SAMPLED_CANDIDATES

@@ -43,6 +43,7 @@ def test_generate_and_bench_on_a_local_pair(micro, tmp_path, capsys):
     assert "target torch.float32, draft torch.float16" in table  # the CPU default
     record = json.loads((tmp_path / "bench.json").read_text())
     assert record["cpu"] == cpu_name() and record["torch"] == torch.__version__  # which machine timed it
+    assert (record["temperature"], record["max_new_tokens"]) == (0.0, 8)  # and how it decoded
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"),
           "--prompt", "import os\nimport sys\nimport os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "lookahead", "--lookahead", "3,3,2"])
@@ -168,3 +169,17 @@ def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs
 def test_bench_takes_the_chat_group_and_refuses_an_unknown_workload_naming_the_choices():
     with pytest.raises(SystemExit, match="unknown workload 'chat-poems'; choose from .*chat-qa.*chat"):
         main(["bench", "--workload", "chat-poems"])
+
+
+
+def test_a_shipped_set_smaller_than_num_prompts_is_timed_whole_and_said(capsys):
+    from argparse import Namespace
+
+    from speclab.cli.bench import prompt_count
+    from speclab.measure.workloads import shipped_count
+    args = Namespace(prompt=None, num_prompts=16)
+    assert shipped_count("edit") == 8 and shipped_count("code") is None
+    assert prompt_count(args, "code") == 16 and capsys.readouterr().out == ""
+    assert prompt_count(args, "edit") == 8
+    assert "ships 8 prompts: timing all 8" in capsys.readouterr().out
+    assert prompt_count(Namespace(prompt=None, num_prompts=3), "quote") == 3

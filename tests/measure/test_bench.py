@@ -203,3 +203,24 @@ def test_k_sweep_adaptive_k_layer_skip_and_mtp_rows_side_by_side(pair, prompt, t
     assert "confidence stop 0.6" in rows[2].stats.method
     assert by_name["speclab mtp-chain"].stats.drafted > by_name["speclab mtp-chain"].stats.rounds
     assert all(r.matches_target_only for r in rows[1:])
+
+
+def test_a_lossy_row_decodes_with_its_rule_and_the_table_says_so(pair, prompt, tmp_path):
+    """The typical-acceptance row drafts with the Medusa tree and decides with the reference's typical
+    rule: the target's greedy text at T = 0 (only the argmax passes a one-hot p), not lossless when
+    sampling, and marked so in the table."""
+    from speclab.methods.medusa import MedusaHeads
+    target, draft = pair
+    MedusaHeads.for_target(target, num_heads=2).save(tmp_path / "heads")
+    methods = ("speclab target-only", "speclab medusa", "speclab medusa-typical")
+    weights = {"medusa": tmp_path / "heads"}
+    greedy = run_bench(target, draft, [prompt], k=2, max_new_tokens=8, methods=methods, warmup=False,
+                       weights=weights)
+    assert greedy[2].matches_target_only and greedy[1].stats.lossless and not greedy[2].stats.lossless
+    assert "typical-medusa acceptance" in greedy[2].stats.method
+    sampled = run_bench(target, draft, [prompt], k=2, max_new_tokens=8, methods=methods, warmup=False,
+                        weights=weights, temperature=1.0)
+    table = format_table(sampled).splitlines()
+    assert table[3].startswith("medusa-typical*") and not table[2].startswith("medusa*")
+    assert any(line.startswith("*: not lossless") for line in table)
+    assert "*" not in format_table(sampled[:2])  # no mark, no legend line, where every row is lossless

@@ -75,3 +75,13 @@ def test_a_heads_card_names_the_command_that_reproduces_its_record():
         **older["preset"], "steps": today["eagle3_steps"]}})
     assert rows_trained_on(older) == f"{today['corpus_rows'] + 128:,} rows ({today['corpus_rows']:,} corpus windows " \
         "and 128 continuations written by the target)"
+
+
+def test_the_card_says_which_vocabulary_an_eagle3_head_scores(pair):
+    from speclab.measure.card import vocabulary_note
+    target, _ = pair
+    vocab = target.config.vocab_size
+    assert "whole vocabulary" in vocabulary_note({"draft_vocab": {"size": vocab}}, target)
+    assert "whole vocabulary" in vocabulary_note({}, target)  # records from before draft vocabularies
+    note = vocabulary_note({"draft_vocab": {"size": 32, "heldout_coverage": 0.875}}, target)
+    assert f"32 most frequent training tokens of {vocab}" in note and "87.5%" in note

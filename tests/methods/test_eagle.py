@@ -171,7 +171,7 @@ def stopped_tree_joint(target) -> tuple[np.ndarray, int, list[bool]]:
     generated so that rounds may grow up to three levels), the drafts accepted in first rounds, and
     every stop decision taken."""
     drafter = EagleDrafter(random_head(target, scale=2.0), target, tree="dynamic", top_k=2, depth=3, total_tokens=5,
-                           min_confidence=0.5)
+                           min_confidence=0.7)  # this random head is sure of about 9 levels in 10
     decisions = []
     unsure = drafter._unsure
     drafter._unsure = lambda *args: decisions.append(unsure(*args)) or decisions[-1]
@@ -436,7 +436,8 @@ def test_rerank_keeps_an_ancestor_closed_tree_in_node_order():
 def random_head3(target, seed=0, scale=0.5):
     torch.manual_seed(seed)
     head = EagleHead.for_target(target, version=3)
-    for layer in (head.fc, head.fuse_fc):
+    attn = head.midlayer.self_attn
+    for layer in (head.fc, attn.q_proj, attn.k_proj, attn.v_proj):
         torch.nn.init.normal_(layer.weight, 0, scale / layer.weight.shape[1] ** 0.5)
     return head.eval()
 
@@ -448,7 +449,7 @@ def test_eagle3_reads_a_low_a_middle_and_a_high_layer():
     assert eagle3_layers(2) == (2, 1, 1)      # shallow test models stay within their layers
     target = tiny_model("llama", layers=4, seed=0)
     head = EagleHead.for_target(target, version=3)
-    assert head.feature_layers == (2, 2, 1) and head.fuse_fc.in_features == 3 * target.config.hidden_size
+    assert head.feature_layers == (2, 2, 1) and head.fc.in_features == 3 * target.config.hidden_size
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
@@ -679,8 +680,102 @@ def test_a_head_that_outputs_nan_is_refused_not_drafted_from(tree):
     with torch.no_grad():
         head.fc.bias.fill_(float("nan"))
     drafter = EagleDrafter(head, target, tree=tree, top_k=2, depth=3, total_tokens=5)
-    with pytest.raises(FloatingPointError, match="EAGLE head produced NaN"):
+    with pytest.raises(FloatingPointError, match="EAGLE-1 head produced NaN"):
         speculative_generate(target, drafter, PROMPT, k=3, max_new_tokens=8)
+
+
+# ---------------------------------------------------------------- the reference layouts
+def test_the_eagle1_head_follows_the_reference_layout():
+    """EAGLE-1 (SafeAILab/EAGLE cnets1.py): fc 2H -> H with a bias, layer 0 without an input norm, the
+    target's lm_head read from the layer's output as it is."""
+    target = tiny_model("llama", layers=2, seed=0)
+    head = EagleHead.for_target(target)
+    hidden = target.config.hidden_size
+    assert (head.fc.in_features, head.fc.out_features, head.fc.bias is not None) == (2 * hidden, hidden, True)
+    assert not any("input_layernorm" in name for name in head.state_dict())
+    assert torch.equal(head.layer.mlp.up_proj.weight, target.model.layers[-1].mlp.up_proj.weight)
+
+
+def test_the_eagle3_head_follows_the_reference_layout():
+    """EAGLE-3 (SafeAILab/EAGLE cnets.py; vLLM's LlamaForCausalLMEagle3): the names and shapes a
+    serving engine loads, q/k/v reading 2H, an lm_head over the draft vocabulary, d2t and t2d."""
+    from speclab.methods.eagle import Eagle3Head
+    target = tiny_model("llama", layers=4, seed=0)
+    head = Eagle3Head.for_target(target, draft_vocab_size=40)
+    hidden, vocab = target.config.hidden_size, target.config.vocab_size
+    shapes = {name: tuple(t.shape) for name, t in head.state_dict().items()}
+    heads, kv, dim = (target.config.num_attention_heads, target.config.num_key_value_heads,
+                      target.config.hidden_size // target.config.num_attention_heads)
+    assert shapes == {
+        "fc.weight": (hidden, 3 * hidden), "midlayer.self_attn.q_proj.weight": (heads * dim, 2 * hidden),
+        "midlayer.self_attn.k_proj.weight": (kv * dim, 2 * hidden),
+        "midlayer.self_attn.v_proj.weight": (kv * dim, 2 * hidden),
+        "midlayer.self_attn.o_proj.weight": (hidden, heads * dim),
+        "midlayer.mlp.gate_proj.weight": (target.config.intermediate_size, hidden),
+        "midlayer.mlp.up_proj.weight": (target.config.intermediate_size, hidden),
+        "midlayer.mlp.down_proj.weight": (hidden, target.config.intermediate_size),
+        "midlayer.input_layernorm.weight": (hidden,), "midlayer.hidden_norm.weight": (hidden,),
+        "midlayer.post_attention_layernorm.weight": (hidden,), "norm.weight": (hidden,),
+        "lm_head.weight": (40, hidden), "d2t": (40,), "t2d": (vocab,)}
+
+
+def test_a_draft_vocabulary_keeps_the_most_frequent_tokens_and_maps_them_back():
+    from speclab.methods.eagle import draft_vocabulary
+    rows = torch.tensor([[5, 5, 5, 9, 9, 2, 7, 7, 7, 7]])
+    d2t, t2d = draft_vocabulary(rows, 3, 12)
+    ids = torch.arange(3) + d2t
+    assert ids.tolist() == [5, 7, 9] and t2d.nonzero().flatten().tolist() == [5, 7, 9]
+    with pytest.raises(ValueError, match="draft vocabulary size"):
+        draft_vocabulary(rows, 13, 12)
+
+
+def test_an_eagle3_head_with_a_draft_vocabulary_drafts_only_its_tokens_and_stays_exact(tmp_path):
+    """Tokens outside the draft vocabulary get -inf (never drafted); greedy decoding still equals
+    target-only and sampling stays lossless, since the target decides; the vocabulary survives a save."""
+    from speclab.methods.eagle import Eagle3Head, draft_vocabulary
+    target = tiny_model("llama", layers=4, seed=0)
+    torch.manual_seed(0)
+    rows = torch.randint(0, 60, (4, 32))
+    head = Eagle3Head.for_target(target, draft_vocab_size=50)
+    head.set_vocabulary(*draft_vocabulary(rows, 50, target.config.vocab_size), target.get_output_embeddings())
+    head.save(tmp_path / "eagle3")
+    loaded = EagleHead.load(tmp_path / "eagle3")
+    assert isinstance(loaded, Eagle3Head) and torch.equal(loaded.d2t, head.d2t) and torch.equal(loaded.t2d, head.t2d)
+    logits = loaded.logits(torch.randn(3, target.config.hidden_size), target.get_output_embeddings())
+    assert torch.isinf(logits[:, ~loaded.t2d]).all() and torch.isfinite(logits[:, loaded.t2d]).all()
+    reference = generate(target, PROMPT, max_new_tokens=20).tokens.tolist()
+    for tree in ("chain", "dynamic"):
+        drafter = EagleDrafter(loaded, target, tree=tree, top_k=2, depth=3, total_tokens=6)
+        assert speculative_generate(target, drafter, PROMPT, k=3, max_new_tokens=20).tokens.tolist() == reference
+
+
+def test_a_head_in_an_earlier_layout_is_refused_with_what_to_do(tmp_path):
+    """A head whose weights do not have the layout's names would load nothing and draft from random
+    weights: refused, with the command that retrains it."""
+    from safetensors.torch import load_file, save_file
+    target = tiny_model("llama", layers=2, seed=0)
+    EagleHead.for_target(target).save(tmp_path / "eagle")
+    state = load_file(str(tmp_path / "eagle" / "eagle_head.safetensors"))
+    state["model.layers.0.input_layernorm.weight"] = torch.ones(target.config.hidden_size, dtype=torch.float16)
+    save_file(state, str(tmp_path / "eagle" / "eagle_head.safetensors"))
+    with pytest.raises(ValueError, match="another layout.*python -m speclab train eagle"):
+        EagleHead.load(tmp_path / "eagle")
+
+
+def test_eagle3_training_with_a_draft_vocabulary_skips_positions_it_cannot_draft():
+    """As in the reference: the teacher restricted to the draft vocabulary, and positions whose target
+    token is outside it left out of the loss (draft_space)."""
+    from speclab.methods.eagle import Eagle3Head
+    from speclab.train.eagle import draft_space
+    target = tiny_model("llama", layers=4, seed=0)
+    head = Eagle3Head.for_target(target, draft_vocab_size=3)
+    d2t, t2d = torch.tensor([1, 1, 1]), torch.zeros(target.config.vocab_size, dtype=torch.bool)
+    t2d[[1, 2, 3]] = True
+    head.set_vocabulary(d2t, t2d)
+    teacher = torch.full((2, target.config.vocab_size), -10.0)
+    teacher[0, 2], teacher[1, 50] = 5.0, 5.0  # row 0's target token is drafted (2), row 1's is not (50)
+    logits, restricted, kept = draft_space(head, target.get_output_embeddings(), torch.randn(2, 32), teacher)
+    assert logits.shape == restricted.shape == (2, 3) and kept.tolist() == [1.0, 0.0]
 
 
 def test_unrolled_confidence_is_the_heads_top_probability_and_the_targets_verdict():
@@ -698,7 +793,7 @@ def test_unrolled_confidence_is_the_heads_top_probability_and_the_targets_verdic
     assert confidence.shape == greedy.shape == sampled.shape == (3, 1, len(PROMPT) - 3)
     with torch.no_grad():
         h = head(embed(rows[:, 1:]), final[:, :-1])
-        q = torch.softmax(lm_head(head.logits_input(h)), -1)
+        q = torch.softmax(head.logits(h, lm_head), -1)
         p = torch.softmax(lm_head(final[:, 1:]), -1)
     n = len(PROMPT) - 3
     top = q.argmax(-1)[:, :n]

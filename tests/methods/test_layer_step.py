@@ -2,16 +2,20 @@
 import pytest
 import torch
 
-from speclab.methods.eagle import EagleHead
+from speclab.methods.eagle import Eagle3Head, EagleHead
 from speclab.methods.layer_step import LayerStep
+from speclab.methods.mtp import MtpModule
 from speclab.models import tiny_model
 
 ARCHS = ["llama", "qwen2", "qwen3", "mistral"]
 
 
-def head_and_caches(arch, version=1, prefix_rows=7):
+HEADS = {"eagle": EagleHead, "mtp": MtpModule}  # EAGLE-1's layer has no input norm, MTP's has one
+
+
+def head_and_caches(arch, kind="eagle", prefix_rows=7):
     target = tiny_model(arch, layers=4, seed=0)
-    head = EagleHead.for_target(target, version).eval()
+    head = HEADS[kind].for_target(target).eval()
     torch.manual_seed(0)
     prefix = torch.randn(prefix_rows, head.fc.out_features)
     fast, slow = head.new_cache(), head.new_cache()
@@ -38,9 +42,9 @@ def same_cache(a, b):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("version", [1, 3])
-def test_one_row_and_causal_rows_match_the_models_forward(arch, version):
-    head, fast, slow = head_and_caches(arch, version)
+@pytest.mark.parametrize("kind", list(HEADS))
+def test_one_row_and_causal_rows_match_the_models_forward(arch, kind):
+    head, fast, slow = head_and_caches(arch, kind)
     assert head.layer_step is not None
     step = head.layer_step
     with torch.no_grad():
@@ -74,18 +78,41 @@ def test_tree_rows_with_a_mask_and_positions_match_the_models_forward(arch):
     assert torch.allclose(ours, ref, atol=1e-5) and same_cache(fast, slow)
 
 
-def test_the_head_uses_the_step_when_drafting_and_the_model_otherwise():
-    """The head's forward with a cache and 2-D rows goes through LayerStep; a batched training pass
-    does not; both give the same numbers."""
-    head, fast, slow = head_and_caches("llama")
-    embeds, features = torch.randn(2, head.fc.out_features), torch.randn(2, head.fc.out_features)
-    calls = []
-    real = head.layer_step.__call__
-    head.__dict__["_layer_step"] = type("Spy", (), {"__call__": lambda self, *a: calls.append(1) or real(*a)})()
+def test_a_batched_pass_with_gradients_matches_the_models_forward():
+    """Training's passes, a batch of rows with gradients on, run through the same LayerStep as
+    drafting: the same numbers as the model's forward, and the gradients reach the layer's weights."""
+    head, _, _ = head_and_caches("llama")
+    x = torch.randn(3, 5, head.fc.out_features)
+    ours = head.layer_step(x, head.new_cache(), torch.arange(5))
+    ref = head.model(inputs_embeds=x, use_cache=False).last_hidden_state
+    assert torch.allclose(ours, ref, atol=1e-5)
+    ours.square().sum().backward()
+    layer = head.model.layers[0]
+    assert all(w.grad is not None and w.grad.abs().sum() > 0 for w in
+               (layer.self_attn.q_proj.weight, layer.self_attn.v_proj.weight, layer.mlp.up_proj.weight))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_the_eagle3_layer_computes_the_reference_formula(arch):
+    """Eagle3Head's layer (the reference's LlamaDecoderLayeremb) against the formula written with
+    transformers' own attention module: the attention reads [input_layernorm(embedding);
+    hidden_norm(feature)], 2H wide, the residual stream is the feature."""
+    target = tiny_model(arch, layers=4, seed=0)
+    head = Eagle3Head.for_target(target).eval()
+    torch.manual_seed(0)
     with torch.no_grad():
-        ours = head(embeds, features, fast)
-        ref = head(embeds[None], features[None], slow)[0]
-    assert calls == [1] and torch.allclose(ours, ref, atol=1e-5)
+        for proj in (head.midlayer.self_attn.q_proj, head.midlayer.self_attn.k_proj):
+            proj.weight.normal_(0, 0.3)  # the embedding's half starts at zero: make it count
+        emb, feature = torch.randn(5, head.fc.out_features), torch.randn(5, head.fc.out_features)
+        ours = head(emb, feature, head.new_cache())
+        layer = head.midlayer
+        a = torch.cat([layer.input_layernorm(emb), layer.hidden_norm(feature)], -1)[None]
+        cos, sin = head.rotary_emb(a, torch.arange(5)[None])
+        causal = torch.full((5, 5), torch.finfo(torch.float32).min).triu(1)[None, None]
+        attn, _ = layer.self_attn(a, position_embeddings=(cos, sin), attention_mask=causal)
+        h = feature[None] + attn
+        ref = (h + layer.mlp(layer.post_attention_layernorm(h)))[0]
+    assert torch.allclose(ours, ref, atol=1e-4, rtol=1e-5), (ours - ref).abs().max()
 
 
 def test_a_layer_it_does_not_cover_is_refused_and_the_head_falls_back():
