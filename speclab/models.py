@@ -173,7 +173,8 @@ def check_same_tokenizer(target_tok: PreTrainedTokenizerBase, draft_tok: PreTrai
 
 
 def check_embeddings_cover(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, who: str) -> None:
-    rows = model.get_output_embeddings().weight.shape[0]
+    head = model.get_output_embeddings()
+    rows = getattr(head, "vocab_size", None) or head.weight.shape[0]  # a draft vocabulary still spans them all
     if rows < len(tokenizer):
         raise ValueError(f"the {who} has {rows} output rows but the tokenizer has {len(tokenizer)} pieces: "
                          "this model was not built for this tokenizer")
@@ -224,8 +225,10 @@ def assemble_pair(target_path: str | Path, draft_path: str | Path | None, device
                   dtype: torch.dtype | None, draft_dtype: torch.dtype | None, plain_fast: bool = False) -> Pair:
     """Both models and the shared tokenizer, checked against each other; a draft_path of None gives a pair
     without a draft model."""
+    from speclab.methods import shared_draft  # (methods import this module)
+    shares = shared_draft.is_shared_draft(draft_path)  # reads the target's embeddings: no tokenizer of its own
     tokenizer = load_tokenizer(target_path, plain_fast=plain_fast)
-    if draft_path is not None:
+    if draft_path is not None and not shares:
         check_same_tokenizer(tokenizer, load_tokenizer(draft_path, plain_fast=plain_fast))
     dev = pick_device(device)
     target_model = load_model(target_path, dev, dtype)
@@ -234,6 +237,7 @@ def assemble_pair(target_path: str | Path, draft_path: str | Path | None, device
         return Pair(target_model, None, tokenizer, dev)
     if draft_dtype is None:
         draft_dtype = dtype or devices.draft_dtype(dev, target_model.dtype)
-    draft_model = load_model(draft_path, dev, draft_dtype)
+    draft_model = (shared_draft.load(draft_path, target_model, draft_dtype) if shares
+                   else load_model(draft_path, dev, draft_dtype))
     check_embeddings_cover(draft_model, tokenizer, "draft")
     return Pair(target_model, draft_model, tokenizer, dev)

@@ -7,6 +7,11 @@ drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, 
     python -m speclab train medusa --target DIR --out runs/medusa # Medusa heads for a frozen target
     python -m speclab train eagle --target DIR --out runs/eagle   # an EAGLE-1 head (eagle3, mtp: the others)
     python -m speclab train exit --target DIR --out runs/eagle    # layer-skip exit adapters
+    python -m speclab train shared-draft --target smollm2 --out runs/smollm2 --preset smollm2
+                                        # a draft reading SmolLM2's embeddings, over a draft vocabulary
+
+--target takes a directory, a hub id, or the name of a converted pair (smollm2: its cached conversion);
+--install then copies into that pair's folder (speclab/pairs/smollm2), where load_drafter finds it.
 
 Every stage saves a checkpoint and is skipped or resumed when the command is run again, so a long
 run can be stopped (Ctrl-C, or --stop-after-minutes) and continued later, on CPU or CUDA.
@@ -22,6 +27,8 @@ from pathlib import Path
 from speclab.cli.main import PROG
 from speclab.methods import REGISTRY, Method, draft_model
 from speclab.methods.eagle import describe_tree
+from speclab.models import CONVERTED_PAIRS
+from speclab.packaged import ensure_converted
 from speclab.train.eagle import EAGLE_INPUTS, EAGLE_PRESETS, train_eagle
 from speclab.train.eagle import METHODS as EAGLE
 from speclab.train.exit import EXIT_PRESETS, train_exit
@@ -32,9 +39,12 @@ from speclab.train.medusa import METHOD as MEDUSA
 from speclab.train.mtp import METHOD as MTP
 from speclab.train.mtp import train_mtp
 from speclab.train.pair import PRESETS, install_pair, train_draft, train_pair
+from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
+from speclab.train.shared_draft import train_shared_draft
 from speclab.train.tuning import choose_eagle_tree
 
-TARGET_HELP = "target model: a local directory (the bundled one is speclab/pairs/stdlib/target) or a hub id"
+TARGET_HELP = ("target model: a local directory (the bundled one is speclab/pairs/stdlib/target), a hub id, or a "
+               "converted pair's name (smollm2)")
 DRAFT = REGISTRY[draft_model.NAME]  # the draft command's registry entry
 
 
@@ -113,6 +123,24 @@ def add_head_commands(sub) -> None:
         cmd.set_defaults(run=run_head, method=method, version=version)
 
 
+def add_shared_draft_command(sub) -> None:
+    cmd = sub.add_parser("shared-draft", help="train a draft that reads the target's embeddings and drafts over a "
+                         "reduced vocabulary, for a target without a small sibling (resumable)")
+    cmd.add_argument("--target", required=True, help=TARGET_HELP)
+    cmd.add_argument("--out", type=Path, required=True, help="output folder (conversations, features, checkpoint, "
+                     "draft); the EAGLE-3 head of the same preset reuses its cached features")
+    cmd.add_argument("--preset", choices=sorted(SHARED_PRESETS), default="smollm2")
+    cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--layers", type=int, help="decoder layers, from the target's first (default 2)")
+    cmd.add_argument("--draft-vocab", type=int, help="output rows: the N tokens most frequent in the training rows")
+    cmd.add_argument("--steps", type=int, help="override the preset's training steps")
+    cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+    cmd.add_argument("--install", action="store_true", help="when done, copy the draft into the target's pair "
+                     "folder (speclab/pairs/<pair>/draft), where load_pair finds it")
+    cmd.set_defaults(run=run_shared_draft)
+
+
 def add_exit_command(sub) -> None:
     m = LAYER_SKIP
     cmd = sub.add_parser(m.train, help="train layer-skip exit adapters (a tuned lens per exit layer) for a frozen "
@@ -138,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_medusa_command(sub)
     add_head_commands(sub)
     add_exit_command(sub)
+    add_shared_draft_command(sub)
     return parser
 
 
@@ -173,7 +202,7 @@ def run_medusa(args) -> None:
               f"modelled, pass cost {row['pass_cost']:.2f} -> {row['modelled_speedup']:.2f}x")
     print(f"chosen: {choice['budget']} nodes (written to {args.out / folder / 'tree.json'})")
     if args.install:
-        print(f"installed into {install(args.out, folder)}")
+        print(f"installed into {install(args.out, folder, pair_folder(args))}")
 
 
 def run_head(args) -> None:
@@ -192,11 +221,15 @@ def run_head(args) -> None:
           f"{last['heldout_top1_by_step']}, {report['log']['seconds'] / 60:.1f} min")
     folder = args.method.bundled
     if args.version is not None and report["inputs"] == "feature+token":
-        choose_tree(args, folder)
+        if EAGLE_PRESETS[args.preset].corpus == "chat":  # the tuning prompts are library code, not chats
+            print("EAGLE-2's settings are timed on held-out library code, not a chat target's text: this head "
+                  "keeps the default tree (no tree.json written)")
+        else:
+            choose_tree(args, folder)
     if args.install:
         if report["inputs"] != "feature+token":
             raise SystemExit("an ablation head (--inputs feature or token) is measured, not installed")
-        print(f"installed into {install(args.out, folder)}")
+        print(f"installed into {install(args.out, folder, pair_folder(args))}")
 
 
 def choose_tree(args, folder: str) -> None:
@@ -222,11 +255,38 @@ def run_exit(args) -> None:
         print(f"exit after layer {layer}: held-out top-1 agreement with the target {entry['top1_plain']:.3f} "
               f"without the adapter, {entry['top1_adapter']:.3f} with it")
     if args.install:
-        print(f"installed into {install(args.out, LAYER_SKIP.bundled)}")
+        print(f"installed into {install(args.out, LAYER_SKIP.bundled, pair_folder(args))}")
+
+
+def run_shared_draft(args) -> None:
+    report = train_shared_draft(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
+                                stop_after_minutes=args.stop_after_minutes, layers=args.layers,
+                                draft_vocab=args.draft_vocab, steps=args.steps)
+    last = report["log"]["evals"][-1]
+    print(f"shared-draft: held-out loss {last['heldout_loss']:.4f}, top-1 agreement with the target "
+          f"{last['heldout_top1']:.3f}; the draft vocabulary holds {report['draft_vocab']['heldout_coverage']:.1%} "
+          f"of the target's held-out tokens; {report['log']['seconds'] / 60:.1f} min")
+    if args.install:
+        print(f"installed into {install(args.out, 'draft', pair_folder(args))}")
+
+
+def resolve_target(args) -> None:
+    """A converted pair's name as --target becomes its cached directory (converted on first use); the
+    name is kept in args.pair for --install."""
+    args.pair = args.target if args.target in CONVERTED_PAIRS else None
+    if args.pair:
+        args.target = str(ensure_converted(CONVERTED_PAIRS[args.pair].packaged))
+
+
+def pair_folder(args) -> Path | None:
+    """Where --install copies: the named pair's folder, else (None) beside the bundled target."""
+    return CONVERTED_PAIRS[args.pair].folder if args.pair else None
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if hasattr(args, "target"):
+        resolve_target(args)
     args.run(args)
 
 

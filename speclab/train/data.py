@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTok
 
 from speclab import corpus
 from speclab.devices import cpu_name
+from speclab.methods.eagle import eagle3_layers
 from speclab.models import load_tokenizer
 from speclab.train.loop import stopped
 
@@ -128,50 +129,96 @@ def generate_continuations(target: PreTrainedModel, train: torch.Tensor, p, out:
 # ---------------------------------------------------------------- the frozen target's features
 @torch.inference_mode()
 def target_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device, chunk: int = 16,
-                    layers: Sequence[int] = (-1,)) -> torch.Tensor:
+                    layers: Sequence[int] = (-1,), greedy: list | None = None) -> torch.Tensor:
     """The target's hidden states at every position of every row, float16 on the CPU: computed once,
     reused by every training step. `layers` index transformers' hidden_states (-1, the default: the
-    last, after the final norm, what the lm_head reads); several are concatenated (n, T, len * H)."""
+    last, after the final norm, what the lm_head reads); several are concatenated (n, T, len * H).
+    A list passed as `greedy` receives the target's greedy next token at every position (int32
+    chunks), which the same forward computes: a trainer with a draft vocabulary then needs only its
+    rows of the lm_head per step, not all of a 49k vocabulary's."""
     out = []
     for i in range(0, len(rows), chunk):
-        hidden = target(input_ids=rows[i:i + chunk].long().to(device), output_hidden_states=True).hidden_states
+        result = target(input_ids=rows[i:i + chunk].long().to(device), output_hidden_states=True)
+        hidden = result.hidden_states
         out.append(torch.cat([hidden[layer] for layer in layers], dim=-1).to("cpu", torch.float16))
+        if greedy is not None:
+            greedy.append(result.logits.argmax(-1).to("cpu", torch.int32))
     return torch.cat(out)
 
 
 def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, data, m, dev: torch.device,
                     seed: int, deadline: float | None = None) -> dict:
     """The frozen target's features over its training rows, computed once into out/features.pt and
-    reused by every head trained on them (Medusa, EAGLE, MTP, exit adapters): m.corpus_rows
-    standard-library windows and m.generated of the target's own continuations (m.seq_len tokens
-    each), and m.heldout_rows held-out windows. `data`: the corpus preset the rows are cut from (its
-    max_files, and m's row length and continuations: speclab.train.pair.rows_preset). Returns {"train",
-    "heldout": features (n, T, H) float16; "train_rows", "heldout_rows": the token ids (n, T);
-    "seconds", "rows"}."""
-    _, train, heldout = prepare_data(out, data, load_tokenizer(target_dir))
+    reused by every head trained on them (Medusa, EAGLE, MTP, exit adapters, a shared-embedding draft).
+    The rows (m.seq_len tokens each) depend on m.corpus: "stdlib", m.corpus_rows standard-library
+    windows and m.generated of the target's own continuations, and m.heldout_rows held-out windows
+    (`data`: the corpus preset they are cut from, its max_files, and m's row length and continuations:
+    speclab.train.pair.rows_preset); "chat", m.conversations chat conversations answered by the target
+    (speclab.train.chat_data), packed, a twentieth of them held out. Returns {"train", "heldout":
+    features (n, T, H) float16; "train_rows", "heldout_rows": the token ids (n, T); "train_next",
+    "heldout_next": the target's greedy next token at each position (n, T; absent from files written before
+    they were kept); "seconds", "rows", "spec"}."""
     features_file = out / "features.pt"
     features = torch.load(features_file) if features_file.exists() else None
-    wanted = m.corpus_rows + m.generated
-    if features is not None and features.get("rows") != wanted:
+    spec = rows_spec(m)
+    if features is not None and features.get("spec", features.get("rows")) != spec:
         # Another head in this folder was trained on other rows (a different --generated): rebuild
         # rather than train this one on rows its preset did not ask for.
-        print(f"{features_file} holds {features.get('rows')} rows, this preset asks for {wanted}: recomputing")
+        print(f"{features_file} holds rows {features.get('spec', features.get('rows'))}, this preset asks for "
+              f"{spec}: recomputing")
         features = None
     if features is not None and "train_rows" in features:
         return features
+    if m_corpus(m) == "chat":
+        from speclab.train.chat_data import chat_rows
+        rows, held = chat_rows(target, load_tokenizer(target_dir), out, m.conversations, m.seq_len, seed, deadline)
+        held = held[:m.heldout_rows]
+    else:
+        rows, held = library_rows(target, target_dir, out, data, m, dev, seed, deadline)
+    if features is None:  # (files from before rows were kept only lack the rows, rebuilt above)
+        started = time.perf_counter()
+        # Chat rows are long and the target deep: one pass also keeps EAGLE-3's fused layers
+        # (out/features_layers.pt, which speclab.train.eagle.eagle3_features then finds cached).
+        fused = list(eagle3_layers(target.config.num_hidden_layers)) if m_corpus(m) == "chat" else []
+        train_next: list = []
+        held_next: list = []
+        train = target_features(target, rows, dev, layers=(*fused, -1), greedy=train_next)
+        heldout = target_features(target, held, dev, layers=(*fused, -1), greedy=held_next)
+        width = target.config.hidden_size * len(fused)
+        if fused:
+            torch.save({"train": train[..., :width].clone(), "heldout": heldout[..., :width].clone(), "layers": fused,
+                        "seconds": 0.0}, out / "features_layers.pt")
+        features = {"train": train[..., width:].clone(), "heldout": heldout[..., width:].clone(),
+                    "train_next": torch.cat(train_next), "heldout_next": torch.cat(held_next),
+                    "seconds": time.perf_counter() - started, "rows": spec if isinstance(spec, int) else len(rows)}
+    features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32), spec=spec)
+    torch.save(features, features_file)
+    return features
+
+
+def m_corpus(m) -> str:
+    return getattr(m, "corpus", "stdlib")
+
+
+def rows_spec(m) -> int | str:
+    """What identifies a preset's training rows: their count for the library's (as files written before
+    chat rows existed record it), the conversations and row length for chat rows."""
+    if getattr(m, "corpus", "stdlib") == "chat":
+        return f"chat: {m.conversations} conversations, rows of {m.seq_len}"
+    return m.corpus_rows + m.generated
+
+
+def library_rows(target: PreTrainedModel, target_dir: str | Path, out: Path, data, m, dev: torch.device,
+                 seed: int, deadline: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train rows, held-out rows) from the standard library and the target's continuations of it."""
+    _, train, heldout = prepare_data(out, data, load_tokenizer(target_dir))
     generated = generate_continuations(target, train, data, out, dev, seed + 3, deadline)
     g = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, len(train) - m.seq_len, (m.corpus_rows,), generator=g).tolist()
     rows = torch.cat([torch.stack([train[s:s + m.seq_len] for s in starts]), generated[:, :m.seq_len]])
     held_starts = torch.linspace(0, len(heldout) - m.seq_len - 1, m.heldout_rows).long().tolist()
     held = torch.stack([heldout[s:s + m.seq_len] for s in held_starts])
-    if features is None:  # (files from before rows were kept only lack the rows, rebuilt above)
-        started = time.perf_counter()
-        features = {"train": target_features(target, rows, dev), "heldout": target_features(target, held, dev),
-                    "seconds": time.perf_counter() - started, "rows": len(rows)}
-    features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32))
-    torch.save(features, features_file)
-    return features
+    return rows, held
 
 
 def check_resumed_rows(log: dict, features: dict, ckpt_file: Path) -> None:

@@ -63,10 +63,22 @@ class EaglePreset:
     tree_prompts: int = 8
     tree_tokens: int = 128
     tree_repeats: int = 3
+    # Where the rows come from (speclab.train.data.cached_features): "stdlib", the library and the target's
+    # continuations of it (the fields above); "chat", `conversations` chat conversations the target answers
+    # (speclab.train.chat_data), for a chat target such as SmolLM2.
+    corpus: str = "stdlib"
+    conversations: int = 0
 
 
 EAGLE_PRESETS = {
     "stdlib": EaglePreset(),
+    # SmolLM2-135M-Instruct: chat rows, and a draft vocabulary (8,192 of its 49,152 tokens; the reference
+    # keeps a quarter of Llama 3's), because a full lm_head would be most of the head's cost here.
+    "micro-chat": EaglePreset(corpus="chat", conversations=8, heldout_rows=2, seq_len=16, batch=2, steps=4,
+                              eagle3_steps=4, mtp_steps=4, warmup=1, eval_every=2, ttt_steps=2, eval_depth=2,
+                              draft_vocab=16),
+    "smollm2": EaglePreset(corpus="chat", conversations=1200, heldout_rows=32, batch=8, eagle3_steps=3000,
+                           draft_vocab=8192, eval_every=250),
     "micro": EaglePreset(corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8, batch=4, steps=6,
                          eagle3_steps=6, mtp_steps=6, warmup=2, eval_every=3, ttt_steps=2, eval_depth=3,
                          tree_prompts=1, tree_tokens=8, tree_repeats=1),
@@ -147,20 +159,31 @@ def draft_space(head: FeatureHead, lm_head: torch.nn.Module, h: torch.Tensor, te
 
 
 def eagle3_loss(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
-                layer_h: torch.Tensor, final_h: torch.Tensor, steps: int = 4, decay: float = 0.8
-                ) -> tuple[torch.Tensor, list[float]]:
+                layer_h: torch.Tensor, final_h: torch.Tensor, steps: int = 4, decay: float = 0.8,
+                next_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, list[float]]:
     """EAGLE-3's loss (Li et al. 2025): the head unrolled `steps` steps on its own outputs (`unroll`,
     the training-time test), step j's cross-entropy against the target's distribution of the token
     it drafts weighted decay ** j; no feature loss. layer_h (B, T, 3H): the fused layers' hidden
-    states; final_h (B, T, H): the target's last features, whose lm_head rows are the teacher.
-    Returns the loss and each step's cross-entropy."""
+    states; final_h (B, T, H): the target's last features, whose lm_head rows are the teacher;
+    next_tokens (B, T), the target's greedy tokens (cached_features), if known: with a draft vocabulary
+    the teacher is then computed over its rows alone (the same loss, cheaper). Returns the loss and
+    each step's cross-entropy."""
     outputs = unroll(head, embed, tokens, head.fuse(layer_h[:, :-1].float()), steps)
     n = tokens.shape[1] - steps
     total, per_step = 0.0, []
+    reduced = next_tokens is not None and len(head.d2t) < len(head.t2d) and getattr(lm_head, "bias", None) is None
     with torch.no_grad():
-        teacher = lm_head(final_h.float())
+        if reduced:  # only the draft vocabulary's rows: 8k of SmolLM2's 49k, the step's largest product
+            teacher = torch.nn.functional.linear(final_h.float(), lm_head.weight[head.draft_ids])
+            kept = head.t2d[next_tokens.long()].float()
+        else:
+            teacher = lm_head(final_h.float())
     for j, h in enumerate(outputs):
-        ce = soft_cross_entropy(*draft_space(head, lm_head, h, teacher[:, 1 + j:1 + j + n]))
+        if reduced:
+            window = slice(1 + j, 1 + j + n)
+            ce = soft_cross_entropy(head.vocab_logits(h, lm_head)[0], teacher[:, window], kept[:, window])
+        else:
+            ce = soft_cross_entropy(*draft_space(head, lm_head, h, teacher[:, 1 + j:1 + j + n]))
         total = total + decay ** j * ce
         per_step.append(ce.item())
     return total, per_step
@@ -359,7 +382,7 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
     target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     features = cached_features(target, target_dir, out, rows_preset(preset, m), m, dev, seed, deadline)
-    train_h, train_rows = features["train"], features["train_rows"].long()
+    train_h, train_rows, train_next = features["train"], features["train_rows"].long(), features.get("train_next")
     held_h, held_rows = features["heldout"].to(dev, torch.float32), features["heldout_rows"].long().to(dev)
     feature_seconds = features["seconds"]
     if version == 3:  # the inputs are the fused layers; the last features stay the teacher
@@ -379,19 +402,19 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
     def seen(features: torch.Tensor) -> torch.Tensor:  # the ablation without features reads zeros
         return torch.zeros_like(features) if inputs == "token" else features
 
-    def loss_of(rows, layer_in, final, g=None) -> tuple[torch.Tensor, list[float]]:
+    def loss_of(rows, layer_in, final, g=None, nxt=None) -> tuple[torch.Tensor, list[float]]:
         if version == 1:
             loss, feature_loss, ce = eagle_loss(head, embed, lm_head, rows, final, m.noise if g else 0.0,
                                                 m.ce_weight, g, inputs=seen(final))
             return loss, [round(feature_loss, 4), round(ce, 4)]
-        loss, per_step = eagle3_loss(head, embed, lm_head, rows, layer_in, final, m.ttt_steps, m.decay)
+        loss, per_step = eagle3_loss(head, embed, lm_head, rows, layer_in, final, m.ttt_steps, m.decay, nxt)
         return loss, [round(x, 4) for x in per_step]
 
     def step_fn(step: int):
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         pick = torch.randint(0, len(train_h), (m.batch,), generator=g)
         return loss_of(train_rows[pick].to(dev), train_in[pick].to(dev, torch.float32),
-                       train_h[pick].to(dev, torch.float32), g)
+                       train_h[pick].to(dev, torch.float32), g, None if train_next is None else train_next[pick].to(dev))
 
     def evaluate(step: int, _):
         head.eval()

@@ -1,0 +1,207 @@
+"""Training rows for a chat target (SmolLM2-135M-Instruct): instructions in the chat workloads' seven
+categories, answered by the target itself.
+
+Why the target's own answers: a drafter is judged on the contexts the target writes, so its training
+text should be the target's (self-distillation: Medusa-2, Cai et al. 2024, sec. 3.3; EAGLE-3 regenerates
+its training responses with the target, Li et al. 2025). Only the instructions come from elsewhere, and
+offline: templates filled with this Python's standard library (function docstrings and code, the
+language reference's prose in pydoc_data) and small word lists written here. None of them is a bench
+prompt (speclab/data/chat_prompts.json): check_disjoint refuses any overlap, so every speed measured on
+the chat workloads is on prompts the drafters never saw.
+
+    conversations = chat_conversations(target, tokenizer, out, n=800)   # resumable
+    rows = pack(conversations, seq_len=256, eos=tokenizer.eos_token_id)
+"""
+from __future__ import annotations
+
+import random
+import re
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from speclab import corpus
+from speclab.measure.workloads import chat_records, encode_chat
+from speclab.train.loop import stopped
+
+CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
+LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese")
+TOPICS = ("photosynthesis", "the water cycle", "volcanoes", "the Roman Empire", "vaccines", "black holes",
+          "compound interest", "the printing press", "tides", "earthquakes", "bread baking", "honey bees",
+          "the stock market", "rainbows", "the human heart", "glaciers", "electric cars", "coffee",
+          "the Silk Road", "recycling", "solar panels", "sleep", "the Moon landing", "democracy",
+          "antibiotics", "coral reefs", "jazz", "chess", "the internet", "inflation", "migration of birds",
+          "batteries", "the Renaissance", "deserts", "tea", "wind power", "memory", "friction", "maps")
+QUESTIONS = ("What is {t}?", "Explain {t} to a ten-year-old.", "Give three facts about {t}.",
+             "Why does {t} matter?", "Write a short paragraph about {t}.", "What are common myths about {t}?")
+FOLLOW_UPS = ("Can you make that shorter?", "Give me an example.", "Why is that?", "Can you explain the "
+              "second point in more detail?", "Summarize that in one sentence.", "What should I do next?")
+ITEMS = ("apples", "notebooks", "tickets", "bottles of water", "pencils", "plants", "books", "cupcakes")
+MAX_PROMPT_TOKENS = 192
+
+
+# ---------------------------------------------------------------- instructions from the library
+def library_texts(rng: random.Random) -> tuple[list[str], list[str], list[str]]:
+    """(paragraphs, sentences, functions) from the training half of the standard library: the language
+    reference's prose (pydoc_data.topics) and docstrings, and short functions with a docstring."""
+    from pydoc_data.topics import topics
+    paragraphs = [p for text in topics.values() for p in re.split(r"\n\s*\n", text)
+                  if 200 < len(p) < 900 and not p.lstrip().startswith(("::=", ">>>")) and "::=" not in p]
+    functions: list[str] = []
+    train, _ = corpus.split_texts()
+    for source in rng.sample(train, min(400, len(train))):
+        paragraphs += [d for d in corpus.docstrings(source) if len(d) < 900]
+        functions += [f for f in short_functions(source) if 150 < len(f) < 900]
+    sentences = [s.strip() for p in paragraphs for s in re.split(r"(?<=[.!?])\s+", p.replace("\n", " "))
+                 if 40 < len(s.strip()) < 200]
+    return paragraphs, sentences, functions
+
+
+def short_functions(source: str) -> list[str]:
+    """Top-level functions of a file (their source), as code to explain or review."""
+    import ast
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return [ast.get_source_segment(source, node) or "" for node in tree.body if isinstance(node, ast.FunctionDef)]
+
+
+def instruction(category: str, rng: random.Random, paragraphs: list[str], sentences: list[str],
+                functions: list[str]) -> list[dict]:
+    """One user message of a category (a conversation's first turn; its follow-up comes after the
+    target's answer: follow_up)."""
+    if category in ("conversation", "qa"):
+        text = rng.choice(QUESTIONS).format(t=rng.choice(TOPICS))
+    elif category == "translation":
+        text = f"Translate the following text into {rng.choice(LANGUAGES)}:\n{rng.choice(sentences)}"
+    elif category == "summarization":
+        text = f"Summarize the following text in two sentences.\n\n{rng.choice(paragraphs)}"
+    elif category == "rag":
+        doc = rng.choice(paragraphs)
+        word = rng.choice([w for w in re.findall(r"[A-Za-z]{6,}", doc)] or ["it"])
+        text = f"Use only the document below to answer.\n\nDocument: {doc}\n\nQuestion: What does it say about {word}?"
+    elif category == "math":
+        n, price, k = rng.randint(3, 40), rng.randint(2, 25), rng.randint(2, 9)
+        item = rng.choice(ITEMS)
+        text = rng.choice((f"A shop sells {item} for ${price} each. How much do {n} {item} cost? Show your steps.",
+                           f"I had {n * k} {item} and shared them equally among {k} friends. How many did each "
+                           "friend get? Explain.", f"What is {n} times {price}, plus {k}? Work it out step by step."))
+    elif category == "code":
+        fn = rng.choice(functions)
+        text = rng.choice(("Explain what this Python function does:\n\n", "Review this Python code:\n\n",
+                           "Add comments to this function:\n\n")) + fn
+    else:
+        raise ValueError(f"unknown category {category!r}; choose from {CATEGORIES}")
+    return [{"role": "user", "content": text}]
+
+
+def instructions(n: int, seed: int = 0) -> list[list[dict]]:
+    """n first user messages, the categories in turn; refused if any meets a bench prompt."""
+    rng = random.Random(seed)
+    texts = library_texts(rng)
+    out = [instruction(CATEGORIES[i % len(CATEGORIES)], rng, *texts) for i in range(n)]
+    check_disjoint(out)
+    return out
+
+
+def check_disjoint(conversations: list[list[dict]], window: int = 60) -> None:
+    """No training message may share a 60-character stretch with a bench prompt's (chat_prompts.json): longer
+    than any template sentence, so what is refused is shared material, not a shared instruction."""
+    bench = [m["content"] for r in chat_records() for m in r["messages"]]
+    shingles = {b[i:i + window] for b in bench for i in range(0, max(1, len(b) - window + 1), 10)}
+    for conv in conversations:
+        for m in conv:
+            if any(s in m["content"] for s in shingles):
+                raise ValueError(f"a training instruction overlaps a bench prompt: {m['content'][:80]!r}")
+
+
+def follow_up(messages: list[dict], answer: str, rng: random.Random) -> list[dict]:
+    return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": rng.choice(FOLLOW_UPS)}]
+
+
+# ---------------------------------------------------------------- the target's answers
+@torch.inference_mode()
+def answer(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, conversations: list[list[dict]],
+           max_new_tokens: int, sampled: bool, seed: int) -> list[torch.Tensor]:
+    """The target's replies (ids up to its end-of-turn token or max_new_tokens), batched with left padding;
+    each returned row is prompt + reply."""
+    prompts = [encode_chat(tokenizer, c)[-MAX_PROMPT_TOKENS:] for c in conversations]
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):], mask[i, width - len(p):] = p, 1
+    torch.manual_seed(seed)
+    dev = next(target.parameters()).device
+    out = target.generate(ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=max_new_tokens,
+                          do_sample=sampled, temperature=1.0 if sampled else None, top_k=None, top_p=None,
+                          pad_token_id=pad).cpu()
+    rows = []
+    for i, p in enumerate(prompts):
+        reply = out[i, width:]
+        ends = (reply == tokenizer.eos_token_id).nonzero()
+        reply = reply[: int(ends[0]) + 1] if len(ends) else reply
+        rows.append(torch.cat([p, reply]))
+    return rows
+
+
+def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int,
+                       max_new_tokens: int = 256, seed: int = 0, batch: int = 16,
+                       deadline: float | None = None) -> list[torch.Tensor]:
+    """n conversations in the seven categories with the target's replies (alternately greedy and sampled at
+    T = 1, batch by batch; a quarter of them get a second turn), as token ids through the chat template.
+    Saved after each batch in out/chat_conversations.pt, so an interrupted run resumes where it stopped."""
+    path = out / "chat_conversations.pt"
+    state = torch.load(path) if path.exists() else {"conversations": [], "seconds": 0.0}
+    firsts = instructions(n, seed)
+    bar = tqdm(total=n, initial=len(state["conversations"]), desc="chat conversations", mininterval=10)
+    while len(state["conversations"]) < n:
+        if deadline is not None and time.time() > deadline:
+            raise stopped("chat conversations", f"{len(state['conversations'])}/{n}")
+        start = len(state["conversations"])
+        index = start // batch
+        convs, rng = firsts[start:start + batch], random.Random(seed * 1_000_003 + index)
+        sampled = index % 2 == 1
+        started = time.perf_counter()
+        rows = answer(target, tokenizer, convs, max_new_tokens, sampled, seed + index)
+        second = [i for i in range(len(convs)) if rng.random() < 0.25]
+        if second:  # a second turn: the target's reply, then a follow-up question
+            replies = [tokenizer.decode(rows[i][len(encode_chat(tokenizer, convs[i])):], skip_special_tokens=True)
+                       for i in second]
+            longer = answer(target, tokenizer, [follow_up(convs[i], r, rng) for i, r in zip(second, replies)],
+                            max_new_tokens // 2, sampled, seed + index + 7)
+            for i, row in zip(second, longer):
+                rows[i] = row
+        state["conversations"] += [r.to(torch.int32) for r in rows]
+        state["seconds"] += time.perf_counter() - started
+        torch.save(state, path)
+        bar.update(len(rows))
+    bar.close()
+    return state["conversations"][:n]
+
+
+def pack(conversations: list[torch.Tensor], seq_len: int, eos: int) -> torch.Tensor:
+    """Conversations end to end, EOS between them, cut into rows of seq_len tokens (the remainder dropped):
+    packing, as pretraining does, so no row is padding. (n_rows, seq_len) int32."""
+    stream = torch.cat([torch.cat([c.to(torch.int32), torch.tensor([eos], dtype=torch.int32)])
+                        for c in conversations])
+    usable = len(stream) // seq_len * seq_len
+    if usable == 0:
+        raise ValueError(f"{len(conversations)} conversations hold {len(stream)} tokens, fewer than one row of "
+                         f"{seq_len}: ask for more conversations")
+    return stream[:usable].view(-1, seq_len)
+
+
+def chat_rows(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int, seq_len: int,
+              seed: int = 0, deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train rows, held-out rows) of seq_len tokens from n conversations (chat_conversations): the last
+    twentieth of the conversations, packed apart, are held out."""
+    conversations = chat_conversations(target, tokenizer, out, n, seed=seed, deadline=deadline)
+    held = max(1, n // 20)
+    eos = tokenizer.eos_token_id
+    return pack(conversations[:-held], seq_len, eos), pack(conversations[-held:], seq_len, eos)

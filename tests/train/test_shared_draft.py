@@ -1,0 +1,53 @@
+"""train shared-draft: a draft for a chat target, distilled on the target's answers, resumable, installed
+into the pair's folder where load_pair finds it, and greedy-exact there."""
+import json
+
+import pytest
+import torch
+
+import speclab
+from speclab.cli.train import main as train_main
+from speclab.methods.shared_draft import DraftVocabHead
+from tests.test_packaged import cached_smollm2  # noqa: F401 (the fixture)
+from tests.train.test_chat_data import small_library  # noqa: F401 (the fixture)
+
+
+@pytest.mark.usefixtures("small_library")
+def test_micro_chat_draft_resumes_installs_into_the_pair_folder_and_decodes_exactly(cached_smollm2, tmp_path):
+    _, pair = cached_smollm2
+    out = tmp_path / "run"
+    common = ["shared-draft", "--target", "smollm2", "--out", str(out), "--preset", "micro-chat", "--device", "cpu"]
+    train_main([*common, "--steps", "2"])
+    train_main([*common, "--steps", "4", "--install"])
+    record = json.loads((out / "draft" / "record.json").read_text())
+    assert [e["step"] for e in record["log"]["evals"]] == [0, 2, 4]
+    assert record["draft_vocab"]["size"] == 16 and 0 < record["draft_vocab"]["heldout_coverage"] <= 1
+    assert record["rows_spec"].startswith("chat: 8 conversations")
+    target, draft, tok, _ = speclab.load_pair("smollm2", device="cpu")
+    assert (pair.folder / "draft" / "shared_draft.json").exists() and isinstance(draft.lm_head, DraftVocabHead)
+    ids = torch.tensor([3, 4, 5, 6])
+    assert speclab.speculative_generate(target, draft, ids, k=3, max_new_tokens=10).tokens.tolist() == \
+        speclab.generate(target, ids, max_new_tokens=10).tokens.tolist()
+
+
+@pytest.mark.usefixtures("small_library")
+def test_an_eagle3_head_of_the_same_preset_reuses_the_chat_features_and_drafts_exactly(cached_smollm2, tmp_path,
+                                                                                     monkeypatch):
+    from speclab.methods import shipped
+    _, pair = cached_smollm2
+    monkeypatch.setattr(shipped, "PAIRS_DIR", pair.folder.parent)  # load_drafter looks in the stand-in's pairs
+    out = tmp_path / "run"
+    train_main(["shared-draft", "--target", "smollm2", "--out", str(out), "--preset", "micro-chat", "--device", "cpu"])
+    stamp = (out / "features.pt").stat().st_mtime_ns
+    layers = torch.load(out / "features_layers.pt")  # written by the same single pass over the target
+    train_main(["eagle3", "--target", "smollm2", "--out", str(out), "--preset", "micro-chat", "--device", "cpu",
+                "--install"])
+    assert (out / "features.pt").stat().st_mtime_ns == stamp and len(layers["layers"]) == 3
+    record = json.loads((out / "eagle3" / "record.json").read_text())
+    assert record["draft_vocab"]["size"] == 16 and record["log"]["rows"] == json.loads(
+        (out / "draft" / "record.json").read_text())["training_rows"]
+    target, _, _, _ = speclab.load_pair("smollm2", device="cpu")
+    drafter = speclab.load_drafter("eagle3", target)  # found in the pair's folder by the target's fingerprint
+    ids = torch.tensor([3, 4, 5, 6])
+    assert speclab.speculative_generate(target, drafter, ids, k=3, max_new_tokens=10).tokens.tolist() == \
+        speclab.generate(target, ids, max_new_tokens=10).tokens.tolist()
