@@ -15,10 +15,15 @@ from typing import NamedTuple
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 from transformers.utils import logging as hf_logging
 
-from speclab import devices, packaged
+from speclab import devices, packaged, shared_draft
 from speclab.devices import default_dtype, pick_device
 
 PAIRS_DIR = Path(__file__).parent / "pairs"  # one folder per pair: what speclab trained for its target
@@ -225,7 +230,6 @@ def assemble_pair(target_path: str | Path, draft_path: str | Path | None, device
                   dtype: torch.dtype | None, draft_dtype: torch.dtype | None, plain_fast: bool = False) -> Pair:
     """Both models and the shared tokenizer, checked against each other; a draft_path of None gives a pair
     without a draft model."""
-    from speclab.methods import shared_draft  # (methods import this module)
     shares = shared_draft.is_shared_draft(draft_path)  # reads the target's embeddings: no tokenizer of its own
     tokenizer = load_tokenizer(target_path, plain_fast=plain_fast)
     if draft_path is not None and not shares:

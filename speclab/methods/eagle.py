@@ -43,7 +43,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from speclab.adaptive import stops_here
 from speclab.drafting import ChainDrafter, Draft
-from speclab.methods.artifacts import check_fits, fingerprint, load_weights, save_weights
+from speclab.artifacts import check_fits, fingerprint, load_weights, save_weights
 from speclab.methods.layer_step import LayerStep, RowCache
 from speclab.sampling import SamplingParams, check_finite, sample
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from speclab.methods.artifacts import check_fits, fingerprint, load_weights, save_weights, zero_linear
+from speclab.artifacts import check_fits, fingerprint, load_weights, save_weights, zero_linear
 from speclab.methods.draft_model import ModelDrafter
 from speclab.models import shallow_config
 

@@ -6,7 +6,7 @@ h + SiLU(W h + b) (W starts at zero, so the block starts as the identity) and a 
 that starts as a copy of the target's lm_head. The backbone stays frozen (Medusa-1), so the heads
 cost one small matrix product each per round and read nothing but a vector the target computed anyway.
 
-Heads are saved with a fingerprint of the target they were trained on (speclab.methods.artifacts),
+Heads are saved with a fingerprint of the target they were trained on (speclab.artifacts),
 so heads meant for another model are refused instead of drafting nonsense. MedusaDrafter drafts
 with them: head i's top-k tokens fill depth i of a fixed tree.
 """
@@ -20,7 +20,7 @@ from torch import nn
 
 from speclab.devices import draft_dtype
 from speclab.drafting import Draft, Drafter
-from speclab.methods.artifacts import check_fits, fingerprint, load_weights, save_weights, zero_linear
+from speclab.artifacts import check_fits, fingerprint, load_weights, save_weights, zero_linear
 from speclab.runner import model_device
 from speclab.sampling import SamplingParams, check_finite
 from speclab.trees import depths, is_chain, tree_from_choices

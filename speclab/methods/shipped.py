@@ -2,7 +2,7 @@
 
 Every pair has a folder, speclab/pairs/<pair>/, holding what speclab trained for its target in one layout
 (draft/, medusa/, eagle/, eagle3/, mtp/, exit/). Each trained drafter already records its target's
-fingerprint in its config (speclab.methods.artifacts: widths, depth, a checksum of the lm_head); a
+fingerprint in its config (speclab.artifacts: widths, depth, a checksum of the lm_head); a
 draft model records it in target_fingerprint.json beside its weights (artifacts.record_target). So the weights for a target are
 found by asking every pair folder which target its weights were trained for, not by knowing which pair
 the target came from: a chapter switches pairs by the pair's name alone, and a folder added for a new
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torch import nn
 
-from speclab.methods.artifacts import checksums_close, fingerprint
+from speclab.artifacts import checksums_close, fingerprint
 from speclab.models import BUNDLED_DIR, PAIRS_DIR
 
 

@@ -14,10 +14,12 @@ the chat workloads is on prompts the drafters never saw.
 """
 from __future__ import annotations
 
+import ast
 import random
 import re
 import time
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import torch
 from tqdm.auto import tqdm
@@ -47,7 +49,6 @@ MAX_PROMPT_TOKENS = 192
 def library_texts(rng: random.Random) -> tuple[list[str], list[str], list[str]]:
     """(paragraphs, sentences, functions) from the training half of the standard library: the language
     reference's prose (pydoc_data.topics) and docstrings, and short functions with a docstring."""
-    from pydoc_data.topics import topics
     paragraphs = [p for text in topics.values() for p in re.split(r"\n\s*\n", text)
                   if 200 < len(p) < 900 and not p.lstrip().startswith(("::=", ">>>")) and "::=" not in p]
     functions: list[str] = []
@@ -62,7 +63,6 @@ def library_texts(rng: random.Random) -> tuple[list[str], list[str], list[str]]:
 
 def short_functions(source: str) -> list[str]:
     """Top-level functions of a file (their source), as code to explain or review."""
-    import ast
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):

@@ -15,12 +15,17 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
 
 from speclab import corpus
 from speclab.devices import cpu_name
 from speclab.methods.eagle import eagle3_layers
 from speclab.models import load_tokenizer
+from speclab.train.chat_data import chat_rows
 from speclab.train.loop import stopped
 
 EOS = "<|endoftext|>"
@@ -170,7 +175,6 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
     if features is not None and "train_rows" in features:
         return features
     if m_corpus(m) == "chat":
-        from speclab.train.chat_data import chat_rows
         rows, held = chat_rows(target, load_tokenizer(target_dir), out, m.conversations, m.seq_len, seed, deadline)
         held = held[:m.heldout_rows]
     else:

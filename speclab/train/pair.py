@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from speclab.devices import pick_device
-from speclab.methods.artifacts import record_target
+from speclab.artifacts import record_target
 from speclab.models import BUNDLED_DIR, load_model, load_tokenizer, shallow_config
 from speclab.train.install import check_same_target
 from speclab.train.data import (bf16_autocast_supported, choose_preset, generate_continuations, get_batch, hardware,

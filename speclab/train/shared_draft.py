@@ -1,5 +1,5 @@
 """A draft for an existing target that has no small sibling (SmolLM2-135M-Instruct): a few layers of
-the target's width, reading its embeddings and scoring a draft vocabulary (speclab.methods.shared_draft),
+the target's width, reading its embeddings and scoring a draft vocabulary (speclab.shared_draft),
 distilled on the target's own distributions over its cached features.
 
     python -m speclab train shared-draft --target DIR --out runs/smollm2 --preset smollm2
@@ -18,12 +18,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel
 
+from speclab import shared_draft
 from speclab.devices import pick_device
-from speclab.methods import shared_draft
 from speclab.methods.eagle import draft_vocabulary
-from speclab.models import load_model
-from speclab.train.data import cached_features, check_resumed_rows, choose_preset, hardware
+from speclab.models import load_model, shallow_config
+from speclab.train.data import (
+    cached_features,
+    check_resumed_rows,
+    choose_preset,
+    hardware,
+)
 from speclab.train.eagle import soft_cross_entropy
 from speclab.train.loop import deadline_after, train_loop
 from speclab.train.pair import rows_preset
@@ -58,6 +64,23 @@ PRESETS = {
     "micro-chat": SharedDraftPreset(layers=1, draft_vocab=16, conversations=8, heldout_rows=2, seq_len=16, batch=2,
                                     steps=4, warmup=1, eval_every=2),
 }
+
+
+def build(target: PreTrainedModel, layers: int, draft_ids: torch.Tensor) -> PreTrainedModel:
+    """A draft of the target's kind and width with `layers` decoder layers, started from the target's
+    first layers, final norm and the lm_head rows of `draft_ids`, reading the target's embeddings."""
+    config = shallow_config(target.config, layers)
+    config.tie_word_embeddings = False  # its output rows are its own; its input rows are the target's
+    draft = AutoModelForCausalLM.from_config(config)
+    state = {k: v for k, v in target.state_dict().items() if k.startswith(("model.layers.", "model.norm."))
+             and (not k.startswith("model.layers.") or int(k.split(".")[2]) < layers)}
+    draft.load_state_dict(state, strict=False)
+    head = shared_draft.DraftVocabHead(config.hidden_size, draft_ids, config.vocab_size)
+    with torch.no_grad():
+        head.weight.copy_(target.get_output_embeddings().weight[draft_ids.long()])
+    draft.lm_head = head
+    shared_draft.share_embeddings(draft, target)
+    return draft.to(next(target.parameters()).device, torch.float32)
 
 
 def draft_loss(draft: torch.nn.Module, rows: torch.Tensor, final_h: torch.Tensor, next_tokens: torch.Tensor,
@@ -96,7 +119,7 @@ def train_shared_draft(target_dir: str | Path, out: Path, preset: str = "smollm2
     held_next = features["heldout_next"].long().to(dev)
     d2t, _ = draft_vocabulary(train_rows, m.draft_vocab, target.config.vocab_size)
     torch.manual_seed(seed)
-    draft = shared_draft.build(target, m.layers, torch.arange(m.draft_vocab) + d2t)
+    draft = build(target, m.layers, torch.arange(m.draft_vocab) + d2t)
     trained = [p for n, p in draft.named_parameters() if "embed_tokens" not in n]
     opt = torch.optim.AdamW(trained, lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
 

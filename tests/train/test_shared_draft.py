@@ -7,7 +7,7 @@ import torch
 
 import speclab
 from speclab.cli.train import main as train_main
-from speclab.methods.shared_draft import DraftVocabHead
+from speclab.shared_draft import DraftVocabHead
 from tests.test_packaged import cached_smollm2  # noqa: F401 (the fixture)
 from tests.train.test_chat_data import small_library  # noqa: F401 (the fixture)
 

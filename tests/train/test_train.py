@@ -8,7 +8,7 @@ import speclab
 from speclab import corpus
 from speclab.cli.train import main as train_main
 from speclab.methods import shipped
-from speclab.methods.artifacts import fingerprint
+from speclab.artifacts import fingerprint
 
 
 def test_micro_pair_trains_resumes_and_loads_with_from_pretrained(tmp_path):

@@ -26,8 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
-from speclab.methods.artifacts import check_fits, fingerprint, record_target
-from speclab.models import shallow_config
+from speclab.artifacts import check_fits, fingerprint, record_target
 
 MARKER = "shared_draft.json"
 
@@ -53,23 +52,6 @@ class DraftVocabHead(nn.Module):
         small = self.draft_logits(hidden)
         full = small.new_full((*small.shape[:-1], self.vocab_size), torch.finfo(small.dtype).min)
         return full.index_copy_(-1, self.draft_ids, small)
-
-
-def build(target: PreTrainedModel, layers: int, draft_ids: torch.Tensor) -> PreTrainedModel:
-    """A draft of the target's kind and width with `layers` decoder layers, started from the target's
-    first layers, final norm and the lm_head rows of `draft_ids`, reading the target's embeddings."""
-    config = shallow_config(target.config, layers)
-    config.tie_word_embeddings = False  # its output rows are its own; its input rows are the target's
-    draft = AutoModelForCausalLM.from_config(config)
-    state = {k: v for k, v in target.state_dict().items() if k.startswith(("model.layers.", "model.norm."))
-             and (not k.startswith("model.layers.") or int(k.split(".")[2]) < layers)}
-    draft.load_state_dict(state, strict=False)
-    head = DraftVocabHead(config.hidden_size, draft_ids, config.vocab_size)
-    with torch.no_grad():
-        head.weight.copy_(target.get_output_embeddings().weight[draft_ids.long()])
-    draft.lm_head = head
-    share_embeddings(draft, target)
-    return draft.to(next(target.parameters()).device, torch.float32)
 
 
 def share_embeddings(draft: PreTrainedModel, target: PreTrainedModel) -> None:

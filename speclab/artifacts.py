@@ -58,7 +58,7 @@ def record_target(directory: str | Path, target: nn.Module) -> Path:
     """Write the target's fingerprint beside a draft model saved in `directory` (a save_pretrained folder,
     whose config is transformers'): how load_drafter finds the draft trained for a target."""
     path = Path(directory) / TARGET_FILE
-    about = "the fingerprint (speclab.methods.artifacts) of the target this draft was distilled from"
+    about = "the fingerprint (speclab.artifacts) of the target this draft was distilled from"
     path.write_text(json.dumps({"about": about, "target_fingerprint": fingerprint(target)}, indent=1) + "\n")
     return path
 

@@ -6,15 +6,15 @@ import pytest
 import torch
 
 import tests.test_lossless as lossless
-from speclab import generate, speculative_generate
+from speclab import generate, shared_draft, speculative_generate
 from speclab.measure.acceptance import chi_square_pvalue
-from speclab.methods import shared_draft
 from speclab.models import assemble_pair
+from speclab.train.shared_draft import build
 from tests.conftest import tiny_model
 
 
 def small_draft(target, kept: list[int], layers: int = 1) -> torch.nn.Module:
-    return shared_draft.build(target, layers, torch.tensor(kept)).eval()
+    return build(target, layers, torch.tensor(kept)).eval()
 
 
 def test_outside_the_draft_vocabulary_the_draft_puts_no_probability():
