@@ -1,11 +1,18 @@
-"""python -m speclab evaluate: the draft's acceptance by K and temperature on held-out prompts."""
+"""python -m speclab evaluate: the draft's acceptance by K and temperature on held-out prompts; with
+--lossless N, the chi-square check of sampling's first two tokens (speclab.measure.lossless) for the draft
+model and every drafter trained for the target, each also run on the broken rule it must fail."""
 from __future__ import annotations
 
 import argparse
+import json
 
 from speclab.cli.main import command_parser
 from speclab.cli.options import add_pair_args, load, prompts_for, require_draft
+from speclab.devices import cpu_name
 from speclab.measure.acceptance import acceptance_table, format_acceptance_table
+from speclab.measure.lossless import lossless_check
+from speclab.methods import REGISTRY, load_drafter
+from speclab.methods.draft_model import NAME as DRAFT_MODEL
 from speclab.measure.workloads import WORKLOADS
 
 
@@ -17,7 +24,35 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--num-prompts", type=int, default=4)
     e.add_argument("--k-max", type=int, default=8)
     e.add_argument("--max-new-tokens", type=int, default=128)
+    e.add_argument("--lossless", type=int, metavar="N", help="instead of the table: N sampled decodes (T = 1) of "
+                   "two tokens per prompt and method, checked by chi-square against the target, and N with the "
+                   "broken rule (residual replaced by p)")
+    e.add_argument("--methods", default=f"{DRAFT_MODEL},eagle3", help="--lossless: the drafters to check "
+                   "(registry names; those without weights for this target are skipped, said aloud)")
+    e.add_argument("--json", help="--lossless: also write the reports here")
     return e
+
+
+def check_lossless(args, target, draft, prompts) -> None:
+    """--lossless: each method's check on each prompt, printed and optionally written to --json."""
+    reports = []
+    for name in (m.strip() for m in args.methods.split(",")):
+        if name not in REGISTRY:
+            raise SystemExit(f"unknown method {name!r}; choose from {sorted(REGISTRY)}")
+        try:  # one drafter for every decode: start() resets it for each, as for a new request
+            drafter = load_drafter(name, target, draft=draft) if name == DRAFT_MODEL else load_drafter(name, target)
+        except (OSError, ValueError) as err:
+            print(f"{name}: skipped ({err})")
+            continue
+        for i, prompt in enumerate(prompts):
+            report = {"method": name, "prompt": i, **lossless_check(target, lambda: drafter, prompt, samples=args.lossless)}
+            print(f"{name}, prompt {i + 1}: p = {report['p_value']:.3g} (the broken rule: "
+                  f"p = {report['broken_p_value']:.3g}); {report['samples']} samples each, first tokens kept "
+                  f"{report['mass_of_kept_first_tokens']:.1%} of the mass, {report['seconds']:.0f} s")
+            reports.append(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpu": cpu_name(), "workload": args.workload, "checks": reports}, f, indent=1)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     target, draft, tok, device = load(args)
     require_draft(args, draft, "evaluate (the draft's acceptance)")
     prompts = [p.to(device) for p in prompts_for(args, tok)]
+    if args.lossless:
+        check_lossless(args, target, draft, prompts)
+        return
     rows = acceptance_table(target, draft, prompts, ks=range(1, args.k_max + 1), temperatures=(0.0, 1.0),
                             max_new_tokens=args.max_new_tokens)
     print(format_acceptance_table(rows))

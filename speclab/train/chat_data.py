@@ -151,10 +151,11 @@ def answer(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, conversa
 
 
 def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int,
-                       max_new_tokens: int = 256, seed: int = 0, batch: int = 16,
+                       max_new_tokens: int = 256, seed: int = 0, batch: int = 64,
                        deadline: float | None = None) -> list[torch.Tensor]:
     """n conversations in the seven categories with the target's replies (alternately greedy and sampled at
-    T = 1, batch by batch; a quarter of them get a second turn), as token ids through the chat template.
+    T = 1, batch by batch: 64 at a time, 1.9 s a conversation on 2 CPU cores against 3.0 s at 16; a quarter
+    of them get a second turn), as token ids through the chat template.
     Saved after each batch in out/chat_conversations.pt, so an interrupted run resumes where it stopped."""
     path = out / "chat_conversations.pt"
     state = torch.load(path) if path.exists() else {"conversations": [], "seconds": 0.0}

@@ -77,7 +77,7 @@ EAGLE_PRESETS = {
     "micro-chat": EaglePreset(corpus="chat", conversations=8, heldout_rows=2, seq_len=16, batch=2, steps=4,
                               eagle3_steps=4, mtp_steps=4, warmup=1, eval_every=2, ttt_steps=2, eval_depth=2,
                               draft_vocab=16),
-    "smollm2": EaglePreset(corpus="chat", conversations=1200, heldout_rows=32, batch=8, eagle3_steps=3000,
+    "smollm2": EaglePreset(corpus="chat", conversations=896, heldout_rows=32, batch=8, eagle3_steps=3000,
                            draft_vocab=8192, eval_every=250),
     "micro": EaglePreset(corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8, batch=4, steps=6,
                          eagle3_steps=6, mtp_steps=6, warmup=2, eval_every=3, ttt_steps=2, eval_depth=3,

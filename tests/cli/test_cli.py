@@ -183,3 +183,16 @@ def test_a_shipped_set_smaller_than_num_prompts_is_timed_whole_and_said(capsys):
     assert prompt_count(args, "edit") == 8
     assert "ships 8 prompts: timing all 8" in capsys.readouterr().out
     assert prompt_count(Namespace(prompt=None, num_prompts=3), "quote") == 3
+
+
+def test_evaluate_lossless_checks_each_drafter_and_its_broken_rule_and_writes_json(capsys, tmp_path):
+    import json
+    main(["evaluate", "--device", "cpu", "--lossless", "30", "--methods", "draft_model,medusa", "--num-prompts", "1",
+          "--json", str(tmp_path / "l.json")])
+    out = capsys.readouterr().out
+    assert "draft_model, prompt 1: p = " in out and "(the broken rule: p = " in out and "medusa, prompt 1" in out
+    record = json.loads((tmp_path / "l.json").read_text())
+    assert [c["method"] for c in record["checks"]] == ["draft_model", "medusa"] and record["cpu"]
+    assert all(0 <= c["p_value"] <= 1 and 0 <= c["broken_p_value"] <= 1 for c in record["checks"])
+    with pytest.raises(SystemExit, match="unknown method 'eagle9'"):
+        main(["evaluate", "--device", "cpu", "--lossless", "5", "--methods", "eagle9"])
