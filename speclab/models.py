@@ -100,9 +100,9 @@ def missing_draft(name: str) -> str:
     """What to say when a pair without a draft is asked for one, and how to get one."""
     pair = CONVERTED_PAIRS[name]
     return (f"the {name} pair has no draft yet (none in {pair.draft_dir}). Methods that need no draft model "
-            "(ngram, lookahead, layer_skip) work without one; for a draft model, train one and pass it: "
-            f"python -m speclab train draft --target {packaged.converted_dir(pair.packaged)} --out runs/{name}-draft, "
-            f"then --draft runs/{name}-draft/draft (load_pair({name!r}, draft=...))")
+            "(ngram, lookahead, layer_skip) work without one; for a draft model, train one and install it: "
+            f"python -m speclab train shared-draft --target {name} --preset {name} --out runs/{name} --install "
+            f"(or pass its folder: --draft runs/{name}/draft, load_pair({name!r}, draft=...))")
 
 
 def tiny_model(arch: str = "llama", layers: int = 2, vocab: int = 64, hidden: int = 32, heads: int = 4,

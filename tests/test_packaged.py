@@ -147,7 +147,7 @@ def test_load_pair_smollm2_reads_the_cache_and_has_no_draft_until_one_ships(cach
     target, draft, tok, _ = load_pair("smollm2", device="cpu")
     assert draft is None and target.dtype == torch.float32 and tok.chat_template == TEMPLATE
     message = speclab_models.missing_draft("smollm2")
-    assert f"train draft --target {folder}" in message and "ngram, lookahead, layer_skip" in message
+    assert "train shared-draft --target smollm2 --preset smollm2" in message and "ngram, lookahead, layer_skip" in message
     # a draft trained later and installed in the pair's folder is found with no change to the code
     tiny_model("llama", layers=1, vocab=64, seed=1).save_pretrained(pair.draft_dir)
     chat_tokenizer().save_pretrained(pair.draft_dir)

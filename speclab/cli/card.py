@@ -8,8 +8,9 @@ from pathlib import Path
 from speclab.cli.main import command_parser
 from speclab.cli.options import set_threads
 from speclab.measure.card import CARD_SECTIONS, model_card, replace_section
+from speclab.measure.converted_card import converted_card
 from speclab.methods import REGISTRY
-from speclab.models import BUNDLED_DIR
+from speclab.models import BUNDLED_DIR, CONVERTED_PAIRS
 
 # the registry's methods with weights shipped beside the target and a section of the card, by the folder
 # the weights ship in (speclab/pairs/stdlib/<folder>): --only's names
@@ -21,6 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
     c.add_argument("--pair-dir", default=None, help="folder with target/, draft/, draft-plain/, training.json "
                    "(default: the bundled pair)")
+    c.add_argument("--pair", choices=sorted(CONVERTED_PAIRS), default=None, help="a converted pair's card instead "
+                   "(speclab/pairs/<pair>/MODEL_CARD.md), rewritten from its training records and --bench records")
+    c.add_argument("--bench", type=Path, action="append", default=[], help="--pair: a bench record (bench --json) "
+                   "to show by task; repeat for several (greedy, sampled)")
     c.add_argument("--num-prompts", type=int, default=4)
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
@@ -50,6 +55,12 @@ def card_to_update(args, pair_dir: Path, out: Path) -> tuple[str, list[str]]:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     set_threads(args.threads)
+    if args.pair:
+        out = Path(args.out) if args.out else CONVERTED_PAIRS[args.pair].folder / "MODEL_CARD.md"
+        out.write_text(converted_card(args.pair, args.bench))
+        print(out.read_text())
+        print(f"written to {out}")
+        return
     pair_dir = Path(args.pair_dir) if args.pair_dir else BUNDLED_DIR
     out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
     card, names = card_to_update(args, pair_dir, out)

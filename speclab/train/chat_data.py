@@ -206,3 +206,16 @@ def chat_rows(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: 
     held = max(1, n // 20)
     eos = tokenizer.eos_token_id
     return pack(conversations[:-held], seq_len, eos), pack(conversations[-held:], seq_len, eos)
+
+
+def summary(out: Path) -> dict | None:
+    """What a record says about the chat rows a run in `out` trained on (None where it has none)."""
+    path = out / "chat_conversations.pt"
+    if not path.exists():
+        return None
+    state = torch.load(path)
+    return {"conversations": len(state["conversations"]), "tokens": sum(len(c) for c in state["conversations"]),
+            "answer_seconds": round(state["seconds"], 1), "categories": list(CATEGORIES),
+            "instructions": "templates over the standard library's prose and code and word lists "
+                            "(speclab.train.chat_data), answered by the target, half the batches greedy and "
+                            "half sampled at T = 1, a quarter with a second turn"}

@@ -20,6 +20,7 @@ from speclab.devices import pick_device
 from speclab.methods import REGISTRY
 from speclab.methods.eagle import NAME, NAME3, VERSIONS, Eagle3Head, EagleHead, FeatureHead, draft_vocabulary, eagle3_layers
 from speclab.models import load_model
+from speclab.train.chat_data import summary as chat_summary
 from speclab.train.data import cached_features, check_resumed_rows, choose_preset, hardware, target_features
 from speclab.train.loop import deadline_after, train_loop
 from speclab.train.pair import rows_preset
@@ -77,7 +78,7 @@ EAGLE_PRESETS = {
     "micro-chat": EaglePreset(corpus="chat", conversations=8, heldout_rows=2, seq_len=16, batch=2, steps=4,
                               eagle3_steps=4, mtp_steps=4, warmup=1, eval_every=2, ttt_steps=2, eval_depth=2,
                               draft_vocab=16),
-    "smollm2": EaglePreset(corpus="chat", conversations=896, heldout_rows=32, batch=8, eagle3_steps=3000,
+    "smollm2": EaglePreset(corpus="chat", conversations=640, heldout_rows=32, batch=8, eagle3_steps=3000,
                            draft_vocab=8192, eval_every=250),
     "micro": EaglePreset(corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8, batch=4, steps=6,
                          eagle3_steps=6, mtp_steps=6, warmup=2, eval_every=3, ttt_steps=2, eval_depth=3,
@@ -438,7 +439,8 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
     head.eval()
     report = {"version": version, "method": name, "inputs": inputs, "preset": asdict(m), "target_from": str(target_dir),
               "device": str(dev), "hardware": hardware(dev), "torch": torch.__version__, "seed": seed,
-              "training_rows": features["rows"], "feature_layers": list(head.feature_layers),
+              "training_rows": features["rows"], "rows_spec": features.get("spec"), "chat": chat_summary(out),
+              "feature_layers": list(head.feature_layers),
               "parameters": sum(p.numel() for p in head.parameters()), "log": log}
     if isinstance(head, Eagle3Head):  # how often the target's own next token is one the head can draft
         with torch.no_grad():

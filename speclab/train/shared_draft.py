@@ -24,6 +24,7 @@ from speclab import shared_draft
 from speclab.devices import pick_device
 from speclab.methods.eagle import draft_vocabulary
 from speclab.models import load_model, shallow_config
+from speclab.train.chat_data import summary as chat_summary
 from speclab.train.data import (
     cached_features,
     check_resumed_rows,
@@ -41,7 +42,7 @@ class SharedDraftPreset:
     draft_vocab: int = 8192     # output rows: the most frequent tokens of the training rows
     # the rows (cached_features' fields; the EAGLE preset of the same name reads the same file)
     corpus: str = "chat"
-    conversations: int = 896    # 14 batches of 64 replies: 28 min of the target answering on 2 CPU cores
+    conversations: int = 640    # 10 batches of 64 replies: about 35 min of the target answering on 2 CPU cores
     corpus_rows: int = 0
     generated: int = 0
     prompt_len: int = 64
@@ -149,7 +150,7 @@ def train_shared_draft(target_dir: str | Path, out: Path, preset: str = "smollm2
         coverage = float(torch.isin(held_next, draft.lm_head.draft_ids).float().mean())
     report = {"method": "shared-embedding draft", "preset": asdict(m), "target_from": str(target_dir),
               "device": str(dev), "hardware": hardware(dev), "torch": torch.__version__, "seed": seed,
-              "training_rows": features["rows"], "rows_spec": features.get("spec"),
+              "training_rows": features["rows"], "rows_spec": features.get("spec"), "chat": chat_summary(out),
               "own_parameters": sum(p.numel() for p in trained),
               "draft_vocab": {"size": m.draft_vocab, "heldout_coverage": round(coverage, 4)}, "log": log}
     shared_draft.save(draft, target, out / "draft")

@@ -151,7 +151,7 @@ def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs
     assert "\nprompt-lookup " in table and "\nlayer-skip E=1 " in table and "\nspeculative " not in table
     for command in (["bench", "--methods", "speclab target-only,speclab speculative"], ["evaluate"],
                     ["generate", "--prompt", "w1 w2"]):
-        with pytest.raises(SystemExit, match="needs a draft model: the smollm2 pair has no draft yet.*train draft"):
+        with pytest.raises(SystemExit, match="needs a draft model: the smollm2 pair has no draft yet.*train shared-draft"):
             main([*command, "--pair", "smollm2", "--device", "cpu"])
     main(["profile", "--pair", "smollm2", "--device", "cpu"])  # the target alone
     profile = capsys.readouterr().out

@@ -37,7 +37,8 @@ def test_an_eagle3_head_of_the_same_preset_reuses_the_chat_features_and_drafts_e
     _, pair = cached_smollm2
     monkeypatch.setattr(shipped, "PAIRS_DIR", pair.folder.parent)  # load_drafter looks in the stand-in's pairs
     out = tmp_path / "run"
-    train_main(["shared-draft", "--target", "smollm2", "--out", str(out), "--preset", "micro-chat", "--device", "cpu"])
+    train_main(["shared-draft", "--target", "smollm2", "--out", str(out), "--preset", "micro-chat", "--device", "cpu",
+                "--install"])
     stamp = (out / "features.pt").stat().st_mtime_ns
     layers = torch.load(out / "features_layers.pt")  # written by the same single pass over the target
     train_main(["eagle3", "--target", "smollm2", "--out", str(out), "--preset", "micro-chat", "--device", "cpu",
@@ -51,3 +52,13 @@ def test_an_eagle3_head_of_the_same_preset_reuses_the_chat_features_and_drafts_e
     ids = torch.tensor([3, 4, 5, 6])
     assert speclab.speculative_generate(target, drafter, ids, k=3, max_new_tokens=10).tokens.tolist() == \
         speclab.generate(target, ids, max_new_tokens=10).tokens.tolist()
+    # one bench run by task, then the pair's card from the records
+    from speclab.cli.main import main as speclab_main
+    bench = tmp_path / "bench.json"
+    speclab_main(["bench", "--pair", "smollm2", "--workload", "chat-qa,chat-math", "--num-prompts", "1",
+                  "--max-new-tokens", "6", "--device", "cpu", "--repeats", "1", "--layer-skip", "1", "--json", str(bench),
+                  "--methods", "speclab target-only,speclab speculative,speclab eagle3,hf assisted"])
+    speclab_main(["card", "--pair", "smollm2", "--bench", str(bench)])
+    card = (pair.folder / "MODEL_CARD.md").read_text()
+    assert "### Distilled draft (`draft/`)" in card and "### EAGLE-3 head (`eagle3/`)" in card
+    assert "| method | qa | math |" in card and "| distilled draft, K = 4 | " in card

@@ -1,0 +1,93 @@
+"""The model card of a converted pair (SmolLM2-135M-Instruct): where the target comes from, what speclab
+trained for it and on what (from the training records in the pair's folder), and acceptance and speed by
+task (from one bench record: `bench --pair smollm2 --workload chat --json FILE`). It reads records and
+measures nothing, so it is cheap to rewrite and says which machine each number came from.
+
+    python -m speclab card --pair smollm2 --bench book/records/smollm2_bench.json
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from speclab import packaged
+from speclab.models import CONVERTED_PAIRS
+
+ROWS = {"speclab speculative": "distilled draft, K = 4", "speclab eagle3": "EAGLE-3 head (EAGLE-2 tree)",
+        "speclab prompt lookup": "prompt lookup", "hf assisted": "transformers' assisted generation"}
+
+
+def read(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def training_section(name: str, record: dict, what: str) -> list[str]:
+    log, chat = record["log"], record.get("chat") or {}
+    first, last = log["evals"][0], log["evals"][-1]
+    top1 = "heldout_top1_by_step" if "heldout_top1_by_step" in last else "heldout_top1"
+    vocab = record.get("draft_vocab") or {}
+    return [f"### {name}", "", what, "",
+            f"- Trained on {record['training_rows']} rows of {record['preset']['seq_len']} tokens packed from "
+            f"{chat.get('conversations', '?')} conversations ({chat.get('tokens', 0):,} tokens; answering them took "
+            f"the target {chat.get('answer_seconds', 0) / 60:.0f} min); {last['step']} steps of "
+            f"{record['preset']['batch']} rows, {log['seconds'] / 60:.0f} min on {record['hardware']}.",
+            f"- Draft vocabulary: {vocab.get('size')} tokens, holding the target's own next token at "
+            f"{vocab.get('heldout_coverage', 0):.1%} of held-out positions.",
+            f"- Held-out top-1 agreement with the target: {first[top1]} at the start, {last[top1]} at the end.", ""]
+
+
+def category_table(bench: dict) -> list[str]:
+    """tokens per target pass and speedup of each row, one column per chat category."""
+    workloads = bench["workloads"] if "workloads" in bench else [bench]
+    names = [w["workload"].removeprefix("chat-") for w in workloads]
+    methods = [r["method"] for r in workloads[0]["rows"] if r["method"] != "speclab target-only"]
+    lines = ["| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for method in methods:
+        cells = []
+        for w in workloads:
+            base = next(r for r in w["rows"] if r["method"] == "speclab target-only")["tokens_per_s"]
+            row = next((r for r in w["rows"] if r["method"] == method), None)
+            if row is None:
+                cells.append("-")
+                continue
+            passes = (row.get("stats") or {}).get("mean_tokens_per_round")  # none for transformers' rows
+            cells.append(f"{row['tokens_per_s'] / base:.2f}x" + (f" ({passes:.2f})" if passes else ""))
+        lines.append(f"| {ROWS.get(method, method)} | " + " | ".join(cells) + " |")
+    first = workloads[0]
+    return lines + ["", f"Speedup over target-only (tokens per round in brackets), {first['max_new_tokens']} new "
+                        f"tokens, temperature {first['temperature']:g}, on {first['cpu']} ({first['threads']} "
+                        f"threads), torch {first['torch']}."]
+
+
+def converted_card(name: str, benches: list[Path]) -> str:
+    pair = CONVERTED_PAIRS[name]
+    model = packaged.packaged(pair.packaged)
+    lines = [f"# The {name} pair: {pair.about}", "",
+             "Rewritten from the training and bench records with `python -m speclab card --pair "
+             f"{name} --bench RECORD ...`; it measures nothing itself.", "",
+             "## The target", "",
+             f"From the package registry: `{model.requirement}` (sha256 pinned in speclab/packaged.py), licence "
+             f"{model.licence}; its GGUF file converted once by transformers into a plain float16 folder in the "
+             "cache (README, 'The SmolLM2 pair'). Nothing of the target ships in this repository.", "",
+             "## What speclab trained for it", ""]
+    draft = read(pair.folder / "draft" / "record.json")
+    if draft:
+        lines += training_section("Distilled draft (`draft/`)", draft,
+                                  f"{draft['preset']['layers']} decoder layers of the target's width, started from "
+                                  "its first layers, reading the target's embedding matrix (not shipped twice) and "
+                                  "scoring a draft vocabulary (speclab/shared_draft.py); "
+                                  f"{draft['own_parameters'] / 1e6:.1f}M parameters of its own, float16. Distilled "
+                                  "on the target's distributions (soft cross-entropy over the draft vocabulary) "
+                                  "by `python -m speclab train shared-draft --target smollm2 --preset smollm2`.")
+    head = read(pair.folder / "eagle3" / "record.json")
+    if head:
+        lines += training_section("EAGLE-3 head (`eagle3/`)", head,
+                                  f"The reference layout (SafeAILab/EAGLE cnets.py) on layers "
+                                  f"{head['feature_layers']}; {head['parameters'] / 1e6:.1f}M parameters; the "
+                                  f"training-time test {head['preset']['ttt_steps']} steps deep; by `python -m "
+                                  "speclab train eagle3 --target smollm2 --preset smollm2`.")
+    for path in benches:
+        bench = read(path)
+        if bench:
+            lines += [f"## By task ({path.name})", "", *category_table(bench), ""]
+    return "\n".join(lines).rstrip() + "\n"
