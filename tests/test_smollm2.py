@@ -1,12 +1,14 @@
 """The real SmolLM2-135M-Instruct, where it was converted on this machine (load_pair("smollm2") once, with
-the registry reachable): lossless greedy decoding of the drafters that need no training, on chat prompts
-through its chat template. Marked slow (about a minute on 2 CPU cores) and left out of the default run:
-`python -m pytest -m slow tests/test_smollm2.py`. Tests never download: without the converted folder it skips."""
+the registry reachable): lossless greedy decoding of every drafter, trained or not, on chat prompts
+through its chat template, and sampling by chi-square on the two-token check. Marked slow (minutes on 2 CPU
+cores) and left out of the default run: `python -m pytest -m slow tests/test_smollm2.py`. Tests never download: without the converted folder it skips."""
 import pytest
 
 from speclab import generate, load_drafter, packaged, speculative_generate
 from speclab.measure.workloads import prompt_ids
+from speclab.measure.lossless import lossless_check
 from speclab.models import load_pair
+from speclab.shared_draft import DraftVocabHead
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not packaged.is_converted(packaged.converted_dir("smollm2")),
@@ -21,7 +23,7 @@ def smollm2():
 
 def test_the_converted_model_is_smollm2_with_its_chat_template(smollm2):
     target, draft, tok, _ = smollm2
-    assert draft is None  # no distilled draft ships yet
+    assert isinstance(draft.lm_head, DraftVocabHead) and draft.get_input_embeddings() is target.get_input_embeddings()
     assert (target.config.num_hidden_layers, target.config.hidden_size, target.config.vocab_size) == (30, 576, 49152)
     assert sum(p.numel() for p in target.parameters()) == 134_515_008
     ids = prompt_ids(tok, "chat-qa", 1)[0]
@@ -37,3 +39,21 @@ def test_prompt_lookup_and_layer_skip_are_greedy_exact_on_chat_prompts(smollm2, 
     assert reference  # an answer to compare, not an immediate end of turn
     for drafter in (load_drafter("ngram", target), load_drafter("layer_skip", target, exit_layer=8)):
         assert speculative_generate(target, drafter, ids, k=4, **common).tokens.tolist() == reference
+
+
+@pytest.mark.parametrize("workload", ["chat-conversation", "chat-code"])
+def test_the_trained_draft_and_eagle3_head_are_greedy_exact(smollm2, workload):
+    target, draft, tok, _ = smollm2
+    ids = prompt_ids(tok, workload, 1)[0]
+    common = {"max_new_tokens": 48, "eos_token_id": tok.eos_token_id}
+    reference = generate(target, ids, **common).tokens.tolist()
+    assert speculative_generate(target, draft, ids, k=4, **common).tokens.tolist() == reference
+    assert speculative_generate(target, load_drafter("eagle3", target), ids, **common).tokens.tolist() == reference
+
+
+def test_sampling_with_the_trained_draft_keeps_the_targets_distribution(smollm2):
+    target, draft, tok, _ = smollm2
+    ids = prompt_ids(tok, "chat-qa", 1)[0]
+    report = lossless_check(target, lambda: load_drafter("draft_model", target, draft=draft), ids, samples=300,
+                            broken=False)
+    assert report["p_value"] > 1e-3

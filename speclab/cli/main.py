@@ -12,8 +12,10 @@
              chat-*, or chat for all seven), and the speedup model checked against the costs
              measured in the loop
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
-  evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts
-  card       measure the bundled pair and write its model card
+  evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts; --lossless N:
+             the chi-square check of sampling's first two tokens, and of a broken rule
+  card       measure the bundled pair and write its model card (--pair smollm2: that pair's
+             card, from its training and bench records)
   theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
   pairs      the pairs load_pair knows: the bundled pair, smollm2 (SmolLM2-135M-Instruct from the
              package registry, converted once), the hub pairs
@@ -23,8 +25,9 @@
   train      train the bundled pair (python -m speclab train pair --out DIR), new drafts for an
              existing target (train draft --target DIR --out DIR), Medusa heads for a frozen
              target (train medusa --target DIR --out DIR), an EAGLE-1 or EAGLE-3 head
-             (train eagle ... | train eagle3 ...), an MTP module (train mtp ...), or layer-skip
-             exit adapters (train exit ...)
+             (train eagle ... | train eagle3 ...), an MTP module (train mtp ...), layer-skip
+             exit adapters (train exit ...), or a draft reading a target's embeddings over a
+             draft vocabulary (train shared-draft --target smollm2 --preset smollm2 --out DIR)
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 
