@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 
 from speclab import packaged
+from speclab.methods.eagle import NAME3
 from speclab.models import CONVERTED_PAIRS
 
-ROWS = {"speclab speculative": "distilled draft", "speclab eagle3": "EAGLE-3 head",
+ROWS = {"speclab speculative": "distilled draft", f"speclab {NAME3}": "EAGLE-3 head",
         "speclab prompt-lookup": "prompt lookup", "hf assisted": "transformers' assisted generation (the draft)",
         "hf prompt-lookup": "transformers' prompt lookup"}
 
@@ -85,13 +86,13 @@ def converted_card(name: str, benches: list[Path]) -> str:
                                   f"{draft['own_parameters'] / 1e6:.1f}M parameters of its own, float16. Distilled "
                                   "on the target's distributions (soft cross-entropy over the draft vocabulary) "
                                   "by `python -m speclab train shared-draft --target smollm2 --preset smollm2`.")
-    head = read(pair.folder / "eagle3" / "record.json")
+    head = read(pair.folder / NAME3 / "record.json")
     if head:
-        lines += training_section("EAGLE-3 head (`eagle3/`)", head,
+        lines += training_section(f"EAGLE-3 head (`{NAME3}/`)", head,
                                   f"The reference layout (SafeAILab/EAGLE cnets.py) on layers "
                                   f"{head['feature_layers']}; {head['parameters'] / 1e6:.1f}M parameters; the "
                                   f"training-time test {head['preset']['ttt_steps']} steps deep; by `python -m "
-                                  "speclab train eagle3 --target smollm2 --preset smollm2`.")
+                                  f"speclab train {NAME3} --target {name} --preset {name}`.")
     for path in benches:
         bench = read(path)
         if bench:

@@ -172,7 +172,8 @@ def eagle3_loss(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Mod
     outputs = unroll(head, embed, tokens, head.fuse(layer_h[:, :-1].float()), steps)
     n = tokens.shape[1] - steps
     total, per_step = 0.0, []
-    reduced = next_tokens is not None and len(head.d2t) < len(head.t2d) and getattr(lm_head, "bias", None) is None
+    reduced = (next_tokens is not None and getattr(head, "d2t", None) is not None  # (an MTP module has none)
+               and len(head.d2t) < len(head.t2d) and getattr(lm_head, "bias", None) is None)
     with torch.no_grad():
         if reduced:  # only the draft vocabulary's rows: 8k of SmolLM2's 49k, the step's largest product
             teacher = torch.nn.functional.linear(final_h.float(), lm_head.weight[head.draft_ids])
