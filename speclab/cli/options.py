@@ -22,6 +22,9 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
                    "default: the bundled stdlib pair")
     p.add_argument("--draft", default=None, help="draft model directory or hub id (overrides the pair's draft)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    p.add_argument("--dtype", choices=["auto", "float32", "float16", "bfloat16"], default="auto",
+                   help="the target's precision (auto: the pair's choice for this device, see "
+                   "speclab.devices.default_dtype); it is part of what the target is, so it changes the output")
     p.add_argument("--draft-dtype", choices=["auto", "float32", "float16", "bfloat16"], default="auto",
                    help="the draft's precision (auto: float16 on a CPU, the target's on a GPU); it changes "
                    "acceptance, never the output")
@@ -55,8 +58,9 @@ def set_threads(threads: int | None) -> None:
 def load(args) -> Pair:
     """The pair the add_pair_args arguments name: (target, draft, tokenizer, device)."""
     set_threads(getattr(args, "threads", None))
+    dtype = None if getattr(args, "dtype", "auto") == "auto" else getattr(torch, args.dtype)
     draft_dtype = None if args.draft_dtype == "auto" else getattr(torch, args.draft_dtype)
-    return load_pair(args.pair, device=args.device, draft=args.draft, draft_dtype=draft_dtype)
+    return load_pair(args.pair, device=args.device, dtype=dtype, draft=args.draft, draft_dtype=draft_dtype)
 
 
 def require_draft(args, draft, command: str) -> None:

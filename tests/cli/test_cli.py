@@ -1,10 +1,12 @@
 """The commands run: generate, bench, profile, theory, workloads (speclab.cli.<command>)."""
 import json
+from argparse import Namespace
 
 import pytest
 import torch
 
 from speclab.cli.main import main
+from speclab.cli.options import load as load_from_args
 from speclab.devices import cpu_name
 from speclab.measure.bench import METHODS as BENCH_METHODS
 from speclab.methods.eagle import EagleHead
@@ -196,3 +198,20 @@ def test_evaluate_lossless_checks_each_drafter_and_its_broken_rule_and_writes_js
     assert all(0 <= c["p_value"] <= 1 and 0 <= c["broken_p_value"] <= 1 for c in record["checks"])
     with pytest.raises(SystemExit, match="unknown method 'eagle9'"):
         main(["evaluate", "--device", "cpu", "--lossless", "5", "--methods", "eagle9"])
+
+
+def test_evaluate_lossless_runs_only_the_prompts_named(capsys, tmp_path):
+    main(["evaluate", "--device", "cpu", "--lossless", "5", "--methods", "draft_model", "--prompt-numbers", "2",
+          "--json", str(tmp_path / "l.json")])
+    assert "draft_model, prompt 2: p = " in capsys.readouterr().out
+    assert [c["prompt"] for c in json.loads((tmp_path / "l.json").read_text())["checks"]] == [2]
+    with pytest.raises(SystemExit, match="prompts 1 to"):
+        main(["evaluate", "--device", "cpu", "--lossless", "5", "--workload", "edit", "--prompt-numbers", "0"])
+
+
+def test_dtype_sets_the_targets_precision_and_the_drafts_unless_it_is_given():
+    args = Namespace(pair=None, device="cpu", dtype="bfloat16", draft_dtype="auto", draft=None, threads=None)
+    target, draft, _, _ = load_from_args(args)
+    assert target.dtype == torch.bfloat16 and draft.dtype == torch.bfloat16
+    target, draft, _, _ = load_from_args(Namespace(**{**vars(args), "draft_dtype": "float32"}))
+    assert target.dtype == torch.bfloat16 and draft.dtype == torch.float32
