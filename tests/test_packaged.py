@@ -90,9 +90,21 @@ def test_convert_saves_a_plain_float16_folder_with_the_chat_template_and_reads_i
     reference = quantised_stand_in().state_dict()
     assert all(torch.equal(v, reference[k].to(torch.float16)) for k, v in loaded.state_dict().items())
     assert speclab_models.load_tokenizer(folder).chat_template == TEMPLATE
-    assert [p.name for p in folder.parent.iterdir()] == ["tiny-1.0"]  # no temporary folder left behind
+    # no temporary folder left behind (the lock file that serialises conversions stays, empty)
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["tiny-1.0", "tiny-1.0.lock"]
     assert packaged.ensure_converted("tiny", tmp_path / "cache", download, load_stand_in) == folder
     assert len(calls) == 1  # the second call read the cache
+
+
+def test_a_conversion_that_finishes_second_keeps_the_folder_already_in_place(tiny_package, tmp_path):
+    # two processes converting at once (parallel notebooks): the later one must not replace a folder the
+    # earlier one finished and may be reading
+    download, calls = tiny_package
+    folder = packaged.ensure_converted("tiny", tmp_path / "cache", download, load_stand_in)
+    (folder / "in-use").write_text("a reader holds this folder")
+    assert packaged.convert("tiny", tmp_path / "cache", download, load_stand_in) == folder
+    assert (folder / "in-use").exists() and len(calls) == 2
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["tiny-1.0", "tiny-1.0.lock"]
 
 
 def test_a_wheel_with_another_checksum_is_refused_and_nothing_is_cached(tiny_package, tmp_path):
@@ -101,7 +113,7 @@ def test_a_wheel_with_another_checksum_is_refused_and_nothing_is_cached(tiny_pac
 
     with pytest.raises(packaged.ChecksumMismatch, match="not the pinned"):
         packaged.ensure_converted("tiny", tmp_path / "cache", other_wheel, load_stand_in)
-    assert list((tmp_path / "cache").iterdir()) == []
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["tiny-1.0.lock"]  # nothing that looks converted
 
 
 def test_a_wheel_without_the_model_file_is_refused(tiny_package, tmp_path):
