@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(speclab/pairs/<pair>/MODEL_CARD.md), rewritten from its training records and --bench records")
     c.add_argument("--bench", type=Path, action="append", default=[], help="--pair: a bench record (bench --json) "
                    "to show by task; repeat for several (greedy, sampled)")
+    c.add_argument("--lossless", type=Path, default=None, help="--pair: the record of evaluate --lossless "
+                   "(evaluate --json), shown as the card's lossless section")
     c.add_argument("--num-prompts", type=int, default=4)
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     set_threads(args.threads)
     if args.pair:
         out = Path(args.out) if args.out else CONVERTED_PAIRS[args.pair].folder / "MODEL_CARD.md"
-        out.write_text(converted_card(args.pair, args.bench))
+        out.write_text(converted_card(args.pair, args.bench, args.lossless))
         print(out.read_text())
         print(f"written to {out}")
         return

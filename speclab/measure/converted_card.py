@@ -66,12 +66,26 @@ def category_table(bench: dict) -> list[str]:
                         "settings were not timed for chat)."]
 
 
-def converted_card(name: str, benches: list[Path]) -> str:
+def lossless_section(record: dict, path: Path) -> list[str]:
+    """Each drafter's chi-square check of sampling's first two tokens, beside the broken rule's."""
+    lines = [f"## Sampling is lossless ({path.name})", "",
+             f"`python -m speclab evaluate --pair ... --lossless N` on {record['workload']}, recorded on "
+             f"{record['cpu']}: the first two tokens of N speculative decodes at T = 1 against the target's exact "
+             "distribution (the most likely first tokens, each with every second token, and one cell for any "
+             "other), and N more with the rule that resamples from p instead of the residual, which must fail.",
+             "", "| drafter | prompt | samples | p-value | broken rule's p-value |", "| --- | --- | --- | --- | --- |"]
+    for check in record["checks"]:
+        lines.append(f"| {check['method']} | {check['prompt']} | {check['samples']} | {check['p_value']:.3f} | "
+                     f"{check['broken_p_value']:.1e} |")
+    return lines + [""]
+
+
+def converted_card(name: str, benches: list[Path], lossless: Path | None = None) -> str:
     pair = CONVERTED_PAIRS[name]
     model = packaged.packaged(pair.packaged)
     lines = [f"# The {name} pair: {pair.about}", "",
-             "Rewritten from the training and bench records with `python -m speclab card --pair "
-             f"{name} --bench RECORD ...`; it measures nothing itself.", "",
+             "Rewritten from the training, bench and lossless records with `python -m speclab card --pair "
+             f"{name} --bench RECORD ... --lossless RECORD`; it measures nothing itself.", "",
              "## The target", "",
              f"From the package registry: `{model.requirement}` (sha256 pinned in speclab/packaged.py), licence "
              f"{model.licence}; its GGUF file converted once by transformers into a plain float16 folder in the "
@@ -97,4 +111,7 @@ def converted_card(name: str, benches: list[Path]) -> str:
         bench = read(path)
         if bench:
             lines += [f"## By task ({path.name})", "", *category_table(bench), ""]
+    checks = read(lossless) if lossless else None
+    if checks:
+        lines += lossless_section(checks, lossless)
     return "\n".join(lines).rstrip() + "\n"

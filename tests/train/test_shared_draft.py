@@ -58,7 +58,12 @@ def test_an_eagle3_head_of_the_same_preset_reuses_the_chat_features_and_drafts_e
     speclab_main(["bench", "--pair", "smollm2", "--workload", "chat-qa,chat-math", "--num-prompts", "1",
                   "--max-new-tokens", "6", "--device", "cpu", "--repeats", "1", "--layer-skip", "1", "--json", str(bench),
                   "--methods", "speclab target-only,speclab speculative,speclab eagle3,hf assisted"])
-    speclab_main(["card", "--pair", "smollm2", "--bench", str(bench)])
+    lossless = tmp_path / "lossless.json"
+    speclab_main(["evaluate", "--pair", "smollm2", "--workload", "chat-qa", "--prompt-numbers", "1", "--lossless", "4",
+                  "--methods", "draft_model,eagle3", "--device", "cpu", "--json", str(lossless)])
+    speclab_main(["card", "--pair", "smollm2", "--bench", str(bench), "--lossless", str(lossless)])
     card = (pair.folder / "MODEL_CARD.md").read_text()
     assert "### Distilled draft (`draft/`)" in card and "### EAGLE-3 head (`eagle3/`)" in card
     assert "| method | qa | math |" in card and "| distilled draft | " in card
+    assert "## Sampling is lossless (lossless.json)" in card
+    assert "| draft_model | 1 | 4 | " in card and "| eagle3 | 1 | 4 | " in card
