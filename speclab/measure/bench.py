@@ -79,6 +79,22 @@ def lookup_rows(choices) -> dict[str, str]:
     return {f"speclab prompt-lookup {c}": c for c in choices}
 
 
+# the bench option that makes the rows of each setting-swept method (row_settings)
+SETTING_OPTIONS = {"speclab layer-skip": "--layer-skip E[+adapter] (run_bench's layer_skip)",
+                   "speclab lookahead": "--lookahead W,N,G (lookahead)",
+                   "speclab prompt-lookup": "--lookup-choose RULE (lookup_choices)",
+                   "speclab speculative": "--k-sweep K,K,... (k_sweep)",
+                   "speclab adaptive-confidence": "--confidence-threshold T (confidence_thresholds)"}
+
+
+def unknown_methods_message(unknown: list[str]) -> str:
+    """What to change when `unknown` are not bench methods; a row label of one setting, such as
+    "speclab layer-skip E=8", is named with the method and the option that makes it."""
+    hints = [f"{m!r} is a row of {base!r}: ask for {base!r} and set the row with {option}"
+             for m in unknown for base, option in SETTING_OPTIONS.items() if m.startswith(base + " ")]
+    return f"unknown method(s) {unknown}; choose from {METHODS}" + "".join(f"\n{h}" for h in hints)
+
+
 def row_settings(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
                  confidence_thresholds=CONFIDENCE_THRESHOLDS) -> dict[str, tuple[str, dict]]:
     """Every row `methods` stands for, in order, with (the registered bench row it is a setting of, and
@@ -304,7 +320,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise ValueError(f"unknown method(s) {unknown}; choose from {METHODS}")
+        raise ValueError(unknown_methods_message(unknown))
     methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
     drafters = make_drafters(methods, target, draft, weights, lookahead, lookup_choices, layer_skip, k_sweep,
                              confidence_thresholds)

@@ -100,6 +100,9 @@ def test_too_few_prompts_give_no_interval_and_the_table_says_why():
 def test_bench_refuses_an_unknown_method(pair, prompt):
     with pytest.raises(ValueError, match="unknown method"):
         run_bench(*pair, [prompt], methods=("speclab target-only", "vllm"))
+    # a row label of one setting names the method and the option that makes the row
+    with pytest.raises(ValueError, match="'speclab layer-skip E=8' is a row of 'speclab layer-skip'.*--layer-skip"):
+        run_bench(*pair, [prompt], methods=("speclab target-only", "speclab layer-skip E=8"))
 
 
 def test_model_check_puts_costs_in_target_token_units():
