@@ -16,14 +16,12 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from speclab.devices import pick_device
 from speclab.methods import REGISTRY
 from speclab.methods.eagle import NAME, NAME3, VERSIONS, Eagle3Head, EagleHead, FeatureHead, draft_vocabulary, eagle3_layers
-from speclab.models import load_model
 from speclab.train.chat_data import summary as chat_summary
-from speclab.train.data import cached_features, check_resumed_rows, choose_preset, hardware, target_features
-from speclab.train.loop import deadline_after, train_loop
-from speclab.train.pair import rows_preset
+from speclab.train.data import check_resumed_rows, choose_preset, hardware, target_features
+from speclab.train.frozen import frozen_start
+from speclab.train.loop import train_loop
 
 
 # The registered methods by head version: their names, folders beside the bundled target, train commands.
@@ -378,12 +376,9 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
     config, record.json), resuming from out/<name>.ckpt. version 1: EAGLE-1's loss (eagle_loss); 3:
     EAGLE-3's, on the fused layers (eagle3_loss); any other (MTP's, speclab.train.mtp): EAGLE-3's
     loss, m.ttt_steps deep, on the last features. The record keeps `version` as given."""
-    out.mkdir(parents=True, exist_ok=True)
-    dev = pick_device(device)
-    deadline = deadline_after(stop_after_minutes)
-    target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
+    start = frozen_start(target_dir, out, preset, m, device, seed, stop_after_minutes)
+    dev, deadline, target, features = start.device, start.deadline, start.target, start.features
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
-    features = cached_features(target, target_dir, out, rows_preset(preset, m), m, dev, seed, deadline)
     train_h, train_rows, train_next = features["train"], features["train_rows"].long(), features.get("train_next")
     held_h, held_rows = features["heldout"].to(dev, torch.float32), features["heldout_rows"].long().to(dev)
     feature_seconds = features["seconds"]

@@ -13,14 +13,12 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel
 
-from speclab.devices import pick_device
 from speclab.methods import REGISTRY
 from speclab.methods.layer_skip import NAME, ExitAdapter, check_exit_layer, save_adapters
-from speclab.models import load_model
-from speclab.train.data import cached_features, choose_preset, hardware, target_features
+from speclab.train.data import choose_preset, hardware, target_features
 from speclab.train.eagle import soft_cross_entropy
-from speclab.train.loop import deadline_after, train_loop
-from speclab.train.pair import rows_preset
+from speclab.train.frozen import frozen_start
+from speclab.train.loop import train_loop
 
 # layer_skip's registry entry: its name, its folder beside the bundled target and its train command (both exit)
 METHOD = REGISTRY[NAME]
@@ -119,13 +117,10 @@ def train_exit(target_dir: str | Path, out: Path, exit_layers: Sequence[int] | N
     (the adapters, one file) with record.json: for each layer, held-out top-1 agreement with the
     target without and with its adapter, and the loss curve."""
     m = choose_preset(EXIT_PRESETS, preset, overrides)
-    out.mkdir(parents=True, exist_ok=True)
-    dev = pick_device(device)
-    deadline = deadline_after(stop_after_minutes)
-    target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
+    start = frozen_start(target_dir, out, preset, m, device, seed, stop_after_minutes)
+    dev, deadline, target, features = start.device, start.deadline, start.target, start.features
     num_layers = target.config.num_hidden_layers
     layers = sorted({check_exit_layer(target, int(e)) for e in (exit_layers or range(2, num_layers - 1, 2))})
-    features = cached_features(target, target_dir, out, rows_preset(preset, m), m, dev, seed, deadline)
     hidden = exit_features(target, out, features, layers, dev)
     width = target.config.hidden_size
     ckpt_file = out / f"{METHOD.bundled}.ckpt"

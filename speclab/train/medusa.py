@@ -17,9 +17,9 @@ from speclab.measure.profiling import tree_pass_costs
 from speclab.methods import REGISTRY
 from speclab.methods.medusa import NAME, MedusaHeads
 from speclab.models import load_model
-from speclab.train.data import cached_features, check_resumed_rows, choose_preset, hardware, target_features
-from speclab.train.loop import deadline_after, train_loop
-from speclab.train.pair import rows_preset
+from speclab.train.data import check_resumed_rows, choose_preset, hardware, target_features
+from speclab.train.frozen import frozen_start
+from speclab.train.loop import train_loop
 from speclab.trees import best_tree, tree_from_accuracies
 
 METHOD = REGISTRY[NAME]  # the method's name, its folder beside the bundled target, its train command
@@ -119,12 +119,9 @@ def train_medusa(target_dir: str | Path, out: Path, preset: str = "stdlib", devi
     (stop_after_minutes or stop_after_steps end this run early, checkpointed). Writes out/medusa/
     (heads and config) and its record.json (loss curve, accuracies)."""
     m = choose_preset(MEDUSA_PRESETS, preset, overrides)
-    out.mkdir(parents=True, exist_ok=True)
-    dev = pick_device(device)
-    deadline = deadline_after(stop_after_minutes)
-    target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
+    start = frozen_start(target_dir, out, preset, m, device, seed, stop_after_minutes)
+    dev, deadline, target, features = start.device, start.deadline, start.target, start.features
     lm_head = target.get_output_embeddings()
-    features = cached_features(target, target_dir, out, rows_preset(preset, m), m, dev, seed, deadline)
     train_h, held_h = features["train"], features["heldout"].to(dev, torch.float32)
 
     torch.manual_seed(seed)

@@ -21,19 +21,17 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from speclab import shared_draft
-from speclab.devices import pick_device
 from speclab.methods.eagle import draft_vocabulary
-from speclab.models import load_model, shallow_config
+from speclab.models import shallow_config
 from speclab.train.chat_data import summary as chat_summary
 from speclab.train.data import (
-    cached_features,
     check_resumed_rows,
     choose_preset,
     hardware,
 )
 from speclab.train.eagle import soft_cross_entropy
-from speclab.train.loop import deadline_after, train_loop
-from speclab.train.pair import rows_preset
+from speclab.train.frozen import frozen_start
+from speclab.train.loop import train_loop
 
 
 @dataclass
@@ -106,12 +104,9 @@ def train_shared_draft(target_dir: str | Path, out: Path, preset: str = "smollm2
     """Distil the draft and write out/draft/ (shared_draft.save) with out/draft/record.json; resumable
     from out/draft.ckpt."""
     m = choose_preset(PRESETS, preset, overrides)
-    out.mkdir(parents=True, exist_ok=True)
-    dev = pick_device(device)
-    deadline = deadline_after(stop_after_minutes)
-    target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
+    start = frozen_start(target_dir, out, preset, m, device, seed, stop_after_minutes)
+    dev, deadline, target, features = start.device, start.deadline, start.target, start.features
     lm_head = target.get_output_embeddings()
-    features = cached_features(target, target_dir, out, rows_preset(preset, m), m, dev, seed, deadline)
     if "train_next" not in features:
         raise ValueError(f"{out / 'features.pt'} predates the target's greedy tokens being cached: delete it (it is "
                          "recomputed) or pass another --out")
