@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--prompt-numbers", type=int_list, default=None, metavar="I,J,...",
                    help="only these of the workload's prompts (counted from 1; default: the first "
                    "--num-prompts). The check has power where the target's first token is uncertain and the "
-                   "draft half agrees with it: a near-certain first token leaves the broken rule almost exact")
+                   "draft agrees with it only in part: a near-certain first token leaves the broken rule almost exact")
     return e
 
 
