@@ -16,7 +16,7 @@ from speclab.adaptive import check_confidence_threshold, make_schedule
 from speclab.devices import timer
 from speclab.drafting import Draft, Drafter
 from speclab.methods.draft_model import ModelDrafter
-from speclab.runner import ModelRunner, context_length
+from speclab.runner import context_length, runner_for
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
 from speclab.stats import GenerationResult, GenerationStats, Round
 from speclab.verification import medusa_typical_accept_tree, typical_accept_tree, verify_tree
@@ -82,7 +82,7 @@ def generate(target: torch.nn.Module, input_ids: torch.Tensor | Sequence[int], *
              seed: int | None = None, eos_token_id: int | Iterable[int] | None = None) -> GenerationResult:
     """Autoregressive decoding with the target alone: the baseline every speedup is measured against."""
     sampling = SamplingParams(temperature, top_k, top_p)
-    runner = ModelRunner(target, who="target model")
+    runner = runner_for(target, who="target model")
     prompt = as_prompt(input_ids, runner.device, vocab_size(target))
     check_length(target, len(prompt), max_new_tokens)
     stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
@@ -155,7 +155,7 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     What the loop asks of a drafter is the Drafter interface (speclab.drafting): start, propose, update,
     and take_features / take_side_logits for those that read the target's features or ride along in
     its pass; its device, depth and pass count are declared there too."""
-    runner = ModelRunner(target, who="target model")
+    runner = runner_for(target, who="target model")
     drafter = as_drafter(draft, runner.device)
     k = round_depth(k, drafter)
     if acceptance not in ACCEPTANCE_RULES:

@@ -23,7 +23,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from speclab import devices, packaged, shared_draft
+from speclab import devices, packaged, runner, shared_draft
 from speclab.devices import default_dtype, pick_device
 
 PAIRS_DIR = Path(__file__).parent / "pairs"  # one folder per pair: what speclab trained for its target
@@ -187,7 +187,7 @@ def check_embeddings_cover(model: torch.nn.Module, tokenizer: PreTrainedTokenize
 
 def load_pair(name: str | None = None, device: str | torch.device | None = None,
               dtype: torch.dtype | None = None, draft: str | Path | None = None,
-              draft_dtype: torch.dtype | None = None) -> Pair:
+              draft_dtype: torch.dtype | None = None, fast: str | None = None) -> Pair:
     """(target, draft, tokenizer, device).
 
     name None: the bundled pair trained by speclab on the Python standard library. "smollm2" (a key of
@@ -201,6 +201,9 @@ def load_pair(name: str | None = None, device: str | torch.device | None = None,
     Precision: `dtype` sets both models (default: the device's, float32 on a CPU); `draft_dtype`
     overrides the draft's. With neither given, a CPU draft runs in float16 (devices.draft_dtype): it
     changes acceptance slightly, never the output, and makes a draft step cheaper.
+
+    fast: None (transformers' models on a DynamicCache), "static" or "compiled": both models run on the
+    fast path (speclab.runner.enable_fast_path: a static cache written by position, compiled or not).
     """
     plain_fast = False
     if name is None:
@@ -223,7 +226,12 @@ def load_pair(name: str | None = None, device: str | torch.device | None = None,
     else:
         raise ValueError(f"unknown pair {name!r}: use None (bundled), a local directory, or one of "
                          f"{sorted(CONVERTED_PAIRS) + sorted(HUB_PAIRS)}")
-    return assemble_pair(target_path, draft_path, device, dtype, draft_dtype, plain_fast)
+    pair = assemble_pair(target_path, draft_path, device, dtype, draft_dtype, plain_fast)
+    if fast is not None:
+        for model in (pair.target, pair.draft):
+            if model is not None:
+                runner.enable_fast_path(model, fast)
+    return pair
 
 
 def assemble_pair(target_path: str | Path, draft_path: str | Path | None, device: str | torch.device | None,

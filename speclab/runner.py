@@ -7,17 +7,24 @@ rows up behind the pending token (the rows `trees.kept_positions` names), then c
 the path is already in place and the crop alone does. The public
 `DynamicCache.crop` takes a negative count of tokens to drop in transformers 5 (older tutorials
 pass the absolute length, which now raises); a negative count means the same in 4.x.
-A static cache written by position (gpt-fast, vLLM) would replace this class, not the decode loop.
+
+The fast path (chapter 10) is a second runner with the same methods, `StaticRunner`: the model rewritten
+flat on a static cache written by position (speclab.fast_model), rollback a length, optionally compiled.
+`enable_fast_path(model)` switches a model to it, and `runner_for` hands every caller (the decode loop,
+a draft model's drafter) the runner its model is set up for: the loop itself never changes.
 """
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
-from speclab.trees import chain_parents, tree_attention_mask, tree_position_ids
+from speclab.fast_model import FastLlama
+from speclab.trees import chain_parents, pass_visibility, tree_attention_mask, tree_position_ids
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -147,3 +154,153 @@ def check_tree_attention(model: torch.nn.Module) -> None:
                         f"{getattr(model.config, '_attn_implementation', '?')!r}): a tree pass would be verified "
                         "wrongly; load the model with attn_implementation='sdpa' or 'eager', or use a chain drafter")
     _TREE_READY.add(model)
+
+
+# ---------------------------------------------------------------- the fast path
+PAD_GAIN = 0.9  # pad to a wider pass only where it measured at least 10% cheaper: not on timing noise
+
+
+@dataclass
+class FastPath:
+    """A model's fast path: its FastLlama, the callable that runs it (compiled or not) and, once
+    measured, the width each verify pass is padded to."""
+
+    network: FastLlama
+    step: object
+    compiled: bool
+    pad_to: dict[int, int] = field(default_factory=dict)  # width -> cheapest measured width >= it
+    width_ms: dict[int, float] = field(default_factory=dict)
+
+    def set_width_costs(self, ms: dict[int, float]) -> None:
+        """Pad each verify pass to the cheapest measured width at least as wide (speclab.measure.profiling
+        .tune_verify_widths measures them): on some CPUs a 2- or 3-row matrix product costs more than a
+        5-row one, and the padding rows cost less than they save."""
+        self.width_ms = dict(ms)
+        self.pad_to = {w: min((v for v in ms if v == w or (v > w and ms[v] < PAD_GAIN * ms[w])),
+                              key=lambda v: (ms[v], v)) for w in ms}
+
+
+_FAST_PATHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> FastPath
+
+
+FAST_MODES = ("static", "compiled")
+
+
+def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int | None = None) -> FastPath:
+    """Run `model` on the fast path from now on (every runner_for(model)): a FastLlama of its weights on
+    a static cache of max_len positions (default: the model's context length, at most 4096). "static"
+    runs it eagerly; "compiled" through torch.compile (inductor on a CPU; on a GPU mode
+    "reduce-overhead", which records CUDA graphs). Models the fast path cannot take raise TypeError
+    (speclab.fast_model.check_fast_architecture), never fall back to the eager path silently."""
+    if mode not in FAST_MODES:
+        raise ValueError(f"the fast path's mode is one of {FAST_MODES}, got {mode!r}")
+    max_len = max_len or min(context_length(model) or 4096, 4096)
+    network = FastLlama(model, max_len).eval()
+    step = network.forward
+    if mode == "compiled":
+        step = torch.compile(network.forward, mode="reduce-overhead" if model_device(model).type == "cuda" else None)
+    path = FastPath(network, step, mode == "compiled")
+    _FAST_PATHS[model] = path
+    return path
+
+
+def disable_fast_path(model: torch.nn.Module) -> None:
+    """Back to the eager path (transformers' model and DynamicCache)."""
+    _FAST_PATHS.pop(model, None)
+
+
+def fast_path_of(model: torch.nn.Module) -> FastPath | None:
+    return _FAST_PATHS.get(model)
+
+
+@contextmanager
+def fast_paths(paths: Mapping[torch.nn.Module, FastPath]) -> Iterator[None]:
+    """Inside the block the models of `paths` run on those fast paths (built once by enable_fast_path and
+    kept): how the bench runs every method on both paths in one process without rebuilding anything."""
+    before = {model: _FAST_PATHS.get(model) for model in paths}
+    _FAST_PATHS.update(paths)
+    try:
+        yield
+    finally:
+        for model, path in before.items():
+            if path is None:
+                _FAST_PATHS.pop(model, None)
+            else:
+                _FAST_PATHS[model] = path
+
+
+def runner_for(model: torch.nn.Module, who: str = "model") -> ModelRunner | StaticRunner:
+    """The runner `model` is set up for: StaticRunner on the fast path, ModelRunner otherwise."""
+    path = _FAST_PATHS.get(model)
+    return ModelRunner(model, who) if path is None else StaticRunner(model, path, who)
+
+
+class StaticRunner:
+    """ModelRunner's methods on the fast path: tokens are written to the static cache by position, a
+    pass's mask says which slots each row sees, and rolling back sets a length. A verify pass narrower
+    than a width measured to cost less (FastPath.set_width_costs) is padded up to it: the padding rows see only
+    the prefix and themselves, their outputs are dropped, and their slots lie past the length."""
+
+    def __init__(self, model: torch.nn.Module, path: FastPath, who: str = "model"):
+        self.model, self.path, self.who = model, path, who
+        self.device = model_device(model)
+        self.length = 0
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def run(self, ids: torch.Tensor, positions: torch.Tensor, sees_own: torch.Tensor,
+            feature_layers: Sequence[int] = (), last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed n tokens into slots length .. length + n - 1 at `positions`; `sees_own` (n, n) says which
+        of the pass's own rows each row sees (every row sees the whole cached prefix)."""
+        n, cached = len(ids), self.length
+        end = cached + n
+        if end > self.path.network.max_len:
+            raise ValueError(f"the {self.who}'s static cache holds {self.path.network.max_len} positions and this "
+                             f"pass needs {end}: enable the fast path with a larger max_len "
+                             "(enable_fast_path(model, max_len=...)), or ask for fewer tokens")
+        sees = torch.cat([torch.ones(n, cached, dtype=torch.bool, device=self.device), sees_own.to(self.device)], 1)
+        slots = torch.arange(cached, end, device=self.device)
+        with torch.no_grad():
+            logits, features = self.path.step(ids, slots, positions, sees, end, tuple(feature_layers), last_only)
+        self.length = end
+        return logits, features
+
+    def forward(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        n = len(ids)
+        positions = torch.arange(self.length, self.length + n, device=self.device)
+        causal = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
+        return self.run(ids, positions, causal, last_only=last_only)[0]
+
+    def verify_pass(self, ids: torch.Tensor, parents: Sequence[int] | None = None,
+                    feature_layers: Sequence[int] = (), side=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """ModelRunner.verify_pass on the static cache (same rows, masks and positions)."""
+        n, cached = len(ids), self.length
+        side_len = len(side) if side is not None else 0
+        parents = list(parents) if parents is not None else chain_parents(n - 1 - side_len)
+        sees_own = pass_visibility(parents, side.sees if side is not None else None)
+        positions = tree_position_ids(parents, cached, self.device, side.depths if side is not None else ())[0]
+        width = self.path.pad_to.get(n, n)
+        if width > n:  # padding rows: placeholder tokens that see the prefix and themselves
+            ids = torch.cat([ids, ids.new_zeros(width - n)])
+            positions = torch.cat([positions, positions[-1] + torch.arange(1, width - n + 1, device=self.device)])
+            padded = torch.eye(width, dtype=torch.bool)
+            padded[:n, :n] = sees_own
+            sees_own = padded
+        logits, features = self.run(ids, positions, sees_own, feature_layers)
+        self.length = cached + n
+        return logits[:n], (features[:n] if features is not None else None)
+
+    def keep_path(self, cached: int, path: Sequence[int]) -> None:
+        """As ModelRunner.keep_path: a chain's path is already in place; a tree's is moved up first."""
+        path = list(path)
+        if path != list(range(len(path))):
+            self.path.network.move_rows([cached + 1 + i for i in path], cached + 1)
+        self.rollback(cached + 1 + len(path))
+
+    def move_rows(self, sources: Sequence[int], start: int) -> None:
+        self.path.network.move_rows(sources, start)
+
+    def rollback(self, length: int) -> None:
+        """Forget every cached position from `length` on: a length, nothing is copied."""
+        self.length = min(self.length, length)

@@ -96,6 +96,21 @@ def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:
     return sees
 
 
+def pass_visibility(parents: Sequence[int], side_sees: torch.Tensor | None = None) -> torch.Tensor:
+    """(N+1 [+ M], N+1 [+ M]) bool over one pass's own rows [root, nodes, side rows]: row i sees row j.
+    A node sees the root and its ancestors (and itself); a side row sees the root and the side rows
+    `side_sees` names, never a node, and no node sees a side row."""
+    sees = ancestor_matrix(parents)
+    if side_sees is None:
+        return sees
+    m, n1 = len(side_sees), len(sees)
+    both = torch.zeros(n1 + m, n1 + m, dtype=torch.bool)
+    both[:n1, :n1] = sees
+    both[n1:, 0] = True
+    both[n1:, n1:] = side_sees.to(torch.bool).cpu()
+    return both
+
+
 def tree_attention_mask(parents: Sequence[int], cached: int, dtype: torch.dtype,
                         device: torch.device | str = "cpu", side_sees: torch.Tensor | None = None) -> torch.Tensor:
     """Additive 4-D mask (1, 1, N+1, cached + N+1) in `dtype` for the pass over [root, nodes]: 0 where a
@@ -106,15 +121,7 @@ def tree_attention_mask(parents: Sequence[int], cached: int, dtype: torch.dtype,
     `side_sees` (M, M) bool appends M side rows after the nodes (a drafter's extra tokens, such as
     lookahead's Jacobi window): each sees the prefix, the root and the side rows `side_sees` names; no
     node sees a side row and no side row sees a node."""
-    sees = ancestor_matrix(parents)
-    if side_sees is not None:
-        m, n1 = len(side_sees), len(sees)
-        both = torch.zeros(n1 + m, n1 + m, dtype=torch.bool)
-        both[:n1, :n1] = sees
-        both[n1:, 0] = True
-        both[n1:, n1:] = side_sees.to(torch.bool).cpu()
-        sees = both
-    sees = sees.to(device)
+    sees = pass_visibility(parents, side_sees).to(device)
     visible = torch.cat([torch.ones(len(sees), cached, dtype=torch.bool, device=device), sees], dim=1)
     mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible, torch.finfo(dtype).min)
     return mask[None, None]

@@ -13,11 +13,13 @@ from speclab.cli.main import command_parser
 from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, layer_skip_setting, load,
                                  lookahead_setting, prompts_for, require_draft, weights_given)
 from speclab.devices import cpu_name
-from speclab.measure.bench import METHODS, default_methods, format_table, model_check, run_bench
+from speclab.measure.bench import (FAST, METHODS, default_methods, format_table, model_check, prepare_fast_paths,
+                                   run_bench)
 from speclab.measure.profiling import cost_ratio, forward_ms_by_positions
 from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
 from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
+from speclab.runner import FAST_MODES, fast_paths
 
 NEEDS_DRAFT_MODEL = ("hf assisted",)  # transformers' assisted generation drafts with the pair's draft model
 
@@ -62,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--confidence-threshold", type=float, nargs="+", default=[0.1], help="the adaptive-confidence "
                    "row's stop (default 0.1, the fastest in chapter 9's sweep; transformers' default is 0.4); several "
                    "give a row each, side by side")
+    b.add_argument("--fast", nargs="?", const="static", choices=FAST_MODES, default=None,
+                   help="also run every speclab row on the fast path (a static cache written by position; "
+                   "'compiled' adds torch.compile), as '<row> (fast)', in the same interleaved runs: chapter 10")
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     return b
@@ -100,13 +105,13 @@ def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
     return methods
 
 
-def bench_rows(args, target, draft, prompts) -> list:
+def bench_rows(args, target, draft, prompts, paths) -> list:
     weights = weights_given(args)
     methods = methods_to_run(args, target, draft, weights)
     return run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
                      repeats=args.repeats, weights=weights, lookahead=args.lookahead, lookup_k=args.lookup_k,
                      lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
-                     adaptive_k=args.adaptive_k, confidence_thresholds=args.confidence_threshold)
+                     adaptive_k=args.adaptive_k, confidence_thresholds=args.confidence_threshold, paths=paths)
 
 
 def summary_of(args, device, workload: str, rows: list) -> dict:
@@ -118,14 +123,15 @@ def summary_of(args, device, workload: str, rows: list) -> dict:
                 lookahead=[list(s) for s in args.lookahead],
                 layer_skip=[list(s) for s in args.layer_skip], k_sweep=args.k_sweep,
                 adaptive_k=args.adaptive_k or max(args.k_sweep or [max(args.k, 8)]),
-                confidence_threshold=args.confidence_threshold,
+                confidence_threshold=args.confidence_threshold, fast=args.fast,
                 rows=[r.to_record() for r in rows])
 
 
-def check_model(args, target, draft, rows: list) -> dict:
-    """The speedup model against the speculative row's measured costs, printed; {} without that row."""
+def check_model(args, target, draft, rows: list, suffix: str = "") -> dict:
+    """The speedup model against the speculative row's measured costs, printed; {} without that row.
+    suffix FAST: the fast path's rows, with the costs alone measured on it too (the caller switches)."""
     by_name = {r.method: r for r in rows}
-    base, spec = by_name.get("speclab target-only"), by_name.get("speclab speculative")
+    base, spec = by_name.get("speclab target-only" + suffix), by_name.get("speclab speculative" + suffix)
     if not (base and spec and spec.has_drafts):
         return {}
     check = model_check(base.stats, spec.stats)
@@ -139,6 +145,23 @@ def check_model(args, target, draft, rows: list) -> dict:
                 c_alone=c_alone, verify_cost_alone=verify_alone)
 
 
+def print_paths(rows: list) -> None:
+    """The two paths side by side: the fast path's own ratios, and its target-only against the eager one."""
+    fast = [r for r in rows if r.method.endswith(FAST)]
+    print("on the fast path (speedups over target-only on the fast path):")
+    print(format_table(fast, baseline="speclab target-only" + FAST))
+    by_name = {r.method: r for r in rows}
+    eager_base, fast_base = by_name.get("speclab target-only"), by_name.get("speclab target-only" + FAST)
+    if eager_base is None or fast_base is None:
+        return
+    best = {label: max((r for r in rows if r.method.endswith(FAST) == on_fast and r.method.startswith("speclab")),
+                       key=lambda r: r.tokens_per_s) for label, on_fast in (("eager", False), ("fast", True))}
+    print(f"target-only: fast path {fast_base.tokens_per_s:.1f} tok/s against eager {eager_base.tokens_per_s:.1f} "
+          f"({fast_base.tokens_per_s / eager_base.tokens_per_s:.2f}x); best speclab row: "
+          + "; ".join(f"{label} {r.method.removeprefix('speclab ')} {r.tokens_per_s:.1f} tok/s"
+                      for label, r in best.items()))
+
+
 def prompt_count(args, workload: str) -> int:
     """--num-prompts, or all of a shipped set when it holds fewer (the copying sets ship eight, so that
     `--workload code,edit,quote --num-prompts 16` times sixteen code prompts and eight of each set); said
@@ -150,13 +173,19 @@ def prompt_count(args, workload: str) -> int:
     return shipped
 
 
-def bench_workload(args, target, draft, tok, device, workload: str, num_prompts: int) -> dict:
+def bench_workload(args, target, draft, tok, device, workload: str, num_prompts: int, paths) -> dict:
     prompts = [p.to(device) for p in prompts_for(args, tok, workload, num_prompts)]
     print_settings(args, target, draft, device, workload, len(prompts))
-    rows = bench_rows(args, target, draft, prompts)
-    print(format_table(rows))
+    rows = bench_rows(args, target, draft, prompts, paths)
+    print(format_table([r for r in rows if not r.method.endswith(FAST)]))
     summary = summary_of(args, device, workload, rows)
     summary.update(check_model(args, target, draft, rows))
+    if paths:
+        print_paths(rows)
+        with fast_paths(paths):
+            checked = check_model(args, target, draft, rows, FAST)
+        summary["fast_path"] = {**{f"{key}": value for key, value in checked.items()},
+                                "mode": args.fast, "width_ms": paths[target].width_ms, "pad_to": paths[target].pad_to}
     print()
     return summary
 
@@ -169,7 +198,13 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(str(err))
     counts = {w: prompt_count(args, w) for w in workloads}  # before any timing: a bad count fails at once
     target, draft, tok, device = load(args)
-    summaries = [bench_workload(args, target, draft, tok, device, w, counts[w]) for w in workloads]
+    paths = None
+    if args.fast:  # built and warmed up once; the verify widths measured before any timing
+        paths = prepare_fast_paths(target, draft, args.fast, max_width=max(args.k, args.lookup_k or 0, 8) + 1)
+        print(f"fast path ({args.fast}): verify pass ms by width "
+              + ", ".join(f"{w}: {ms:.1f}" for w, ms in paths[target].width_ms.items())
+              + "; padded: " + (", ".join(f"{w}->{v}" for w, v in paths[target].pad_to.items() if v != w) or "none"))
+    summaries = [bench_workload(args, target, draft, tok, device, w, counts[w], paths) for w in workloads]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summaries[0] if len(summaries) == 1 else {"workloads": summaries}, f, indent=1)

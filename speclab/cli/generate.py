@@ -11,6 +11,7 @@ from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_
 from speclab.decoding import generate, speculative_generate
 from speclab.measure.workloads import encode_chat
 from speclab.methods import METHODS, REGISTRY, draft_model, eagle, layer_skip, load_drafter, lookahead, mtp, ngram
+from speclab.runner import FAST_MODES
 
 TARGET_ONLY = "target-only"
 OLDER_NAMES = {"none": TARGET_ONLY, "model": draft_model.NAME, "prompt-lookup": ngram.NAME}
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="eagle and eagle3: EAGLE-2's dynamic tree with the settings measured for the head (tree.json; "
                    "the default), EAGLE-1's chain of --k tokens, or a tree of your own: children per node, depth, "
                    "nodes, and optionally the stop (min_confidence)")
+    g.add_argument("--fast", dest="fast_path", nargs="?", const="static", choices=FAST_MODES, default=None,
+                   help="run the target and draft on the fast path: a static cache written by position "
+                   "('compiled' adds torch.compile); same tokens, chapter 10")
     g.add_argument("--mtp", default=None, help="MTP module directory (default: the one shipped with the bundled target)")
     g.add_argument("--mtp-tokens", type=int, default=1, help="MTP drafts per round (more chains the module)")
     g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")

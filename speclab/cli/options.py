@@ -60,7 +60,8 @@ def load(args) -> Pair:
     set_threads(getattr(args, "threads", None))
     dtype = None if getattr(args, "dtype", "auto") == "auto" else getattr(torch, args.dtype)
     draft_dtype = None if args.draft_dtype == "auto" else getattr(torch, args.draft_dtype)
-    return load_pair(args.pair, device=args.device, dtype=dtype, draft=args.draft, draft_dtype=draft_dtype)
+    return load_pair(args.pair, device=args.device, dtype=dtype, draft=args.draft, draft_dtype=draft_dtype,
+                     fast=getattr(args, "fast_path", None))
 
 
 def require_draft(args, draft, command: str) -> None:

@@ -135,6 +135,9 @@ def add_shared_draft_command(sub) -> None:
     cmd.add_argument("--layers", type=int, help="decoder layers, from the target's first (default 2)")
     cmd.add_argument("--draft-vocab", type=int, help="output rows: the N tokens most frequent in the training rows")
     cmd.add_argument("--steps", type=int, help="override the preset's training steps")
+    cmd.add_argument("--conversations", type=int, help="chat conversations the target answers for the training "
+                     "rows (the preset's 640 take about 35 min on 2 CPU cores); more continue the same stream, "
+                     "from where out/chat_conversations.pt stops")
     cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
     cmd.add_argument("--install", action="store_true", help="when done, copy the draft into the target's pair "
                      "folder (speclab/pairs/<pair>/draft), where load_pair finds it")
@@ -261,7 +264,8 @@ def run_exit(args) -> None:
 def run_shared_draft(args) -> None:
     report = train_shared_draft(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
                                 stop_after_minutes=args.stop_after_minutes, layers=args.layers,
-                                draft_vocab=args.draft_vocab, steps=args.steps)
+                                draft_vocab=args.draft_vocab, steps=args.steps,
+                                conversations=args.conversations)
     last = report["log"]["evals"][-1]
     print(f"shared-draft: held-out loss {last['heldout_loss']:.4f}, top-1 agreement with the target "
           f"{last['heldout_top1']:.3f}; the draft vocabulary holds {report['draft_vocab']['heldout_coverage']:.1%} "

@@ -13,6 +13,10 @@ repeat (its total over the prompts).
 
 `model_check` then compares the measured speedup with `theory.speedup`, from the acceptance and the
 costs measured in the same runs (see its docstring).
+
+With fast paths (`bench --fast`, chapter 10) every speclab row runs a second time on the fast path, as
+"<row> (fast)", in the same interleaved runs: the two paths' ratios come from one process and one
+stretch of the machine, and every fast row's greedy output is compared with eager target-only's.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.methods import REGISTRY, by_bench_row, load_drafter
-from speclab.runner import model_device
+from speclab.measure.profiling import tune_verify_widths
+from speclab.runner import FastPath, disable_fast_path, enable_fast_path, fast_paths, model_device
 from speclab.stats import GenerationStats
 
 TARGET_ONLY = "speclab target-only"
@@ -38,6 +43,7 @@ METHODS = (TARGET_ONLY, *(row for m in REGISTRY.values() for row in m.bench_rows
 LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
 LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
 ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to grow where drafts are accepted
+FAST = " (fast)"  # a row run on the fast path: "speclab eagle3 (fast)"
 CONFIDENCE_THRESHOLDS = (0.1,)  # the adaptive-confidence rows' stops: 0.1 was the fastest in chapter 9's sweep (transformers' default 0.4 stops this small draft too early)
 
 
@@ -305,7 +311,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               warmup: bool = True, repeats: int = 1, weights: Mapping[str, str | Path] | None = None,
               lookahead=LOOKAHEAD, lookup_k: int | None = None, lookup_choices=None, layer_skip=LAYER_SKIP,
               k_sweep=None, adaptive_k: int | None = None,
-              confidence_thresholds=CONFIDENCE_THRESHOLDS) -> list[BenchRow]:
+              confidence_thresholds=CONFIDENCE_THRESHOLDS,
+              paths: Mapping[torch.nn.Module, FastPath] | None = None) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
     one row per method with the totals over the prompts from the median repeat. `weights`: method name ->
     the directory of its trained weights (Medusa heads, an EAGLE-1 or EAGLE-3 head, an MTP module; default:
@@ -315,7 +322,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     rules, a row each (default: one row, the default rule); `layer_skip`: (exit layer, adapter) settings, a
     row each; `k_sweep`: fixed K
     values, a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
-    largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each."""
+    largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each. `paths`
+    (prepare_fast_paths): every speclab row runs again on those fast paths, as "<row> (fast)"."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
@@ -337,14 +345,21 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     # (the draft-model rows hold the model itself, which has none)
     own = {m: getattr(d, "own_depth", None) for m, d in drafters.items() if m in methods}
     k_of.update({m: depth for m, depth in own.items() if depth is not None})
+    if paths:
+        methods = (*methods, *(m + FAST for m in methods if m.startswith("speclab ")))
+
+    def run_row(method: str, prompt: torch.Tensor, max_new: int, row_seed: int):
+        row = method.removesuffix(FAST)
+        with fast_paths(paths if method.endswith(FAST) else {}):
+            return run_method(row, target, draft, prompt, k_of[row], max_new, temperature, row_seed, drafters,
+                              options_of.get(row))
+
     if warmup:
         for method in methods:
-            run_method(method, target, draft, prompts[0], k_of[method], min(16, max_new_tokens), temperature, seed,
-                       drafters, options_of.get(method))
+            run_row(method, prompts[0], min(16, max_new_tokens), seed)
 
     def decode(method: str, i: int):
-        tokens, seconds, stats = run_method(method, target, draft, prompts[i], k_of[method], max_new_tokens,
-                                            temperature, seed + i, drafters, options_of.get(method))
+        tokens, seconds, stats = run_row(method, prompts[i], max_new_tokens, seed + i)
         return seconds, (tokens.tolist(), stats, seconds)
 
     timed = time_interleaved({m: partial(decode, m) for m in methods}, len(prompts), repeats)
@@ -369,6 +384,20 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
 # interval that the next four can land far outside (in one session's runs, held-out code prompts 1-4 put
 # EAGLE-2 at 2.15-2.48x, prompts 1-4 and 13-24 at 2.35-3.10x). Below this many prompts the bench shows none.
 MIN_INTERVAL_PROMPTS = 8
+
+
+def prepare_fast_paths(target, draft, mode: str = "static", max_width: int = 9
+                       ) -> dict[torch.nn.Module, FastPath]:
+    """The fast paths of the pair's models (enable_fast_path), built and warmed up once, the target's
+    verify passes padded to the cheapest measured width up to max_width (tune_verify_widths); left
+    switched off, for run_bench to switch on row by row."""
+    paths = {model: enable_fast_path(model, mode) for model in (target, draft) if model is not None}
+    try:
+        tune_verify_widths(target, max_width)
+    finally:
+        for model in paths:
+            disable_fast_path(model)
+    return paths
 
 
 def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: int = 2000, seed: int = 0,

@@ -7,7 +7,7 @@ import statistics
 import torch
 
 from speclab.devices import timer
-from speclab.runner import ModelRunner, model_device
+from speclab.runner import fast_path_of, model_device, runner_for
 from speclab.trees import tree_from_accuracies, tree_from_choices
 
 
@@ -62,10 +62,13 @@ def pass_ms(model: torch.nn.Module, passes: list[tuple[int, list[int] | None]], 
     between passes, which are what the chapters read."""
     device = model_device(model)
     vocab = model.get_output_embeddings().weight.shape[0]
+    path = fast_path_of(model)
+    if path is not None:  # the static cache holds the prefix and the widest pass
+        context = min(context, path.network.max_len - max(n for n, _ in passes))
     g = torch.Generator().manual_seed(seed)
     prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
     new = torch.randint(0, vocab, (max(n for n, _ in passes),), generator=g).to(device)
-    runner = ModelRunner(model)
+    runner = runner_for(model)
     runner.forward(prefix, last_only=True)
     samples: list[list[float]] = [[] for _ in passes]
     for i in range(repeats + 2):
@@ -73,14 +76,26 @@ def pass_ms(model: torch.nn.Module, passes: list[tuple[int, list[int] | None]], 
             j = (i + shift) % len(passes)  # rotated, so no pass always runs first or after the same one
             n, parents = passes[j]
             with timer(device) as t:
-                if parents is None:
-                    runner.forward(new[:n])
-                else:
-                    runner.verify_pass(new[:n], parents)
+                runner.verify_pass(new[:n], parents)  # as the loop runs it (the fast path pads it)
             runner.rollback(context)
             if i >= 2:  # the first calls warm up kernels and allocators
                 samples[j].append(t["seconds"] * 1000)
     return [statistics.median(s) for s in samples]
+
+
+def tune_verify_widths(model: torch.nn.Module, max_width: int, context: int = 128,
+                       repeats: int = 5) -> dict[int, float]:
+    """Measure a chain pass of every width 1..max_width on `model`'s fast path (interleaved, pass_ms) and
+    pad each verify pass to the cheapest width at least as wide from now on. Returns ms by width."""
+    path = fast_path_of(model)
+    if path is None:
+        raise ValueError("tune_verify_widths pads the fast path's verify passes: call "
+                         "speclab.runner.enable_fast_path(model) first")
+    path.pad_to = {}  # measure each width as it is, not padded
+    widths = list(range(1, max_width + 1))
+    ms = dict(zip(widths, pass_ms(model, [(w, None) for w in widths], context, repeats)))
+    path.set_width_costs(ms)
+    return ms
 
 
 def forward_ms(model: torch.nn.Module, positions: int, context: int = 128, repeats: int = 10, seed: int = 0,

@@ -9,7 +9,7 @@ import torch
 from speclab.adaptive import stops_here
 from speclab.drafting import ChainDrafter, Draft
 from speclab.models import load_model
-from speclab.runner import ModelRunner, model_device
+from speclab.runner import model_device, runner_for
 from speclab.sampling import SamplingParams, check_finite, sample
 
 NAME = "draft_model"  # the method's name in the registry (vLLM's)
@@ -26,19 +26,17 @@ class ModelDrafter(ChainDrafter):
     name = "draft model"
 
     def __init__(self, model: torch.nn.Module):
-        self.runner = ModelRunner(model, who="draft model")
+        self.model = model
+        self.runner = runner_for(model, who="draft model")
         self.forward_calls = 0
-
-    @property
-    def model(self) -> torch.nn.Module:
-        return self.runner.model
 
     @property
     def device(self) -> torch.device:
         return self.runner.device
 
     def start(self, prompt: torch.Tensor) -> None:
-        self.runner.reset()
+        # the runner the model is set up for now (the fast path may have been switched on since)
+        self.runner = runner_for(self.model, who="draft model")
         self.forward_calls = 0
 
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,

@@ -63,6 +63,26 @@ def test_generate_and_bench_on_a_local_pair(micro, tmp_path, capsys):
         main(["bench", "--lookahead", "4,4"])
 
 
+def test_bench_fast_runs_every_speclab_row_on_both_paths(micro, tmp_path, capsys):
+    capsys.readouterr()
+    main(["bench", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--fast",
+          "--methods", "speclab target-only,speclab speculative,speclab prompt-lookup,hf assisted",
+          "--json", str(tmp_path / "fast.json")])
+    out = capsys.readouterr().out
+    assert "fast path (static): verify pass ms by width 1:" in out and "on the fast path" in out
+    record = json.loads((tmp_path / "fast.json").read_text())
+    rows = {r["method"]: r for r in record["rows"]}
+    assert set(rows) == {"speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf assisted",
+                         "speclab target-only (fast)", "speclab speculative (fast)", "speclab prompt-lookup (fast)"}
+    assert all(rows[m]["matches_target_only"] for m in rows if m.endswith("(fast)") and "target-only" not in m)
+    assert record["fast"] == "static" and "model_check" in record["fast_path"]
+    assert sorted(map(int, record["fast_path"]["width_ms"])) == list(range(1, 10))
+    main(["generate", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--fast"])
+    assert "acceptance rate" in capsys.readouterr().out
+
+
 def test_generate_refuses_a_bad_k(tmp_path):
     with pytest.raises(SystemExit):
         main(["generate", "--prompt", "x", "--k", "not-a-number"])

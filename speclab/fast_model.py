@@ -1,0 +1,148 @@
+"""A Llama on a static KV cache written by position: the fast path's model (gpt-fast's design).
+
+transformers' model grows a DynamicCache by concatenation, builds its masks and positions on every
+call and routes each layer through several modules; for a small model decoding one token, that
+framework work costs more than the matrix products (chapter 10 measures it). This file is the same
+network written out flat, reading the same weights:
+
+- the cache is preallocated, one (1, kv_heads, max_len, head_dim) pair per layer, and a pass writes its
+  keys and values at the positions it is given (`index_copy_`, in place even under torch.compile);
+- attention reads the cache up to the last position in use and a boolean mask says which slots each
+  row sees, so rolling back is forgetting a length: rows past it are never read again before they are
+  overwritten, and nothing is copied or cropped;
+- q, k and v are one matrix product, as are the MLP's gate and up projections (the weights are
+  concatenated once, at build time), which halves the small products a layer launches.
+
+RoPE's cos and sin come from the model's own rotary module, once for every position, so any rope
+scaling transformers implements is honoured. Only the Llama architecture is taken (the bundled
+pair, SmolLM2, Llama and its fine-tunes); anything else is refused with an error, never run wrongly.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+FAST_ARCHITECTURES = ("llama",)  # config.model_type values this file reproduces exactly
+
+
+def check_fast_architecture(model: torch.nn.Module) -> None:
+    """Refuse models this file does not reproduce, naming what to change."""
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    name = type(model).__name__
+    if kind not in FAST_ARCHITECTURES:
+        raise TypeError(f"the fast path takes Llama-architecture models (model_type 'llama': the bundled pair, "
+                        f"SmolLM2); {name} has model_type {kind!r}: run it on the eager path (fast=False)")
+    unsupported = [f for f in ("attention_bias", "mlp_bias") if getattr(config, f, False)]
+    if getattr(config, "hidden_act", "silu") != "silu":
+        unsupported.append(f"hidden_act={config.hidden_act!r}")
+    if getattr(config, "pretraining_tp", 1) not in (None, 1):
+        unsupported.append(f"pretraining_tp={config.pretraining_tp}")
+    if unsupported:
+        raise TypeError(f"the fast path's Llama has no {', '.join(unsupported)}; {name} needs them: run it on the "
+                        "eager path (fast=False)")
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm: normalise in float32, scale in the model's dtype."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def frozen(t: torch.Tensor) -> torch.nn.Parameter:
+    return torch.nn.Parameter(t.detach().contiguous(), requires_grad=False)
+
+
+class FastLayer(torch.nn.Module):
+    """One decoder layer: fused weights and the layer's slice of the static cache."""
+
+    def __init__(self, layer: torch.nn.Module, kv_heads: int, head_dim: int, max_len: int):
+        super().__init__()
+        attn, mlp = layer.self_attn, layer.mlp
+        self.attn_norm = frozen(layer.input_layernorm.weight)
+        self.qkv = frozen(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+        self.out = frozen(attn.o_proj.weight)
+        self.mlp_norm = frozen(layer.post_attention_layernorm.weight)
+        self.gate_up = frozen(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
+        self.down = frozen(mlp.down_proj.weight)
+        dtype, device = self.qkv.dtype, self.qkv.device
+        self.register_buffer("keys", torch.zeros(1, kv_heads, max_len, head_dim, dtype=dtype, device=device))
+        self.register_buffer("values", torch.zeros(1, kv_heads, max_len, head_dim, dtype=dtype, device=device))
+
+
+class FastLlama(torch.nn.Module):
+    """The target (or draft) network on a static cache of `max_len` positions. `forward` feeds n tokens
+    at the positions given and returns their logits; which cached slots each row sees is the caller's
+    mask (speclab.runner.StaticRunner builds it), and `end` is how many slots attention reads."""
+
+    def __init__(self, model: torch.nn.Module, max_len: int):
+        super().__init__()
+        check_fast_architecture(model)
+        config, body = model.config, model.model
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps, self.max_len = config.rms_norm_eps, max_len
+        self.embed = frozen(body.embed_tokens.weight)
+        self.layers = torch.nn.ModuleList(FastLayer(layer, self.kv_heads, self.head_dim, max_len)
+                                          for layer in body.layers)
+        self.norm = frozen(body.norm.weight)
+        # the model's own output layer (a Linear, or a shared draft's reduced-vocabulary head): same weights
+        self.lm_head = model.get_output_embeddings()
+        with torch.no_grad():  # the model's own rotary module: every rope variant transformers knows
+            positions = torch.arange(max_len, device=self.embed.device).view(1, -1)
+            cos, sin = body.rotary_emb(self.embed[:1].view(1, 1, -1), positions)
+        self.register_buffer("cos", cos[0].to(self.embed.dtype))
+        self.register_buffer("sin", sin[0].to(self.embed.dtype))
+
+    def forward(self, ids: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, sees: torch.Tensor,
+                end: int, feature_layers: tuple[int, ...] = (), last_only: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """ids, slots, positions (n,): token i is written to cache slot slots[i] and rotated as position
+        positions[i] (a chain's are equal; a tree's siblings share a position, never a slot). sees
+        (n, end) bool: row i attends to slot j where sees[i, j] (its own slot included). Returns logits (n, V) (or (1, V) with last_only) and, with feature_layers, the hidden
+        states transformers' output_hidden_states would give at those indices, concatenated (0: the
+        embeddings, i: after layer i, -1 or L: after the final norm)."""
+        n = ids.shape[0]
+        x = F.embedding(ids, self.embed)
+        cos, sin = self.cos[positions], self.sin[positions]
+        mask = sees.view(1, 1, n, end)
+        hidden = [x]
+        for layer in self.layers:
+            x = x + self.attention(layer, rms_norm(x, layer.attn_norm, self.eps), slots, cos, sin, mask, end)
+            gate, up = (rms_norm(x, layer.mlp_norm, self.eps) @ layer.gate_up.t()).chunk(2, dim=-1)
+            x = x + (F.silu(gate) * up) @ layer.down.t()
+            hidden.append(x)
+        x = rms_norm(x, self.norm, self.eps)
+        hidden[-1] = x  # what transformers reports as the last hidden state: after the final norm
+        features = torch.cat([hidden[i] for i in feature_layers], dim=-1) if feature_layers else None
+        return self.lm_head(x[-1:] if last_only else x), features
+
+    def attention(self, layer: FastLayer, h: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
+                  sin: torch.Tensor, mask: torch.Tensor, end: int) -> torch.Tensor:
+        n, d = h.shape[0], self.head_dim
+        q, k, v = (h @ layer.qkv.t()).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
+        q, k, v = (t.view(n, -1, d).transpose(0, 1) for t in (q, k, v))  # (heads, n, d)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        layer.keys.index_copy_(2, slots, k.unsqueeze(0))  # written by position, in place
+        layer.values.index_copy_(2, slots, v.unsqueeze(0))
+        o = F.scaled_dot_product_attention(q.unsqueeze(0), layer.keys[:, :, :end], layer.values[:, :, :end],
+                                           attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
+        return o[0].transpose(0, 1).reshape(n, -1) @ layer.out.t()
+
+    @torch.no_grad()
+    def move_rows(self, sources: Sequence[int], start: int) -> None:
+        """Copy cache slots `sources` (in order) to slots start, start + 1, ... in every layer (a tree's
+        accepted path, moved up behind the pending token)."""
+        src = torch.tensor(list(sources), dtype=torch.long, device=self.embed.device)
+        dst = torch.arange(start, start + len(src), device=self.embed.device)
+        for layer in self.layers:  # index_select copies first, so overlapping slots are safe
+            layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
+            layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
