@@ -168,6 +168,7 @@ class FastPath:
     network: FastLlama
     step: object
     compiled: bool
+    bucket: int = 1  # attention reads the cache up to the pass's end rounded up to this (fixed shapes)
     pad_to: dict[int, int] = field(default_factory=dict)  # width -> cheapest measured width >= it
     width_ms: dict[int, float] = field(default_factory=dict)
 
@@ -184,6 +185,9 @@ _FAST_PATHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model ->
 
 
 FAST_MODES = ("static", "compiled")
+# the compiled path on a CPU reads the cache in buckets of this many positions: one graph per bucket and
+# width (inductor compiles each once); a GPU reads the whole cache, one CUDA graph per width
+COMPILED_CPU_BUCKET = 256
 
 
 def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int | None = None) -> FastPath:
@@ -196,10 +200,12 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
         raise ValueError(f"the fast path's mode is one of {FAST_MODES}, got {mode!r}")
     max_len = max_len or min(context_length(model) or 4096, 4096)
     network = FastLlama(model, max_len).eval()
-    step = network.forward
-    if mode == "compiled":
-        step = torch.compile(network.forward, mode="reduce-overhead" if model_device(model).type == "cuda" else None)
-    path = FastPath(network, step, mode == "compiled")
+    step, bucket = network.forward, 1
+    if mode == "compiled":  # fixed shapes: attention reads whole buckets of the cache, masked
+        on_gpu = model_device(model).type == "cuda"
+        step = torch.compile(network.forward, mode="reduce-overhead" if on_gpu else None, dynamic=False)
+        bucket = max_len if on_gpu else COMPILED_CPU_BUCKET
+    path = FastPath(network, step, mode == "compiled", bucket)
     _FAST_PATHS[model] = path
     return path
 
@@ -259,10 +265,18 @@ class StaticRunner:
             raise ValueError(f"the {self.who}'s static cache holds {self.path.network.max_len} positions and this "
                              f"pass needs {end}: enable the fast path with a larger max_len "
                              "(enable_fast_path(model, max_len=...)), or ask for fewer tokens")
-        sees = torch.cat([torch.ones(n, cached, dtype=torch.bool, device=self.device), sees_own.to(self.device)], 1)
+        read = min(self.path.network.max_len, -(-end // self.path.bucket) * self.path.bucket)
+        sees = torch.zeros(n, read, dtype=torch.bool, device=self.device)
+        sees[:, :cached] = True
+        sees[:, cached:end] = sees_own.to(self.device)
         slots = torch.arange(cached, end, device=self.device)
+        graphs = self.path.compiled and self.device.type == "cuda"
+        if graphs:  # a new step of the CUDA graphs: their output buffers are overwritten by the next replay
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.no_grad():
-            logits, features = self.path.step(ids, slots, positions, sees, end, tuple(feature_layers), last_only)
+            logits, features = self.path.step(ids, slots, positions, sees, read, tuple(feature_layers), last_only)
+        if graphs:  # so the caller's tensors outlive the next replay
+            logits, features = logits.clone(), (features.clone() if features is not None else None)
         self.length = end
         return logits, features
 

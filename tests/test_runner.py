@@ -94,6 +94,18 @@ def test_padded_verify_passes_are_exact_and_padded(fast_pair, prompt, monkeypatc
     assert 4 in widths and 3 not in widths  # a K = 2 round verifies 3 rows, padded to 4
 
 
+def test_reading_the_cache_in_buckets_changes_nothing(fast_pair, prompt):
+    """The compiled path reads whole buckets of the cache (fixed shapes), the slots past the length masked."""
+    target, draft = fast_pair
+    reference = generate(target, prompt, max_new_tokens=30).tokens.tolist()
+    fast_path_of(target).bucket = fast_path_of(draft).bucket = 16
+    try:
+        out = speculative_generate(target, ModelDrafter(draft), prompt, k=3, max_new_tokens=30)
+    finally:
+        fast_path_of(target).bucket = fast_path_of(draft).bucket = 1
+    assert out.tokens.tolist() == reference
+
+
 def test_a_pass_past_the_static_cache_is_refused(pair, prompt):
     target, _ = pair
     enable_fast_path(target, max_len=16)

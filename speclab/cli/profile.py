@@ -1,6 +1,7 @@
 """python -m speclab profile: each model's forward time against the positions it reads at once, the cost
 ratio c, and the memory bandwidth a decode step uses of what the device has (the target alone, without c,
-for a pair that has no draft yet)."""
+for a pair that has no draft yet); where a target decode step's time goes against its bandwidth floor;
+with --fast, the same on the fast path (chapter 10)."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +13,9 @@ import torch
 
 from speclab.cli.main import command_parser
 from speclab.cli.options import add_pair_args, load
-from speclab.measure.profiling import copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms_by_positions, parameter_bytes
+from speclab.measure.profiling import (copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms_by_positions,
+                                      gemv_bandwidth_gbs, parameter_bytes, step_breakdown)
+from speclab.runner import FAST_MODES, disable_fast_path, enable_fast_path
 
 POSITIONS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -20,6 +23,9 @@ POSITIONS = [1, 2, 4, 8, 16, 32, 64]
 def build_parser() -> argparse.ArgumentParser:
     p = command_parser("profile")
     add_pair_args(p)
+    p.add_argument("--fast", nargs="?", const="static", choices=FAST_MODES, default=None,
+                   help="also measure the fast path (a static cache written by position; 'compiled' adds "
+                   "torch.compile): its forward times and where its decode step's time goes")
     p.add_argument("--json", default=None, help="also write the measurements here; {device} is replaced by the "
                    "device's name (chapter 1 reads book/measurements/profile-{device}.json)")
     return p
@@ -29,12 +35,13 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.machine()} cpu"
 
 
-def write_record(pattern: str, device: torch.device, target, results: dict, peak: float, c: float | None) -> None:
+def write_record(pattern: str, device: torch.device, target, results: dict, peak: float, c: float | None,
+                 extra: dict) -> None:
     name = device_name(device)
     record = {"device_name": name, "device": str(device), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "positions": list(results),
               "target_ms": [t for t, _ in results.values()], "draft_ms": [d for _, d in results.values()],
-              "parameter_bytes": parameter_bytes(target), "copy_bandwidth_gbs": peak, "cost_ratio": c}
+              "parameter_bytes": parameter_bytes(target), "copy_bandwidth_gbs": peak, "cost_ratio": c, **extra}
     path = Path(pattern.replace("{device}", name.replace(" ", "-")))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1))
@@ -63,8 +70,47 @@ def main(argv: list[str] | None = None) -> None:
     ratio = f"cost ratio c = {c:.3f}" if c is not None else "no cost ratio c without a draft"
     print(f"{ratio}; copy bandwidth {peak:.1f} GB/s; target decode step reads weights at "
           f"{used:.1f} GB/s ({100 * used / peak:.1f}% of it)")
+    extra = steps_and_floor(args, target, draft, device)
     if args.json:
-        write_record(args.json, device, target, results, peak, c)
+        write_record(args.json, device, target, results, peak, c, extra)
+
+
+def print_breakdown(label: str, parts: dict[str, float]) -> None:
+    print(f"{label:>14} " + " ".join(f"{parts[k]:>10.2f}" for k in BREAKDOWN))
+
+
+BREAKDOWN = ("total", "matrix products", "attention", "other operators", "framework")
+
+
+def steps_and_floor(args, target, draft, device) -> dict:
+    """Where a target decode step's time goes (eager, and on the fast path with --fast) and its floor:
+    the weights read once at the bandwidth a matrix-vector product reaches here."""
+    gemv = gemv_bandwidth_gbs(device)
+    floor = parameter_bytes(target) / gemv / 1e6
+    print(f"target decode step, ms (after 128 cached tokens; torch.profiler's split):\n{'path':>14} "
+          + " ".join(f"{k[:10]:>10}" for k in BREAKDOWN))
+    steps = {"eager": step_breakdown(target)}
+    print_breakdown("eager", steps["eager"])
+    extra: dict = {"gemv_bandwidth_gbs": gemv, "floor_ms": floor, "steps": steps}
+    if args.fast:
+        models = [m for m in (target, draft) if m is not None]
+        for model in models:
+            enable_fast_path(model, args.fast)
+        try:
+            steps["fast"] = step_breakdown(target)
+            fast = forward_times(target, draft)
+        finally:
+            for model in models:
+                disable_fast_path(model)
+        print_breakdown(f"fast ({args.fast})", steps["fast"])
+        print(f"{'positions':>9} {'target ms':>10} {'draft ms':>9}  (fast path)")
+        for n, (t, d) in fast.items():
+            print(f"{n:9d} {t:10.2f} " + (f"{d:9.2f}" if d is not None else f"{'-':>9}"))
+        extra.update(fast_mode=args.fast, fast_target_ms=[t for t, _ in fast.values()],
+                     fast_draft_ms=[d for _, d in fast.values()])
+    print(f"bandwidth floor: {parameter_bytes(target) / 1e6:.1f} MB of weights at {gemv:.1f} GB/s (a matrix-vector "
+          f"product over 64 MB here) = {floor:.2f} ms a step")
+    return extra
 
 
 if __name__ == "__main__":

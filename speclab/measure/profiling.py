@@ -139,6 +139,61 @@ def copy_bandwidth_gbs(device: torch.device | str, megabytes: int = 256, repeats
     return 2 * n * 4 / best / 1e9
 
 
+def gemv_bandwidth_gbs(device: torch.device | str, megabytes: int = 64, repeats: int = 10) -> float:
+    """The bandwidth a matrix-vector product reaches here (GB/s): one vector times a float32 matrix of
+    `megabytes`, larger than the caches, so every weight comes from memory, as in a decode step. Its
+    reciprocal times a model's weight bytes is the step's bandwidth floor (decode_floor_ms)."""
+    device = torch.device(device)
+    cols = 1024
+    weights = torch.randn(megabytes * 2**20 // 4 // cols, cols, device=device)
+    x = torch.randn(1, cols, device=device)
+    samples = []
+    for _ in range(repeats + 1):
+        with timer(device) as t:
+            x @ weights.t()
+        samples.append(t["seconds"])
+    return weights.numel() * 4 / statistics.median(samples[1:]) / 1e9
+
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::_mkl_linear",
+              "mkldnn::_linear_pointwise")
+
+
+def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, seed: int = 0) -> dict[str, float]:
+    """Where a one-token decode step's time goes, in ms a step, on the path the model is set up for:
+    "total" (timed without the profiler), "matrix products" and "attention" (the self time of those
+    operators, from torch.profiler), "other operators" (every other operator's self time: norms,
+    rotary, copies, a compiled graph's own kernels) and "framework" (the rest: Python, module calls,
+    dispatch, cache bookkeeping between operators). The profiler adds a little to each operator, so
+    the split is a close picture, not a measurement to three digits."""
+    device = model_device(model)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
+    tokens = torch.randint(0, vocab, (steps,), generator=g).to(device)
+    runner = runner_for(model)
+    runner.forward(prefix, last_only=True)
+
+    def decode() -> None:
+        for token in tokens:
+            runner.forward(token.view(1), last_only=True)
+            runner.rollback(context)
+
+    decode()  # warm up
+    with timer(device) as t:
+        decode()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        decode()
+    self_ms = {e.key: e.self_cpu_time_total / 1000 / steps for e in prof.key_averages()}
+    matmul = sum(ms for key, ms in self_ms.items() if key in MATMUL_OPS)
+    attention = sum(ms for key, ms in self_ms.items() if "scaled_dot_product" in key)
+    operators = sum(ms for key, ms in self_ms.items() if "::" in key or key.startswith("## Call CompiledFxGraph"))
+    total = t["seconds"] * 1000 / steps
+    return {"total": total, "matrix products": matmul, "attention": attention,
+            "other operators": operators - matmul - attention,
+            "framework": max(0.0, total - operators)}
+
+
 def decode_bandwidth_gbs(model: torch.nn.Module, ms_per_step: float) -> float:
     """Weight bytes read per decode step divided by the step's time (KV-cache reads, small at short
     contexts, are left out, so this is a lower bound on the bandwidth used)."""

@@ -90,12 +90,15 @@ def test_generate_refuses_a_bad_k(tmp_path):
 
 def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path, capsys):
     out = micro
-    main(["profile", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--device", "cpu",
+    main(["profile", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--device", "cpu", "--fast",
           "--json", str(tmp_path / "profile-{device}.json")])
     written = list(tmp_path.glob("profile-*cpu.json"))
     assert len(written) == 1
     record = json.loads(written[0].read_text())
     assert record["positions"][:2] == [1, 2] and len(record["target_ms"]) == len(record["positions"])
+    assert set(record["steps"]) == {"eager", "fast"} and record["fast_mode"] == "static"
+    assert len(record["fast_target_ms"]) == len(record["positions"]) and record["floor_ms"] > 0
+    assert "bandwidth floor:" in capsys.readouterr().out
 
 
 def test_the_bench_help_lists_the_bench_methods(capsys):

@@ -63,3 +63,12 @@ def test_interleaved_costs_still_see_real_work(pair):
     target, _ = pair
     times = profiling.forward_ms_by_positions(target, [1, 256], context=8, repeats=3)
     assert times[256] > times[1] > 0
+
+
+def test_a_step_breakdown_splits_the_measured_step(pair):
+    target, _ = pair
+    parts = profiling.step_breakdown(target, context=16, steps=5)
+    assert parts["total"] > 0 and parts["matrix products"] > 0 and parts["attention"] > 0
+    assert min(parts.values()) >= 0 and set(parts) == {"total", "matrix products", "attention", "other operators",
+                                                       "framework"}
+    assert profiling.gemv_bandwidth_gbs("cpu", megabytes=8, repeats=2) > 0
