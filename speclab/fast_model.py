@@ -46,7 +46,10 @@ def check_fast_architecture(model: torch.nn.Module) -> None:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """LlamaRMSNorm: normalise in float32, scale in the model's dtype."""
+    """LlamaRMSNorm: normalise in float32, scale in the model's dtype. In float32 that is torch's one
+    fused operator (the same arithmetic, bit for bit here), not five."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x32.to(x.dtype)
@@ -128,9 +131,11 @@ class FastLlama(torch.nn.Module):
     def attention(self, layer: FastLayer, h: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, mask: torch.Tensor, end: int) -> torch.Tensor:
         n, d = h.shape[0], self.head_dim
-        q, k, v = (h @ layer.qkv.t()).split([self.heads * d, self.kv_heads * d, self.kv_heads * d], dim=-1)
-        q, k, v = (t.view(n, -1, d).transpose(0, 1) for t in (q, k, v))  # (heads, n, d)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        qk, v = (h @ layer.qkv.t()).split([(self.heads + self.kv_heads) * d, self.kv_heads * d], dim=-1)
+        qk = qk.view(n, -1, d).transpose(0, 1)  # (heads + kv_heads, n, d): q's heads, then k's
+        qk = qk * cos + rotate_half(qk) * sin  # rotated together: half the operators of two calls
+        q, k = qk.split([self.heads, self.kv_heads])
+        v = v.view(n, -1, d).transpose(0, 1)
         layer.keys.index_copy_(2, slots, k.unsqueeze(0))  # written by position, in place
         layer.values.index_copy_(2, slots, v.unsqueeze(0))
         o = F.scaled_dot_product_attention(q.unsqueeze(0), layer.keys[:, :, :end], layer.values[:, :, :end],

@@ -163,14 +163,14 @@ def bundled():
 def test_every_method_on_the_bundled_target_is_greedy_exact_on_both_paths(bundled, method):
     target, draft, tokenizer, _ = bundled
     prompt = torch.tensor(tokenizer.encode("def read_lines(path):\n    with open(path) as f:\n"))
-    reference = generate(target, prompt, max_new_tokens=24).tokens.tolist()
+    reference = generate(target, prompt, max_new_tokens=16).tokens.tolist()
     options = {"draft": draft} if method == "draft_model" else {"exit_layer": 8} if method == "layer_skip" else {}
     drafter = load_drafter(method, target, **options)
     k = None if drafter.own_depth is not None else 4
-    eager = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=24)
+    eager = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=16)
     enable_fast_path(target), enable_fast_path(draft)
     try:
-        fast = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=24)
+        fast = speculative_generate(target, drafter, prompt, k=k, max_new_tokens=16)
     finally:
         disable_fast_path(target), disable_fast_path(draft)
     assert eager.tokens.tolist() == reference

@@ -155,8 +155,8 @@ def gemv_bandwidth_gbs(device: torch.device | str, megabytes: int = 64, repeats:
     return weights.numel() * 4 / statistics.median(samples[1:]) / 1e9
 
 
-MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::_mkl_linear",
-              "mkldnn::_linear_pointwise")
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "mkl::_mkl_linear",
+              "mkldnn::_linear_pointwise")  # the last two: inductor's frozen, prepacked linears on a CPU
 
 
 def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, seed: int = 0) -> dict[str, float]:
