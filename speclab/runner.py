@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+import torch._dynamo
 from transformers import DynamicCache
 
 from speclab.fast_model import FastLlama
@@ -189,6 +190,7 @@ FAST_MODES = ("static", "compiled")
 # width (inductor compiles each once); a GPU reads the whole cache, one CUDA graph per width
 COMPILED_CPU_BUCKET = 256
 COMPILED_MAX_WIDTH = 64  # wider passes (prefills) run the same network uncompiled
+COMPILED_GRAPHS = 256  # the compiled graphs dynamo may keep for FastLlama.forward
 
 
 def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int | None = None) -> FastPath:
@@ -204,6 +206,10 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
     step, bucket = network.forward, 1
     if mode == "compiled":  # fixed shapes: attention reads whole buckets of the cache, masked
         on_gpu = model_device(model).type == "cuda"
+        # one graph per width, bucket and output kind, for the target and the draft alike (one code object):
+        # more than torch's default of 8, and past the limit an error, never a silent fall back to eager
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_GRAPHS)
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
         # on a CPU, inductor's freezing: the weights become constants, prepacked for MKL's GEMM (as vLLM's CPU
         # runner compiles); it halved the matrix products' time here (chapter 10)
         step = torch.compile(network.forward, mode="reduce-overhead" if on_gpu else None, dynamic=False,
