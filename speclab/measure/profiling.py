@@ -84,7 +84,7 @@ def pass_ms(model: torch.nn.Module, passes: list[tuple[int, list[int] | None]], 
 
 
 def tune_verify_widths(model: torch.nn.Module, max_width: int, context: int = 128,
-                       repeats: int = 5) -> dict[int, float]:
+                       repeats: int = 9) -> dict[int, float]:
     """Measure a chain pass of every width 1..max_width on `model`'s fast path (interleaved, pass_ms) and
     pad each verify pass to the cheapest width at least as wide from now on. Returns ms by width."""
     path = fast_path_of(model)
