@@ -16,7 +16,7 @@ a draft model's drafter) the runner its model is set up for: the loop itself nev
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -167,7 +167,7 @@ class FastPath:
     measured, the width each verify pass is padded to."""
 
     network: FastLlama
-    step: object
+    step: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # network.forward, or compiled
     compiled: bool
     bucket: int = 1  # attention reads the cache up to the pass's end rounded up to this (fixed shapes)
     pad_to: dict[int, int] = field(default_factory=dict)  # width -> cheapest measured width >= it

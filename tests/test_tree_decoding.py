@@ -86,7 +86,7 @@ def test_greedy_random_trees_equal_target_only(arch, prompt):
 
 
 def test_the_cache_equals_a_fresh_forward_after_every_round(monkeypatch, prompt):
-    monkeypatch.setattr(decoding, "ModelRunner", CheckedRunner)
+    monkeypatch.setattr(decoding, "runner_for", lambda model, who="model": CheckedRunner(model, who))
     target = tiny_model("llama", layers=2, seed=0)
     reference = generate(target, prompt, max_new_tokens=40).tokens.tolist()
     drafter = CacheCheckingDrafter(target, reference, len(prompt), 96, 7)

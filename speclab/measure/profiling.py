@@ -168,6 +168,9 @@ def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, 
     the split is a close picture, not a measurement to three digits."""
     device = model_device(model)
     vocab = model.get_output_embeddings().weight.shape[0]
+    path = fast_path_of(model)
+    if path is not None:  # the static cache holds the prefix and the step
+        context = min(context, path.network.max_len - 1)
     g = torch.Generator().manual_seed(seed)
     prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
     tokens = torch.randint(0, vocab, (steps,), generator=g).to(device)

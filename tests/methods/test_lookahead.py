@@ -13,6 +13,7 @@ from speclab.methods.lookahead import (LookaheadDrafter, NgramPool, candidate_tr
                                window_ngrams, window_positions,
                                window_sees)
 from speclab.trees import tree_attention_mask, tree_position_ids
+from speclab.runner import ModelRunner
 from tests.conftest import tiny_model
 import tests.test_lossless as lossless
 from tests.test_lossless import VOCAB
@@ -84,7 +85,7 @@ def test_one_pass_gives_each_window_token_the_logits_of_its_own_sequence():
     width, n_levels = 3, 3
     flat = torch.tensor([t for level in levels for t in level])
     side = SideBranch(flat, window_positions(width, n_levels), window_sees(width, n_levels))
-    runner = decoding.ModelRunner(target)
+    runner = ModelRunner(target)
     runner.forward(prompt[:-1])
     draft = torch.tensor([17, 42])  # a chain the window must not see
     logits, _ = runner.verify_pass(torch.cat([prompt[-1:], draft, flat]), None, (), side)
@@ -117,18 +118,17 @@ def test_side_rows_leave_no_trace_in_the_cache(prompt):
 
     target = tiny_model("llama", layers=2, seed=0)
     drafter = Checked(window=3, ngram=3, pool=3)
-    original = decoding.ModelRunner
+    original = decoding.runner_for
 
-    class Spy(original):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            drafter.runner_for_test = self
+    def spy(model, who="model"):  # the loop's runner, kept for the checks
+        drafter.runner_for_test = ModelRunner(model, who)
+        return drafter.runner_for_test
 
-    decoding.ModelRunner = Spy
+    decoding.runner_for = spy
     try:
         result = speculative_generate(target, drafter, REPEATING, k=3, max_new_tokens=30)
     finally:
-        decoding.ModelRunner = original
+        decoding.runner_for = original
     assert Checked.rounds == result.stats.rounds > 0
 
 
