@@ -110,9 +110,10 @@ class FastLlama(torch.nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ids, slots, positions (n,): token i is written to cache slot slots[i] and rotated as position
         positions[i] (a chain's are equal; a tree's siblings share a position, never a slot). sees
-        (n, end) bool: row i attends to slot j where sees[i, j] (its own slot included). Returns logits (n, V) (or (1, V) with last_only) and, with feature_layers, the hidden
-        states transformers' output_hidden_states would give at those indices, concatenated (0: the
-        embeddings, i: after layer i, -1 or L: after the final norm)."""
+        (n, end) bool: row i attends to slot j where sees[i, j] (its own slot included). Returns logits
+        (n, V) (or (1, V) with last_only) and, with feature_layers, the hidden states transformers'
+        output_hidden_states would give at those indices, concatenated (0: the embeddings, i: after
+        layer i, -1 or L: after the final norm)."""
         n = ids.shape[0]
         x = F.embedding(ids, self.embed)
         cos, sin = self.cos[positions], self.sin[positions]
