@@ -93,6 +93,7 @@ class FastLlama(torch.nn.Module):
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.eps, self.max_len = config.rms_norm_eps, max_len
+        self.gemv_rows = 0  # passes of at most this many rows multiply as generated loops (see linear)
         self.embed = frozen(body.embed_tokens.weight)
         self.layers = torch.nn.ModuleList(FastLayer(layer, self.kv_heads, self.head_dim, max_len)
                                           for layer in body.layers)
@@ -121,18 +122,32 @@ class FastLlama(torch.nn.Module):
         hidden = [x]
         for layer in self.layers:
             x = x + self.attention(layer, rms_norm(x, layer.attn_norm, self.eps), slots, cos, sin, mask, end)
-            gate, up = (rms_norm(x, layer.mlp_norm, self.eps) @ layer.gate_up.t()).chunk(2, dim=-1)
-            x = x + (F.silu(gate) * up) @ layer.down.t()
+            gate, up = self.linear(rms_norm(x, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
+            x = x + self.linear(F.silu(gate) * up, layer.down)
             hidden.append(x)
         x = rms_norm(x, self.norm, self.eps)
         hidden[-1] = x  # what transformers reports as the last hidden state: after the final norm
         features = torch.cat([hidden[i] for i in feature_layers], dim=-1) if feature_layers else None
-        return self.lm_head(x[-1:] if last_only else x), features
+        x = x[-1:] if last_only else x
+        head = self.lm_head
+        plain = isinstance(head, torch.nn.Linear) and head.bias is None
+        return self.linear(x, head.weight) if plain else head(x), features
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x @ weight.T. Compiled on a CPU (gemv_rows > 0), a product over a few rows is written as one
+        multiply-and-sum per row, which inductor fuses into one vectorized loop that streams each weight
+        row once for all rows: a library GEMM call costs tens of microseconds of fixed work on a small
+        matrix, and a decode step makes 4 per layer (measured on the bundled target's shapes: 97 products
+        6.5 ms through MKL, 1.9 ms as generated loops; 4.5 ms against 11 for 8 rows). Uncompiled, the
+        same expression would be n * 2 operators a product: the eager path keeps the library call."""
+        if x.shape[0] <= self.gemv_rows:
+            return torch.stack([(x[i] * weight).sum(-1) for i in range(x.shape[0])])
+        return x @ weight.t()
 
     def attention(self, layer: FastLayer, h: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, mask: torch.Tensor, end: int) -> torch.Tensor:
         n, d = h.shape[0], self.head_dim
-        qk, v = (h @ layer.qkv.t()).split([(self.heads + self.kv_heads) * d, self.kv_heads * d], dim=-1)
+        qk, v = self.linear(h, layer.qkv).split([(self.heads + self.kv_heads) * d, self.kv_heads * d], dim=-1)
         qk = qk.view(n, -1, d).transpose(0, 1)  # (heads + kv_heads, n, d): q's heads, then k's
         qk = qk * cos + rotate_half(qk) * sin  # rotated together: half the operators of two calls
         q, k = qk.split([self.heads, self.kv_heads])
@@ -141,7 +156,7 @@ class FastLlama(torch.nn.Module):
         layer.values.index_copy_(2, slots, v.unsqueeze(0))
         o = F.scaled_dot_product_attention(q.unsqueeze(0), layer.keys[:, :, :end], layer.values[:, :, :end],
                                            attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
-        return o[0].transpose(0, 1).reshape(n, -1) @ layer.out.t()
+        return self.linear(o[0].transpose(0, 1).reshape(n, -1), layer.out)
 
     @torch.no_grad()
     def move_rows(self, sources: Sequence[int], start: int) -> None:

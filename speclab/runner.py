@@ -191,6 +191,9 @@ FAST_MODES = ("static", "compiled")
 COMPILED_CPU_BUCKET = 256
 COMPILED_MAX_WIDTH = 64  # wider passes (prefills) run the same network uncompiled
 COMPILED_GRAPHS = 256  # the compiled graphs dynamo may keep for FastLlama.forward
+# compiled on a CPU, passes of at most this many rows multiply as generated loops, not MKL calls
+# (FastLlama.linear): measured on the bundled target's shapes, loops were faster up to 8 rows, GEMM from 16
+COMPILED_CPU_GEMV_ROWS = 8
 
 
 def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int | None = None) -> FastPath:
@@ -215,6 +218,7 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
         step = torch.compile(network.forward, mode="reduce-overhead" if on_gpu else None, dynamic=False,
                              options=None if on_gpu else {"freezing": True})
         bucket = max_len if on_gpu else COMPILED_CPU_BUCKET
+        network.gemv_rows = 0 if on_gpu else COMPILED_CPU_GEMV_ROWS
     path = FastPath(network, step, mode == "compiled", bucket)
     _FAST_PATHS[model] = path
     return path

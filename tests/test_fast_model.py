@@ -28,6 +28,18 @@ def test_logits_and_hidden_states_equal_transformers(kv_heads):
         torch.testing.assert_close(hidden[:, i], theirs.hidden_states[layer][0], atol=1e-4, rtol=1e-4)
 
 
+def test_products_as_generated_loops_give_the_same_logits():
+    """FastLlama.linear as a multiply-and-sum (what the compiled CPU path runs for a few rows) equals x @ W.T."""
+    model = tiny_model("llama", layers=2)
+    fast = FastLlama(model, max_len=32)
+    n = len(IDS)
+    with torch.no_grad():
+        library, _ = fast(IDS, torch.arange(n), torch.arange(n), causal(n), n)
+        fast.gemv_rows = n
+        loops, _ = fast(IDS, torch.arange(n), torch.arange(n), causal(n), n)
+    torch.testing.assert_close(loops, library, atol=1e-5, rtol=1e-5)
+
+
 def test_a_cached_step_reads_what_earlier_steps_wrote():
     model = tiny_model("llama", layers=2)
     fast = FastLlama(model, max_len=32)

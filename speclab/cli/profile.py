@@ -7,14 +7,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import time
 from pathlib import Path
 
 import torch
 
 from speclab.cli.main import command_parser
 from speclab.cli.options import add_pair_args, load
-from speclab.measure.profiling import (copy_bandwidth_gbs, decode_bandwidth_gbs, forward_ms_by_positions,
-                                      gemv_bandwidth_gbs, parameter_bytes, step_breakdown)
+from speclab.devices import cpu_name
+from speclab.measure.profiling import (compiled_alone_ms, copy_bandwidth_gbs, decode_bandwidth_gbs,
+                                      forward_ms_by_positions, gemv_bandwidth_gbs, parameter_bytes, step_breakdown)
+from speclab.runner import runner_for
 from speclab.runner import FAST_MODES, disable_fast_path, enable_fast_path
 
 POSITIONS = [1, 2, 4, 8, 16, 32, 64]
@@ -38,7 +41,7 @@ def device_name(device: torch.device) -> str:
 def write_record(pattern: str, device: torch.device, target, results: dict, peak: float, c: float | None,
                  extra: dict) -> None:
     name = device_name(device)
-    record = {"device_name": name, "device": str(device), "torch": torch.__version__,
+    record = {"device_name": name, "device": str(device), "cpu": cpu_name(), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "positions": list(results),
               "target_ms": [t for t, _ in results.values()], "draft_ms": [d for _, d in results.values()],
               "parameter_bytes": parameter_bytes(target), "copy_bandwidth_gbs": peak, "cost_ratio": c, **extra}
@@ -79,7 +82,16 @@ def print_breakdown(label: str, parts: dict[str, float]) -> None:
     print(f"{label:>14} " + " ".join(f"{parts[k]:>10.2f}" for k in BREAKDOWN))
 
 
-BREAKDOWN = ("total", "matrix products", "attention", "other operators", "framework")
+BREAKDOWN = ("total", "matrix products", "attention", "generated kernels", "other operators", "framework")
+
+
+def first_step_seconds(model) -> float:
+    """Seconds of the first one-token step after a prefill: on the compiled path, the compile."""
+    runner = runner_for(model)
+    runner.forward(torch.zeros(16, dtype=torch.long, device=next(model.parameters()).device), last_only=True)
+    start = time.perf_counter()
+    runner.forward(torch.zeros(1, dtype=torch.long, device=next(model.parameters()).device), last_only=True)
+    return time.perf_counter() - start
 
 
 def steps_and_floor(args, target, draft, device) -> dict:
@@ -97,6 +109,7 @@ def steps_and_floor(args, target, draft, device) -> dict:
         for model in models:
             enable_fast_path(model, args.fast)
         try:
+            extra["compile_seconds"] = first_step_seconds(target)  # compiles the one-token pass when compiled
             steps["fast"] = step_breakdown(target)
             fast = forward_times(target, draft)
         finally:
@@ -108,6 +121,10 @@ def steps_and_floor(args, target, draft, device) -> dict:
             print(f"{n:9d} {t:10.2f} " + (f"{d:9.2f}" if d is not None else f"{'-':>9}"))
         extra.update(fast_mode=args.fast, fast_target_ms=[t for t, _ in fast.values()],
                      fast_draft_ms=[d for _, d in fast.values()])
+        if args.fast == "compiled":  # the other half of the comparison: compiling transformers' model alone
+            extra["compiled_alone_ms"] = compiled_alone_ms(target)
+            print(f"compile alone (transformers' model and DynamicCache under torch.compile): "
+                  f"{extra['compiled_alone_ms']:.2f} ms a token; first compiled step {extra['compile_seconds']:.0f} s")
     print(f"bandwidth floor: {parameter_bytes(target) / 1e6:.1f} MB of weights at {gemv:.1f} GB/s (a matrix-vector "
           f"product over 64 MB here) = {floor:.2f} ms a step")
     return extra

@@ -162,8 +162,9 @@ MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv
 def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, seed: int = 0) -> dict[str, float]:
     """Where a one-token decode step's time goes, in ms a step, on the path the model is set up for:
     "total" (timed without the profiler), "matrix products" and "attention" (the self time of those
-    operators, from torch.profiler), "other operators" (every other operator's self time: norms,
-    rotary, copies, a compiled graph's own kernels) and "framework" (the rest: Python, module calls,
+    operators, from torch.profiler), "generated kernels" (a compiled graph's own code: inductor's fused
+    loops, matrix products written as loops included; 0 on an uncompiled path), "other operators" (every
+    other operator's self time: norms, rotary, copies) and "framework" (the rest: Python, module calls,
     dispatch, cache bookkeeping between operators). The profiler adds a little to each operator, so
     the split is a close picture, not a measurement to three digits."""
     device = model_device(model)
@@ -190,11 +191,43 @@ def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, 
     self_ms = {e.key: e.self_cpu_time_total / 1000 / steps for e in prof.key_averages()}
     matmul = sum(ms for key, ms in self_ms.items() if key in MATMUL_OPS)
     attention = sum(ms for key, ms in self_ms.items() if "scaled_dot_product" in key)
-    operators = sum(ms for key, ms in self_ms.items() if "::" in key or key.startswith("## Call CompiledFxGraph"))
+    generated = sum(ms for key, ms in self_ms.items() if key.startswith("## Call CompiledFxGraph"))
+    operators = sum(ms for key, ms in self_ms.items() if "::" in key)
     total = t["seconds"] * 1000 / steps
-    return {"total": total, "matrix products": matmul, "attention": attention,
+    return {"total": total, "matrix products": matmul, "attention": attention, "generated kernels": generated,
             "other operators": operators - matmul - attention,
-            "framework": max(0.0, total - operators)}
+            "framework": max(0.0, total - operators - generated)}
+
+
+def compiled_alone_ms(model: torch.nn.Module, context: int = 128, steps: int = 32, seed: int = 0) -> float:
+    """ms a token of transformers' model decoding under torch.compile with its own growing DynamicCache and
+    no static cache ("compile alone", chapter 10): `steps` one-token steps from `context` cached tokens,
+    the cache growing as in real decoding, timed after a first run that compiles (dynamo marks the
+    length dynamic at the first new shape). The model's forward is restored afterwards."""
+    if fast_path_of(model) is not None:
+        raise ValueError("compiled_alone_ms times transformers' own model: disable_fast_path(model) first")
+    device = model_device(model)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
+    tokens = torch.randint(0, vocab, (steps,), generator=g).to(device)
+    model.forward = torch.compile(model.forward)  # an instance attribute over the class's method
+    try:
+        def decode() -> None:
+            runner = runner_for(model)
+            runner.forward(prefix, last_only=True)
+            for token in tokens:
+                runner.forward(token.view(1), last_only=True)
+
+        decode()  # compiles
+        decode()
+        with timer(device) as t:
+            decode()
+        with timer(device) as p:  # the prefill alone, to take out of the total
+            runner_for(model).forward(prefix, last_only=True)
+    finally:
+        del model.forward
+    return (t["seconds"] - p["seconds"]) * 1000 / steps
 
 
 def decode_bandwidth_gbs(model: torch.nn.Module, ms_per_step: float) -> float:

@@ -69,6 +69,20 @@ def test_a_step_breakdown_splits_the_measured_step(pair):
     target, _ = pair
     parts = profiling.step_breakdown(target, context=16, steps=5)
     assert parts["total"] > 0 and parts["matrix products"] > 0 and parts["attention"] > 0
-    assert min(parts.values()) >= 0 and set(parts) == {"total", "matrix products", "attention", "other operators",
-                                                       "framework"}
+    assert min(parts.values()) >= 0 and set(parts) == {"total", "matrix products", "attention", "generated kernels",
+                                                       "other operators", "framework"}
+    assert parts["generated kernels"] == 0  # eager: nothing compiled
     assert profiling.gemv_bandwidth_gbs("cpu", megabytes=8, repeats=2) > 0
+
+
+def test_compile_alone_times_transformers_model_and_gives_its_forward_back():
+    from speclab.runner import disable_fast_path, enable_fast_path
+    model = tiny_model("llama", layers=1)
+    assert profiling.compiled_alone_ms(model, context=4, steps=3) > 0
+    assert "forward" not in vars(model)  # the class's forward again, uncompiled
+    enable_fast_path(model)
+    try:
+        with pytest.raises(ValueError, match="disable_fast_path"):
+            profiling.compiled_alone_ms(model)
+    finally:
+        disable_fast_path(model)
