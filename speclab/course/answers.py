@@ -489,6 +489,8 @@ class RemoteAnswer:
             self.process.kill()
             raise LearnerRaised(f"your code broke the process it ran in ({err}): did it exit or crash the "
                                 "interpreter?") from None
+        except (LearnerRaised, NotImplementedError):  # the worker caught it and answered: still in a known state
+            raise
         except BaseException:  # a case's time limit, mid-call: the worker is in an unknown state
             self.process.kill()
             raise

@@ -83,8 +83,10 @@ def test_a_call_runs_in_the_worker_with_callbacks_generators_and_in_place_change
 def test_an_error_in_the_learners_code_is_worded_and_an_exit_is_survived():
     process, ns = worker("def f(x):\n    return 1 / x\ndef g():\n    import os\n    os._exit(3)\n")
     try:
+        f = ns.get("f")  # as a case holds it
         with pytest.raises(LearnerRaised, match=r"ZeroDivisionError: division by zero in `f`, at the line `return 1 / x`"):
-            ns.get("f")(0)
+            f(0)
+        assert f(2) == 0.5  # the worker caught the exception and answered: the case may call again
         with pytest.raises(LearnerRaised, match="broke the process"):
             ns.get("g")()
         ns.get("f").prepare()  # a fresh worker for the next case
