@@ -45,9 +45,9 @@ def all_checks(lab: str) -> Lab:
     return checker
 
 
-def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_nine():
+def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_ten():
     assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
-    assert {"lab06", "lab07", "lab08", "lab09"} <= set(LABS)
+    assert {"lab06", "lab07", "lab08", "lab09", "lab10"} <= set(LABS)
 
 
 # ---------------------------------------------------------------- in process: every case can pass and can fail
@@ -327,6 +327,148 @@ MISTAKES = [
      "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max)]  # stops before k_max\n"
      "    s = lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost)\n"
      "    best = max(plans, key=s, default=None)\n    return best if best and s(best) > 1 else None"),
+    ('lab10', 'q1', 'rows land in slots', 'def write_kv(cache, new_k, new_v, start):\n'
+     '    n = new_k.shape[1]\n'
+     "    if start + n > cache['keys'].shape[1]:\n"
+     "        raise ValueError('full')\n"
+     "    cache['keys'][:, start + 1:start + n + 1] = new_k  # one slot late\n"
+     "    cache['values'][:, start + 1:start + n + 1] = new_v\n"
+     '    return start + n'),
+    ('lab10', 'q1', 'in place', 'def write_kv(cache, new_k, new_v, start):\n'
+     '    n = new_k.shape[1]\n'
+     "    if start + n > cache['keys'].shape[1]:\n"
+     "        raise ValueError('full')\n"
+     "    cache['keys'] = torch.cat([cache['keys'][:, :start], new_k], dim=1)  # DynamicCache's habit\n"
+     "    cache['values'] = torch.cat([cache['values'][:, :start], new_v], dim=1)\n"
+     '    return start + n'),
+    ('lab10', 'q1', 'in place', 'def write_kv(cache, new_k, new_v, start):\n'
+     '    n = new_k.shape[1]\n'
+     "    if start + n > cache['keys'].shape[1]:\n"
+     "        raise ValueError('full')\n"
+     "    for name, new in (('keys', new_k), ('values', new_v)):\n"
+     '        t = cache[name].clone()  # a new buffer every pass\n'
+     '        t[:, start:start + n] = new\n'
+     '        cache[name] = t\n'
+     '    return start + n'),
+    ('lab10', 'q1', 'the other slots keep', 'def write_kv(cache, new_k, new_v, start):\n'
+     '    n = new_k.shape[1]\n'
+     "    if start + n > cache['keys'].shape[1]:\n"
+     "        raise ValueError('full')\n"
+     "    cache['keys'][:, start:] = 0  # clears the stale rows too\n"
+     "    cache['values'][:, start:] = 0\n"
+     "    cache['keys'][:, start:start + n] = new_k\n"
+     "    cache['values'][:, start:start + n] = new_v\n"
+     '    return start + n'),
+    ('lab10', 'q1', 'returns the new length', 'def write_kv(cache, new_k, new_v, start):\n'
+     '    n = new_k.shape[1]\n'
+     "    if start + n > cache['keys'].shape[1]:\n"
+     "        raise ValueError('full')\n"
+     "    cache['keys'][:, start:start + n] = new_k\n"
+     "    cache['values'][:, start:start + n] = new_v\n"
+     '    return start + n - 1  # the last slot written, not the length'),
+    ('lab10', 'q1', 'do not fit raise a ValueError', 'def write_kv(cache, new_k, new_v, start):\n'
+     '    n = new_k.shape[1]\n'
+     "    cache['keys'][:, start:start + n] = new_k  # a shape error from torch, not a ValueError\n"
+     "    cache['values'][:, start:start + n] = new_v\n"
+     '    return start + n'),
+    ('lab10', 'q1', 'do not fit raise a ValueError', 'def write_kv(cache, new_k, new_v, start):\n'
+     '    n = new_k.shape[1]\n'
+     "    if start + n >= cache['keys'].shape[1]:  # refuses the last slot\n"
+     "        raise ValueError('full')\n"
+     "    cache['keys'][:, start:start + n] = new_k\n"
+     "    cache['values'][:, start:start + n] = new_v\n"
+     '    return start + n'),
+    ('lab10', 'q1', 'do not fit raise a ValueError', 'def write_kv(cache, new_k, new_v, start):\n'
+     '    n = new_k.shape[1]\n'
+     "    m = cache['keys'].shape[1]\n"
+     "    cache['keys'][:, start:min(start + n, m)] = new_k[:, :m - start]  # writes what fits first\n"
+     "    cache['values'][:, start:min(start + n, m)] = new_v[:, :m - start]\n"
+     '    if start + n > m:\n'
+     "        raise ValueError('full')\n"
+     '    return start + n'),
+    ('lab10', 'q2', 'its own slot', 'def attention_mask(start, n, max_len):\n'
+     '    return torch.arange(max_len)[None, :] < (start + torch.arange(n))[:, None]  # misses its own key'),
+    ('lab10', 'q2', 'causally', 'def attention_mask(start, n, max_len):\n'
+     '    return (torch.arange(max_len) < start + n).expand(n, max_len).clone()  # the length only'),
+    ('lab10', 'q2', 'stale rows stay hidden', 'def attention_mask(start, n, max_len):\n'
+     '    m = torch.ones(n, max_len, dtype=torch.bool)\n'
+     '    m[:, start:start + n] = torch.ones(n, n, dtype=torch.bool).tril()  # causal among the pass only\n'
+     '    return m'),
+    ('lab10', 'q2', 'a torch.bool tensor', 'def attention_mask(start, n, max_len):\n'
+     '    return (torch.arange(max_len)[None, :] <= (start + torch.arange(n))[:, None]).float()'),
+    ('lab10', 'q2', 'a decode step', 'def attention_mask(start, n, max_len):\n'
+     '    return torch.arange(max_len)[None, :] <= torch.arange(n)[:, None]  # forgets the prefix'),
+    ('lab10', 'q3', "rejected drafts' rows are forgotten", 'def rollback(length, n_drafted, n_accepted):\n'
+     '    if not 0 <= n_accepted <= n_drafted:\n'
+     "        raise ValueError('counts')\n"
+     '    return length + 1 + n_drafted  # keeps every row the pass wrote'),
+    ('lab10', 'q3', "only the pending token's row stays", 'def rollback(length, n_drafted, n_accepted):\n'
+     '    if not 0 <= n_accepted <= n_drafted:\n'
+     "        raise ValueError('counts')\n"
+     '    return length + n_accepted  # forgets the pending token'),
+    ('lab10', 'q3', 'the bonus token is not in the cache yet', 'def rollback(length, n_drafted, n_accepted):\n'
+     '    if not 0 <= n_accepted <= n_drafted:\n'
+     "        raise ValueError('counts')\n"
+     '    return length + 2 + n_accepted  # counts the correction as cached'),
+    ('lab10', 'q3', 'impossible counts', 'def rollback(length, n_drafted, n_accepted):\n'
+     '    return length + 1 + n_accepted'),
+    ('lab10', 'q4', 'a prompt, then a decode step', 'def cached_attention(cache, q, k, v, start):\n'
+     '    write_kv(cache, k, v, start)\n'
+     "    scores = q @ cache['keys'].transpose(1, 2)  # no 1 / sqrt(d)\n"
+     "    scores = scores.masked_fill(~attention_mask(start, q.shape[1], cache['keys'].shape[1]), float('-inf'))\n"
+     "    return torch.softmax(scores, -1) @ cache['values']"),
+    ('lab10', 'q4', 'a prompt, then a decode step', 'def cached_attention(cache, q, k, v, start):\n'
+     '    write_kv(cache, k, v, start)  # no mask: zeros and stale rows are read\n'
+     "    scores = q @ cache['keys'].transpose(1, 2) / math.sqrt(q.shape[-1])\n"
+     "    return torch.softmax(scores, -1) @ cache['values']"),
+    ('lab10', 'q4', "rejected drafts' rows are never read", 'def cached_attention(cache, q, k, v, start):\n'
+     '    n = q.shape[1]\n'
+     '    write_kv(cache, k, v, start)\n'
+     "    keys, values = cache['keys'][:, :start + n], cache['values'][:, :start + n]\n"
+     '    scores = q @ keys.transpose(1, 2) / math.sqrt(q.shape[-1])  # every draft sees every draft\n'
+     '    return torch.softmax(scores, -1) @ values'),
+    ('lab10', 'q4', 'a prompt, then a decode step', 'def cached_attention(cache, q, k, v, start):\n'
+     "    n, m = q.shape[1], cache['keys'].shape[1]\n"
+     "    keys = torch.cat([cache['keys'][:, :start], k], 1)  # attends, but never writes the cache\n"
+     "    values = torch.cat([cache['values'][:, :start], v], 1)\n"
+     '    scores = q @ keys.transpose(1, 2) / math.sqrt(q.shape[-1])\n'
+     "    scores = scores.masked_fill(~attention_mask(start, n, start + n), float('-inf'))\n"
+     '    return torch.softmax(scores, -1) @ values'),
+    ('lab10', 'q5', 'weight traffic', 'def pass_ms(n, weight_bytes, bandwidth_gbs, layers, launches_per_layer, launch_us,\n'
+     '            flops_per_position=0.0, tflops=math.inf):\n'
+     '    return layers * launches_per_layer * launch_us / 1000 + max(weight_bytes / bandwidth_gbs / 1e9,\n'
+     '                                                                n * flops_per_position / (tflops * 1e9))  # s'),
+    ('lab10', 'q5', 'launch overhead', 'def pass_ms(n, weight_bytes, bandwidth_gbs, layers, launches_per_layer, launch_us,\n'
+     '            flops_per_position=0.0, tflops=math.inf):\n'
+     '    return n * layers * launches_per_layer * launch_us / 1000 + max(weight_bytes / bandwidth_gbs / 1e6,\n'
+     '                                                                    n * flops_per_position / (tflops * 1e9))'),
+    ('lab10', 'q5', 'the longer of the two', 'def pass_ms(n, weight_bytes, bandwidth_gbs, layers, launches_per_layer, launch_us,\n'
+     '            flops_per_position=0.0, tflops=math.inf):\n'
+     '    return (layers * launches_per_layer * launch_us / 1000 + weight_bytes / bandwidth_gbs / 1e6\n'
+     '            + n * flops_per_position / (tflops * 1e9))  # the sum'),
+    ('lab10', 'q6', 'not the best K', 'def max_paying_k(alpha, draft_ms, target_ms, k_max):\n'
+     '    s = {k: theory.expected_tokens(alpha, k) * target_ms(1) / (k * draft_ms + target_ms(k + 1))\n'
+     '         for k in range(1, k_max + 1)}\n'
+     '    best = max(s, key=s.get)\n'
+     '    return best if s[best] > 1 else 0'),
+    ('lab10', 'q6', 'K + 1 positions', 'def max_paying_k(alpha, draft_ms, target_ms, k_max):\n'
+     '    return max([k for k in range(1, k_max + 1) if theory.expected_tokens(alpha, k) * target_ms(1)\n'
+     '                / (k * draft_ms + target_ms(k)) > 1], default=0)  # T(K)'),
+    ('lab10', 'q6', 'T(1) ms per token', 'def max_paying_k(alpha, draft_ms, target_ms, k_max):\n'
+     '    return max([k for k in range(1, k_max + 1) if theory.expected_tokens(alpha, k)\n'
+     '                / (k * draft_ms + target_ms(k + 1)) > 1], default=0)  # against 1, not T(1)'),
+    ('lab10', 'q6', 'exactly 1', 'def max_paying_k(alpha, draft_ms, target_ms, k_max):\n'
+     '    return max([k for k in range(1, k_max + 1) if theory.expected_tokens(alpha, k) * target_ms(1)\n'
+     '                / (k * draft_ms + target_ms(k + 1)) >= 1], default=0)'),
+    ('lab10', 'q6', 'may pay again', 'def max_paying_k(alpha, draft_ms, target_ms, k_max):\n'
+     '    k = 0\n'
+     '    while k < k_max and theory.expected_tokens(alpha, k + 1) * target_ms(1) / (\n'
+     '            (k + 1) * draft_ms + target_ms(k + 2)) > 1:\n'
+     '        k += 1  # stops at the first K that does not pay\n'
+     '    return k'),
+    ('lab10', 'q6', 'every K pays', 'def max_paying_k(alpha, draft_ms, target_ms, k_max):\n'
+     '    return max([k for k in range(1, k_max) if theory.expected_tokens(alpha, k) * target_ms(1)\n'
+     '                / (k * draft_ms + target_ms(k + 1)) > 1], default=0)  # stops before k_max'),
 ]
 
 
@@ -385,6 +527,52 @@ RULES = [
      next(m[3] for m in MISTAKES if m[2] == "exactly 1 is no gain")),
     ("lab09", "q4", "every $K$ from 1 to `k_max`", "the best K is k_max",
      next(m[3] for m in MISTAKES if m[2] == "the best K is k_max")),
+    ("lab10", "q1", "the first row into slot `start`", "rows land in slots",
+     next(m[3] for m in MISTAKES if m[0] == "lab10" and m[2] == "rows land in slots")),
+    ("lab10", "q1", "no slot outside those $n$ changes", "the other slots keep",
+     next(m[3] for m in MISTAKES if m[2] == "the other slots keep")),
+    ("lab10", "q1", "the dict keeps its two tensors, of the same shape", "in place",
+     next(m[3] for m in MISTAKES if m[0] == "lab10" and "a new buffer every pass" in m[3])),
+    ("lab10", "q1", "return the cache's new length, `start + n`", "returns the new length",
+     next(m[3] for m in MISTAKES if m[2] == "returns the new length")),
+    ("lab10", "q1", "before writing anything", "do not fit raise a ValueError",
+     next(m[3] for m in MISTAKES if "writes what fits first" in m[3])),
+    ("lab10", "q1", "Rows that end exactly at the last slot fit", "do not fit raise a ValueError",
+     next(m[3] for m in MISTAKES if "refuses the last slot" in m[3])),
+    ("lab10", "q2", "a `torch.bool` tensor of shape `(n, max_len)`", "a torch.bool tensor",
+     next(m[3] for m in MISTAKES if m[2] == "a torch.bool tensor")),
+    ("lab10", "q2", "up to **and including its own**", "a decode step sees the prefix and its own slot",
+     next(m[3] for m in MISTAKES if m[2] == "its own slot")),
+    ("lab10", "q2", "the drafts after it are not its past", "the drafts see each other causally",
+     next(m[3] for m in MISTAKES if m[2] == "causally")),
+    ("lab10", "q2", "nothing from slot `start + n` on", "stale rows stay hidden",
+     next(m[3] for m in MISTAKES if m[2] == "stale rows stay hidden")),
+    ("lab10", "q3", "its new length is `length + 1 + a`", "the first draft rejected",
+     next(m[3] for m in MISTAKES if m[2] == "only the pending token's row stays")),
+    ("lab10", "q3", "Raise a `ValueError` unless `0 <= n_accepted <= n_drafted`", "impossible counts",
+     next(m[3] for m in MISTAKES if m[2] == "impossible counts")),
+    ("lab10", "q4", "$q K^\\top / \\sqrt{d}$", "a prompt, then a decode step",
+     next(m[3] for m in MISTAKES if "no 1 / sqrt(d)" in m[3])),
+    ("lab10", "q4", "write `k` and `v` into the cache", "a prompt, then a decode step",
+     next(m[3] for m in MISTAKES if "never writes the cache" in m[3])),
+    ("lab10", "q5", "(1 GB/s is $10^9$ bytes per second)", "weight traffic",
+     next(m[3] for m in MISTAKES if m[0] == "lab10" and m[2] == "weight traffic")),
+    ("lab10", "q5", "Paid once per pass, whatever $n$", "launch overhead",
+     next(m[3] for m in MISTAKES if m[2] == "launch overhead")),
+    ("lab10", "q5", "the pass takes the longer of the two", "not their sum",
+     next(m[3] for m in MISTAKES if m[2] == "the longer of the two")),
+    ("lab10", "q6", "Return the **largest** $K$", "the largest K that pays, not the best K",
+     next(m[3] for m in MISTAKES if m[2] == "not the best K")),
+    ("lab10", "q6", "over $K + 1$ positions", "a verify pass covers K + 1 positions",
+     next(m[3] for m in MISTAKES if m[2] == "K + 1 positions")),
+    ("lab10", "q6", "one token per $T(1)$ ms", "T(1) ms per token",
+     next(m[3] for m in MISTAKES if m[2] == "T(1) ms per token")),
+    ("lab10", "q6", "strictly: a speedup of exactly 1 gains nothing", "exactly 1 is no gain",
+     next(m[3] for m in MISTAKES if m[0] == "lab10" and m[2] == "exactly 1")),
+    ("lab10", "q6", "a $K$ past one that does not pay may pay again", "may pay again",
+     next(m[3] for m in MISTAKES if m[2] == "may pay again")),
+    ("lab10", "q6", "from 1 to `k_max`", "every K pays",
+     next(m[3] for m in MISTAKES if m[0] == "lab10" and m[2] == "every K pays")),
 ]
 
 
