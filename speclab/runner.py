@@ -173,6 +173,13 @@ class FastPath:
     pad_to: dict[int, int] = field(default_factory=dict)  # width -> cheapest measured width >= it
     width_ms: dict[int, float] = field(default_factory=dict)
 
+    def graph_width(self, n: int) -> int:
+        """The width a pass of n rows runs at: compiled, the next of COMPILED_WIDTHS (one graph each, so
+        trees and lookahead windows of every size share a few graphs); else n."""
+        if not self.compiled or n > COMPILED_MAX_WIDTH:
+            return n
+        return min(w for w in COMPILED_WIDTHS if w >= n)
+
     def set_width_costs(self, ms: dict[int, float]) -> None:
         """Pad each verify pass to the cheapest measured width at least as wide (speclab.measure.profiling
         .tune_verify_widths measures them): on some CPUs a 2- or 3-row matrix product costs more than a
@@ -190,6 +197,9 @@ FAST_MODES = ("static", "compiled")
 # width (inductor compiles each once); a GPU reads the whole cache, one CUDA graph per width
 COMPILED_CPU_BUCKET = 256
 COMPILED_MAX_WIDTH = 64  # wider passes (prefills) run the same network uncompiled
+# the widths compiled verify passes run at (padded up): every chain up to K = 7, and steps beyond, so a tree
+# or a lookahead window of any size reuses one of a few graphs instead of compiling its own (~30 s each here)
+COMPILED_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 COMPILED_GRAPHS = 256  # the compiled graphs dynamo may keep for FastLlama.forward
 # compiled on a CPU, passes of at most this many rows multiply as generated loops, not MKL calls
 # (FastLlama.linear): measured on the bundled target's shapes, loops were faster up to 8 rows, GEMM from 16
@@ -311,7 +321,7 @@ class StaticRunner:
         parents = list(parents) if parents is not None else chain_parents(n - 1 - side_len)
         sees_own = pass_visibility(parents, side.sees if side is not None else None)
         positions = tree_position_ids(parents, cached, self.device, side.depths if side is not None else ())[0]
-        width = self.path.pad_to.get(n, n)
+        width = self.path.pad_to.get(n) or self.path.graph_width(n)
         if width > n:  # padding rows: placeholder tokens that see the prefix and themselves
             ids = torch.cat([ids, ids.new_zeros(width - n)])
             positions = torch.cat([positions, positions[-1] + torch.arange(1, width - n + 1, device=self.device)])

@@ -2,7 +2,11 @@
 ratio c, and memory bandwidth achieved against what the device can stream."""
 from __future__ import annotations
 
+import os
 import statistics
+import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
@@ -159,6 +163,20 @@ MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv
               "mkldnn::_linear_pointwise")  # the last two: inductor's frozen, prepacked linears on a CPU
 
 
+@contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """The process's file descriptor 2 sent to /dev/null for the block: the profiler's C++ side writes a
+    start and a stop line there on every run, which would land in a chapter's output."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved), os.close(devnull)
+
+
 def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, seed: int = 0) -> dict[str, float]:
     """Where a one-token decode step's time goes, in ms a step, on the path the model is set up for:
     "total" (timed without the profiler), "matrix products" and "attention" (the self time of those
@@ -186,7 +204,7 @@ def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, 
     decode()  # warm up
     with timer(device) as t:
         decode()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with native_stderr_silenced(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         decode()
     self_ms = {e.key: e.self_cpu_time_total / 1000 / steps for e in prof.key_averages()}
     matmul = sum(ms for key, ms in self_ms.items() if key in MATMUL_OPS)

