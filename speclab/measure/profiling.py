@@ -127,6 +127,39 @@ def cost_ratio(target: torch.nn.Module, draft: torch.nn.Module, context: int = 1
     return decode_ms_per_token(draft, context, repeats) / decode_ms_per_token(target, context, repeats)
 
 
+def draft_step_ms(target: torch.nn.Module, draft: torch.nn.Module, context: int = 128, width: int = 5,
+                  repeats: int = 20, seed: int = 0) -> dict[str, float]:
+    """A draft step's time (ms, median) two ways, on the paths the models are set up for: "alone", one draft
+    step after another (the draft's weights stay in the caches, as when c is measured alone), and "after a
+    target pass", each draft step right after a target verify pass of `width` positions, as in the loop,
+    where the target's weights have just streamed through the caches and pushed the draft's out."""
+    vocab = draft.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, vocab, (context,), generator=g).to(model_device(target))
+    new = torch.randint(0, vocab, (width,), generator=g).to(model_device(target))
+    runners = runner_for(target), runner_for(draft)
+    for runner in runners:
+        runner.forward(prefix, last_only=True)
+    t_run, d_run = runners
+
+    def draft_step(after_target: bool) -> float:
+        if after_target:
+            t_run.verify_pass(new)
+            t_run.rollback(context)
+        with timer(model_device(draft)) as t:
+            d_run.forward(new[:1], last_only=True)
+        d_run.rollback(context)
+        return t["seconds"] * 1000
+
+    samples: dict[str, list[float]] = {"alone": [], "after a target pass": []}
+    for i in range(repeats + 2):  # interleaved, the first two discarded (warm-up)
+        for key in samples:
+            ms = draft_step(key != "alone")
+            if i >= 2:
+                samples[key].append(ms)
+    return {key: statistics.median(ms) for key, ms in samples.items()}
+
+
 def copy_bandwidth_gbs(device: torch.device | str, megabytes: int = 256, repeats: int = 5) -> float:
     """Achievable memory bandwidth (GB/s) measured by copying a large buffer: a copy reads and writes
     each byte once. A practical peak to compare a decode step's bandwidth against."""

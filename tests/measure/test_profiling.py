@@ -86,3 +86,9 @@ def test_compile_alone_times_transformers_model_and_gives_its_forward_back():
             profiling.compiled_alone_ms(model)
     finally:
         disable_fast_path(model)
+
+
+def test_a_draft_step_is_timed_alone_and_right_after_a_target_pass(pair):
+    target, draft = pair
+    costs = profiling.draft_step_ms(target, draft, context=8, width=3, repeats=3)
+    assert set(costs) == {"alone", "after a target pass"} and min(costs.values()) > 0
