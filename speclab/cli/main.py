@@ -10,8 +10,9 @@
              side by side, on one or more
              workloads (code, prose, the copying sets edit and quote, the chat prompts by task
              chat-*, or chat for all seven), and the speedup model checked against the costs
-             measured in the loop
-  profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth
+             measured in the loop; --fast [static|compiled]: every row again on the fast path
+  profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth; --fast:
+             where a decode step's time goes on each path, against the bandwidth floor
   evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts; --lossless N:
              the chi-square check of sampling's first two tokens, and of a broken rule
   card       measure the bundled pair and write its model card (--pair smollm2: that pair's
@@ -30,6 +31,9 @@
              draft vocabulary (train shared-draft --target smollm2 --preset smollm2 --out DIR)
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
+
+In vLLM's own environment, python -m speclab.measure.vllm_cpu puts speclab's fast path beside vLLM's
+CPU engine (chapter 10; its docstring has the install line).
 
 python -m speclab COMMAND --help lists a command's options. Each command is a module of speclab.cli
 (speclab/cli/COMMAND.py, with build_parser() and main(argv)); this one imports none of them, nor torch,
