@@ -10,6 +10,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speclab"
 DEFERRED = {
     ("speclab/course/notebook.py", "myst_nb"): "glue into the book's prose: installed where the book is built, "
                                                "not on Colab, where glue does nothing",
+    ("speclab/measure/vllm_cpu.py", "vllm"): "vLLM lives in its own environment (its pins differ from the "
+                                             "course's); the module says so when it is missing",
 }
 
 

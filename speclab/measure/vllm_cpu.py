@@ -25,8 +25,15 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
+from speclab.decoding import generate, speculative_generate
 from speclab.devices import cpu_name
+from speclab.measure.workloads import prompt_ids
+from speclab.methods.ngram import NAME as NGRAM
+from speclab.methods.ngram import PromptLookupDrafter
+from speclab.models import BUNDLED_DIR, load_pair
+from speclab.runner import disable_fast_path, enable_fast_path
 
 ENGINE_ROWS = ("vllm target-only (eager)", "vllm target-only (compiled)", "vllm ngram (compiled)")
 
@@ -41,7 +48,7 @@ def vllm_rows(model_dir: Path, prompts: list[list[int]], k: int, max_new_tokens:
                           "the course's): see the docstring of speclab.measure.vllm_cpu for the commands") from err
 
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, ignore_eos=True)
-    ngram = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": max_ngram,
+    ngram = {"method": NGRAM, "num_speculative_tokens": k, "prompt_lookup_max": max_ngram,
              "prompt_lookup_min": min_ngram}
     settings = {"vllm target-only (eager)": dict(enforce_eager=True),
                 "vllm target-only (compiled)": dict(enforce_eager=False),
@@ -66,10 +73,6 @@ def speclab_rows(prompts: list[list[int]], k: int, max_new_tokens: int, max_ngra
                  min_ngram: int) -> dict[str, dict]:
     """speclab's target-only (eager, and on the compiled fast path) and prompt lookup on the compiled fast
     path, the same prompts, K and n-gram sizes; each prompt timed once after a warm-up run of every width."""
-    from speclab import generate, load_pair, speculative_generate
-    from speclab.methods.ngram import PromptLookupDrafter
-    from speclab.runner import disable_fast_path, enable_fast_path
-
     target = load_pair().target
     drafter = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
     runs = {"speclab target-only (eager)": lambda ids: generate(target, ids, max_new_tokens=max_new_tokens),
@@ -100,9 +103,6 @@ def row(outputs: list[list[int]], seconds: list[float]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from speclab.measure.workloads import prompt_ids
-    from speclab.models import BUNDLED_DIR
-
     p = argparse.ArgumentParser(prog="python -m speclab.measure.vllm_cpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--num-prompts", type=int, default=4, help="held-out code prompts (the README bench's)")
     p.add_argument("--k", type=int, default=4, help="tokens drafted a round (vLLM: num_speculative_tokens)")
@@ -116,14 +116,13 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{args.threads - 1}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     model_dir = BUNDLED_DIR / "target"
-    from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [ids.tolist() for ids in prompt_ids(tokenizer, "code", args.num_prompts)]
     # speclab first: vLLM's engines leave threads and processes behind that would share its two cores
     rows = speclab_rows(prompts, args.k, args.max_new_tokens, args.max_ngram, args.min_ngram)
     rows.update(vllm_rows(model_dir, prompts, args.k, args.max_new_tokens, args.max_ngram, args.min_ngram))
     reference = rows["speclab target-only (eager)"]["outputs"]
-    import vllm
+    import vllm  # present: vllm_rows ran
     record = {"cpu": cpu_name(), "threads": args.threads, "torch": torch.__version__, "vllm": vllm.__version__,
               "k": args.k, "max_new_tokens": args.max_new_tokens, "max_ngram": args.max_ngram,
               "min_ngram": args.min_ngram, "prompts": len(prompts), "ld_preload": os.environ.get("LD_PRELOAD"),
