@@ -224,7 +224,7 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_GRAPHS)
         torch._dynamo.config.fail_on_recompile_limit_hit = True
         # on a CPU, inductor's freezing: the weights become constants, prepacked for MKL's GEMM (as vLLM's CPU
-        # runner compiles); it halved the matrix products' time here (chapter 10)
+        # runner compiles); it halved the MKL products' time here
         step = torch.compile(network.forward, mode="reduce-overhead" if on_gpu else None, dynamic=False,
                              options=None if on_gpu else {"freezing": True})
         bucket = max_len if on_gpu else COMPILED_CPU_BUCKET

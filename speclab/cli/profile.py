@@ -15,10 +15,9 @@ import torch
 from speclab.cli.main import command_parser
 from speclab.cli.options import add_pair_args, load
 from speclab.devices import cpu_name
-from speclab.measure.profiling import (compiled_alone_ms, copy_bandwidth_gbs, decode_bandwidth_gbs,
+from speclab.measure.profiling import (compiled_alone_ms, copy_bandwidth_gbs, decode_bandwidth_gbs, decode_floor_ms,
                                       forward_ms_by_positions, gemv_bandwidth_gbs, parameter_bytes, step_breakdown)
-from speclab.runner import runner_for
-from speclab.runner import FAST_MODES, disable_fast_path, enable_fast_path
+from speclab.runner import FAST_MODES, disable_fast_path, enable_fast_path, model_device, runner_for
 
 POSITIONS = [1, 2, 4, 8, 16, 32, 64]
 
@@ -87,10 +86,10 @@ BREAKDOWN = ("total", "matrix products", "attention", "generated kernels", "othe
 
 def first_step_seconds(model) -> float:
     """Seconds of the first one-token step after a prefill: on the compiled path, the compile."""
-    runner = runner_for(model)
-    runner.forward(torch.zeros(16, dtype=torch.long, device=next(model.parameters()).device), last_only=True)
+    runner, device = runner_for(model), model_device(model)
+    runner.forward(torch.zeros(16, dtype=torch.long, device=device), last_only=True)
     start = time.perf_counter()
-    runner.forward(torch.zeros(1, dtype=torch.long, device=next(model.parameters()).device), last_only=True)
+    runner.forward(torch.zeros(1, dtype=torch.long, device=device), last_only=True)
     return time.perf_counter() - start
 
 
@@ -98,7 +97,7 @@ def steps_and_floor(args, target, draft, device) -> dict:
     """Where a target decode step's time goes (eager, and on the fast path with --fast) and its floor:
     the weights read once at the bandwidth a matrix-vector product reaches here."""
     gemv = gemv_bandwidth_gbs(device)
-    floor = parameter_bytes(target) / gemv / 1e6
+    floor = decode_floor_ms(parameter_bytes(target), 0, gemv)
     print(f"target decode step, ms (after 128 cached tokens; torch.profiler's split):\n{'path':>14} "
           + " ".join(f"{k[:10]:>10}" for k in BREAKDOWN))
     steps = {"eager": step_breakdown(target)}

@@ -53,6 +53,14 @@ def decode_floor_ms(weight_bytes: float, kv_bytes: float, bandwidth_gbs: float) 
     return (weight_bytes + kv_bytes) / (bandwidth_gbs * 1e9) * 1000
 
 
+def random_ids(model: torch.nn.Module, *lengths: int, seed: int = 0) -> list[torch.Tensor]:
+    """Token ids drawn from `model`'s vocabulary on its device, one tensor per length, from one seeded
+    generator (a prefix to cache, then the tokens to time)."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=g).to(model_device(model)) for n in lengths]
+
+
 # ---------------------------------------------------------------- measured
 def pass_ms(model: torch.nn.Module, passes: list[tuple[int, list[int] | None]], context: int = 128,
             repeats: int = 10, seed: int = 0) -> list[float]:
@@ -65,13 +73,10 @@ def pass_ms(model: torch.nn.Module, passes: list[tuple[int, list[int] | None]], 
     slows every pass alike, instead of landing on one pass's whole sample and bending the ratios
     between passes, which are what the chapters read."""
     device = model_device(model)
-    vocab = model.get_output_embeddings().weight.shape[0]
     path = fast_path_of(model)
     if path is not None:  # the static cache holds the prefix and the widest pass
         context = min(context, path.network.max_len - max(n for n, _ in passes))
-    g = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
-    new = torch.randint(0, vocab, (max(n for n, _ in passes),), generator=g).to(device)
+    prefix, new = random_ids(model, context, max(n for n, _ in passes), seed=seed)
     runner = runner_for(model)
     runner.forward(prefix, last_only=True)
     samples: list[list[float]] = [[] for _ in passes]
@@ -133,10 +138,7 @@ def draft_step_ms(target: torch.nn.Module, draft: torch.nn.Module, context: int 
     step after another (the draft's weights stay in the caches, as when c is measured alone), and "after a
     target pass", each draft step right after a target verify pass of `width` positions, as in the loop,
     where the target's weights have just streamed through the caches and pushed the draft's out."""
-    vocab = draft.get_output_embeddings().weight.shape[0]
-    g = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, vocab, (context,), generator=g).to(model_device(target))
-    new = torch.randint(0, vocab, (width,), generator=g).to(model_device(target))
+    prefix, new = random_ids(target, context, width, seed=seed)
     runners = runner_for(target), runner_for(draft)
     for runner in runners:
         runner.forward(prefix, last_only=True)
@@ -219,13 +221,10 @@ def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, 
     dispatch, cache bookkeeping between operators). The profiler adds a little to each operator, so
     the split is a close picture, not a measurement to three digits."""
     device = model_device(model)
-    vocab = model.get_output_embeddings().weight.shape[0]
     path = fast_path_of(model)
     if path is not None:  # the static cache holds the prefix and the step
         context = min(context, path.network.max_len - 1)
-    g = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
-    tokens = torch.randint(0, vocab, (steps,), generator=g).to(device)
+    prefix, tokens = random_ids(model, context, steps, seed=seed)
     runner = runner_for(model)
     runner.forward(prefix, last_only=True)
 
@@ -258,10 +257,7 @@ def compiled_alone_ms(model: torch.nn.Module, context: int = 128, steps: int = 3
     if fast_path_of(model) is not None:
         raise ValueError("compiled_alone_ms times transformers' own model: disable_fast_path(model) first")
     device = model_device(model)
-    vocab = model.get_output_embeddings().weight.shape[0]
-    g = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(0, vocab, (context,), generator=g).to(device)
-    tokens = torch.randint(0, vocab, (steps,), generator=g).to(device)
+    prefix, tokens = random_ids(model, context, steps, seed=seed)
     model.forward = torch.compile(model.forward)  # an instance attribute over the class's method
     try:
         def decode() -> None:
