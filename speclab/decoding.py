@@ -17,7 +17,7 @@ from speclab.devices import timer
 from speclab.drafting import Draft, Drafter
 from speclab.methods.draft_model import ModelDrafter
 from speclab.runner import context_length, runner_for
-from speclab.sampling import SamplingParams, check_finite, pad_vocab, sample
+from speclab.sampling import SamplingParams, check_finite, pad_vocab, pick
 from speclab.stats import GenerationResult, GenerationStats, Round
 from speclab.verification import medusa_typical_accept_tree, typical_accept_tree, verify_tree
 
@@ -94,7 +94,7 @@ def generate(target: torch.nn.Module, input_ids: torch.Tensor | Sequence[int], *
         stats.target_calls = 1
         while True:
             check_finite(logits, "target model")
-            token = sample(sampling.probs(logits), generator)
+            token, _ = pick(logits, sampling, generator)
             out.append(int(token))
             stats.rounds += 1
             if len(out) == max_new_tokens or out[-1] in stops:

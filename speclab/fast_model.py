@@ -64,6 +64,24 @@ def frozen(t: torch.Tensor) -> torch.nn.Parameter:
     return torch.nn.Parameter(t.detach().contiguous(), requires_grad=False)
 
 
+def looped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, sees: torch.Tensor) -> torch.Tensor:
+    """Attention of a few rows, q (heads, n, d), over the cache's keys and values (kv_heads, end, d), sees
+    (n, end) bool, written as multiplies and sums (in float32) that inductor turns into one loop each,
+    as `FastLlama.linear` does for products. torch's CPU attention kernel costs more than the arithmetic
+    at these sizes: on the bundled pair (3 heads of 64, 256 slots, 2 threads, compiled), ~50 us more a
+    layer for a 5-row verify pass in float32, ~100 us more for one row in float16. Query heads are
+    grouped under the key/value head they share (grouped-query attention), so nothing is repeated."""
+    heads, n, d = q.shape
+    kv_heads, end = keys.shape[0], keys.shape[1]
+    group = heads // kv_heads
+    q = q.reshape(kv_heads, group * n, 1, d).float()
+    scores = (q * keys.unsqueeze(1).float()).sum(-1) * d ** -0.5  # (kv_heads, group * n, end)
+    scores = scores.view(kv_heads, group, n, end).masked_fill(~sees, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).view(kv_heads, group * n, end, 1)
+    o = (weights * values.unsqueeze(1).float()).sum(-2)  # (kv_heads, group * n, d)
+    return o.view(heads, n, d).to(values.dtype)
+
+
 class FastLayer(torch.nn.Module):
     """One decoder layer: fused weights and the layer's slice of the static cache."""
 
@@ -154,9 +172,13 @@ class FastLlama(torch.nn.Module):
         v = v.view(n, -1, d).transpose(0, 1)
         layer.keys.index_copy_(2, slots, k.unsqueeze(0))  # written by position, in place
         layer.values.index_copy_(2, slots, v.unsqueeze(0))
-        o = F.scaled_dot_product_attention(q.unsqueeze(0), layer.keys[:, :, :end], layer.values[:, :, :end],
-                                           attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
-        return self.linear(o[0].transpose(0, 1).reshape(n, -1), layer.out)
+        keys, values = layer.keys[0, :, :end], layer.values[0, :, :end]
+        if n <= self.gemv_rows:
+            o = looped_attention(q, keys, values, mask[0, 0])
+        else:
+            o = F.scaled_dot_product_attention(q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
+                                               attn_mask=mask, enable_gqa=self.heads != self.kv_heads)[0]
+        return self.linear(o.transpose(0, 1).reshape(n, -1), layer.out)
 
     @torch.no_grad()
     def move_rows(self, sources: Sequence[int], start: int) -> None:

@@ -8,6 +8,7 @@ served distributions, not the raw softmax. Keeping one function makes that parit
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -40,7 +41,9 @@ class SamplingParams:
 
 def check_finite(logits: torch.Tensor, who: str = "model") -> None:
     """Refuse NaN or inf logits: every probability computed from them would be silently wrong."""
-    if not torch.isfinite(logits).all():
+    # A float32 sum is NaN or inf when any entry is (and finite otherwise, short of logits summing past 3e38): 2 us here
+    # against 14 for isfinite().all(), and this runs at every draft and target step.
+    if not math.isfinite(logits.sum(dtype=torch.float32).item()):
         raise FloatingPointError(
             f"the {who} produced NaN or inf logits; check its weights and dtype "
             "(float16 overflows easily: try torch.bfloat16 or torch.float32, e.g. "
@@ -78,6 +81,19 @@ def pad_vocab(probs: torch.Tensor, width: int) -> torch.Tensor:
     rejection rule exact."""
     extra = width - probs.shape[-1]
     return torch.nn.functional.pad(probs, (0, extra)) if extra > 0 else probs
+
+
+def pick(logits: torch.Tensor, sampling: SamplingParams,
+         generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The next token from `logits` (V,) under `sampling`, and the served distribution it was drawn
+    from. Greedy gives the argmax and no distribution: a point mass on the token, which is what the
+    rejection rule assumes for a Draft without probabilities, so the verdicts are the same as with the
+    one-hot. Skipping the one-hot and the inverse-CDF draw saves ~35 us a step on a CPU, a few percent
+    of a small draft model's compiled step, paid at every draft step."""
+    if sampling.greedy:
+        return logits.argmax(-1), None
+    q = sampling.probs(logits)
+    return sample(q, generator), q
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -28,16 +28,24 @@ def test_logits_and_hidden_states_equal_transformers(kv_heads):
         torch.testing.assert_close(hidden[:, i], theirs.hidden_states[layer][0], atol=1e-4, rtol=1e-4)
 
 
-def test_products_as_generated_loops_give_the_same_logits():
-    """FastLlama.linear as a multiply-and-sum (what the compiled CPU path runs for a few rows) equals x @ W.T."""
-    model = tiny_model("llama", layers=2)
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_products_and_attention_as_generated_loops_give_the_same_logits(kv_heads):
+    """What the compiled CPU path runs for a few rows: FastLlama.linear as a multiply-and-sum and
+    looped_attention, against x @ W.T and torch's attention, on a cached tree pass (a mask that is
+    not causal), for multi-head, grouped and multi-query attention."""
+    model = tiny_model("llama", layers=2, kv_heads=kv_heads)
     fast = FastLlama(model, max_len=32)
-    n = len(IDS)
+    prefix, tree = IDS[:4], IDS[4:]
+    sees = causal(4, cached=4)
+    sees[2, 5], sees[3, 6] = False, False  # nodes 2 and 3 are siblings of 1 and 2: a tree, not a chain
+    outputs = []
     with torch.no_grad():
-        library, _ = fast(IDS, torch.arange(n), torch.arange(n), causal(n), n)
-        fast.gemv_rows = n
-        loops, _ = fast(IDS, torch.arange(n), torch.arange(n), causal(n), n)
-    torch.testing.assert_close(loops, library, atol=1e-5, rtol=1e-5)
+        for rows in (0, 8):
+            fast.gemv_rows = rows
+            fast(prefix, torch.arange(4), torch.arange(4), causal(4), 4)
+            logits, _ = fast(tree, torch.arange(4, 8), torch.tensor([4, 5, 5, 6]), sees, 8)
+            outputs.append(logits)
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-5, rtol=1e-5)
 
 
 def test_a_cached_step_reads_what_earlier_steps_wrote():

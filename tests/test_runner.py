@@ -121,12 +121,15 @@ def test_an_unknown_mode_is_refused(pair):
         enable_fast_path(pair[0], mode="fast")
 
 
-@pytest.fixture(scope="module")
-def small_fast_pair():
+@pytest.fixture(scope="module", params=["static", "compiled"])
+def small_fast_pair(request):
+    """test_lossless's small pair on each fast path: compiled, the products and attention of a few rows
+    are the generated loops the bench runs (a handful of graphs, compiled once for the module)."""
     target = tiny_model("llama", layers=2, vocab=8, seed=10, init=0.2)
     draft = tiny_model("llama", layers=1, vocab=8, seed=11, init=0.2)
-    enable_fast_path(target, max_len=16), enable_fast_path(draft, max_len=16)
-    return target, draft
+    enable_fast_path(target, request.param, max_len=16), enable_fast_path(draft, request.param, max_len=16)
+    yield target, draft
+    disable_fast_path(target), disable_fast_path(draft)
 
 
 def test_sampling_on_the_fast_path_is_lossless(small_fast_pair):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from speclab.sampling import SamplingParams, check_finite, logits_to_probs, pad_vocab, sample
+from speclab.sampling import SamplingParams, check_finite, logits_to_probs, pad_vocab, pick, sample
 
 LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0])
 
@@ -65,6 +65,21 @@ def test_non_finite_logits_are_refused(bad):
     logits[2] = bad
     with pytest.raises(FloatingPointError, match="NaN or inf"):
         check_finite(logits, "target model")
+
+
+def test_finite_logits_pass_even_where_their_sum_overflows_half_precision():
+    check_finite(torch.full((49152,), 30.0, dtype=torch.float16))  # sums to 1.5e6, past float16's 65504
+    both = LOGITS.clone()
+    both[1], both[2] = float("inf"), float("-inf")  # their sum is NaN: refused too
+    with pytest.raises(FloatingPointError, match="NaN or inf"):
+        check_finite(both)
+
+
+def test_greedy_pick_is_the_argmax_without_a_distribution():
+    token, q = pick(LOGITS, SamplingParams())
+    assert int(token) == int(LOGITS.argmax()) and q is None
+    token, q = pick(LOGITS, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+    assert q is not None and torch.allclose(q, torch.softmax(LOGITS, -1)) and q[token] > 0
 
 
 def test_pad_vocab_adds_zero_mass():

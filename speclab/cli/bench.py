@@ -15,7 +15,7 @@ from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, lay
 from speclab.devices import cpu_name
 from speclab.measure.bench import (FAST, METHODS, default_methods, format_table, model_check, prepare_fast_paths,
                                    run_bench)
-from speclab.measure.profiling import cost_ratio, forward_ms_by_positions
+from speclab.measure.profiling import cost_ratio, draft_step_ms, forward_ms_by_positions
 from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
 from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
@@ -138,11 +138,14 @@ def check_model(args, target, draft, rows: list, suffix: str = "") -> dict:
     c_alone = cost_ratio(target, draft)
     unit, verify = forward_ms_by_positions(target, [1, args.k + 1]).values()
     verify_alone = verify / unit
+    # the loop's first draft step of a round follows a target pass, which has evicted the draft's weights
+    c_evicted = draft_step_ms(target, draft, width=args.k + 1)["after a target pass"] / unit
     print(check)
     print(f"measured alone (one model at a time, warm caches): c = {c_alone:.3f}, verify pass {verify_alone:.2f} "
-          f"-> modelled {theory.speedup(check.alpha, args.k, c_alone, verify_alone):.2f}x")
+          f"-> modelled {theory.speedup(check.alpha, args.k, c_alone, verify_alone):.2f}x; a draft step right "
+          f"after a target pass (the draft's weights evicted): c = {c_evicted:.3f}")
     return dict(model_check=dict(vars(check), modelled=check.modelled, ratio=check.ratio),
-                c_alone=c_alone, verify_cost_alone=verify_alone)
+                c_alone=c_alone, verify_cost_alone=verify_alone, c_after_target_pass=c_evicted)
 
 
 def print_paths(rows: list) -> None:

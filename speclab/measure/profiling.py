@@ -138,6 +138,10 @@ def draft_step_ms(target: torch.nn.Module, draft: torch.nn.Module, context: int 
     step after another (the draft's weights stay in the caches, as when c is measured alone), and "after a
     target pass", each draft step right after a target verify pass of `width` positions, as in the loop,
     where the target's weights have just streamed through the caches and pushed the draft's out."""
+    for model in (target, draft):
+        path = fast_path_of(model)
+        if path is not None:  # the static cache holds the prefix and the widest pass
+            context = min(context, path.network.max_len - width)
     prefix, new = random_ids(target, context, width, seed=seed)
     runners = runner_for(target), runner_for(draft)
     for runner in runners:

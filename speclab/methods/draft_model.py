@@ -10,7 +10,7 @@ from speclab.adaptive import stops_here
 from speclab.drafting import ChainDrafter, Draft
 from speclab.models import load_model
 from speclab.runner import model_device, runner_for
-from speclab.sampling import SamplingParams, check_finite, sample
+from speclab.sampling import SamplingParams, check_finite, pick
 
 NAME = "draft_model"  # the method's name in the registry (vLLM's)
 
@@ -37,7 +37,11 @@ class ModelDrafter(ChainDrafter):
     def start(self, prompt: torch.Tensor) -> None:
         # the runner the model is set up for now (the fast path may have been switched on since)
         self.runner = runner_for(self.model, who="draft model")
-        self.forward_calls = 0
+        self.forward_calls = 0  # draft steps; the prefill below is not one
+        if len(prompt) > 1:
+            # Prefill now, as the target does: the loop times start() with the prefill, so each round's
+            # drafting time is draft steps alone (the first round's step used to carry the whole prompt).
+            self.runner.forward(prompt[:-1], last_only=True)
 
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
@@ -47,14 +51,13 @@ class ModelDrafter(ChainDrafter):
             logits = self.runner.forward(new, last_only=True)[-1]
             self.forward_calls += 1
             check_finite(logits, "draft model")
-            q = sampling.probs(logits)
-            token = sample(q, generator)
+            token, q = pick(logits, sampling, generator)
             tokens.append(token)
             probs.append(q)
             if stops_here(logits, self.confidence_threshold):
                 break
             new = token.view(1)
-        return Draft(torch.stack(tokens), torch.stack(probs))
+        return Draft(torch.stack(tokens), None if sampling.greedy else torch.stack(probs))
 
     def update(self, ids: torch.Tensor, num_accepted: int) -> None:
         # Everything but the last token of ids was either seen before this round or an accepted draft.

@@ -45,7 +45,7 @@ from speclab.adaptive import stops_here
 from speclab.drafting import ChainDrafter, Draft
 from speclab.artifacts import check_fits, fingerprint, load_weights, save_weights
 from speclab.methods.layer_step import LayerStep, RowCache
-from speclab.sampling import SamplingParams, check_finite, sample
+from speclab.sampling import SamplingParams, check_finite, pick, sample
 
 NAME, NAME3 = "eagle", "eagle3"  # the methods' names in the registry (vLLM's): an EAGLE-1 head, an EAGLE-3 head
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
@@ -591,14 +591,13 @@ class EagleDrafter(ChainDrafter):
         drafted, probs = [], []
         for i in range(k):
             logits = self._logits(h)
-            q = sampling.probs(logits)
-            token = sample(q, generator)
+            token, q = pick(logits, sampling, generator)
             drafted.append(token)
             probs.append(q)
             if i + 1 == k or stops_here(logits, self.confidence_threshold):
                 break
             h = self._head_step(token.view(1), h.view(1, -1))[-1]
-        return Draft(torch.stack(drafted), torch.stack(probs))
+        return Draft(torch.stack(drafted), None if sampling.greedy else torch.stack(probs))
 
     @property
     def max_depth(self) -> int:
