@@ -64,7 +64,8 @@ def frozen(t: torch.Tensor) -> torch.nn.Parameter:
     return torch.nn.Parameter(t.detach().contiguous(), requires_grad=False)
 
 
-def looped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, sees: torch.Tensor) -> torch.Tensor:
+def looped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, sees: torch.Tensor,
+                     scale: float | None = None) -> torch.Tensor:
     """Attention of a few rows, q (heads, n, d), over the cache's keys and values (kv_heads, end, d), sees
     (n, end) bool, written as multiplies and sums (in float32) that inductor turns into one loop each,
     as `FastLlama.linear` does for products. torch's CPU attention kernel costs more than the arithmetic
@@ -75,7 +76,8 @@ def looped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     kv_heads, end = keys.shape[0], keys.shape[1]
     group = heads // kv_heads
     q = q.reshape(kv_heads, group * n, 1, d).float()
-    scores = (q * keys.unsqueeze(1).float()).sum(-1) * d ** -0.5  # (kv_heads, group * n, end)
+    scale = d ** -0.5 if scale is None else scale
+    scores = (q * keys.unsqueeze(1).float()).sum(-1) * scale  # (kv_heads, group * n, end)
     scores = scores.view(kv_heads, group, n, end).masked_fill(~sees, float("-inf"))
     weights = torch.softmax(scores, dim=-1).view(kv_heads, group * n, end, 1)
     o = (weights * values.unsqueeze(1).float()).sum(-2)  # (kv_heads, group * n, d)

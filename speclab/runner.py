@@ -174,11 +174,8 @@ class FastPath:
     width_ms: dict[int, float] = field(default_factory=dict)
 
     def graph_width(self, n: int) -> int:
-        """The width a pass of n rows runs at: compiled, the next of COMPILED_WIDTHS (one graph each, so
-        trees and lookahead windows of every size share a few graphs); else n."""
-        if not self.compiled or n > COMPILED_MAX_WIDTH:
-            return n
-        return min(w for w in COMPILED_WIDTHS if w >= n)
+        """The width a pass of n rows runs at: compiled, graph_width(n); else n."""
+        return graph_width(n) if self.compiled else n
 
     def set_width_costs(self, ms: dict[int, float]) -> None:
         """Pad each verify pass to the cheapest measured width at least as wide (speclab.measure.profiling
@@ -204,6 +201,12 @@ COMPILED_GRAPHS = 256  # the compiled graphs dynamo may keep for FastLlama.forwa
 # compiled on a CPU, passes of at most this many rows multiply as generated loops, not MKL calls
 # (FastLlama.linear): measured on the bundled target's shapes, loops were faster up to 8 rows, GEMM from 16
 COMPILED_CPU_GEMV_ROWS = 8
+
+
+def graph_width(n: int) -> int:
+    """The width a compiled pass of n rows runs at: the next of COMPILED_WIDTHS (one graph each, so trees
+    and lookahead windows of every size share a few graphs); n past them (a prefill, uncompiled)."""
+    return n if n > COMPILED_MAX_WIDTH else min(w for w in COMPILED_WIDTHS if w >= n)
 
 
 def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int | None = None) -> FastPath:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -44,8 +44,9 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 from speclab.adaptive import stops_here
 from speclab.drafting import ChainDrafter, Draft
 from speclab.artifacts import check_fits, fingerprint, load_weights, save_weights
-from speclab.methods.layer_step import LayerStep, RowCache
+from speclab.methods.layer_step import FastHeadStep, LayerStep, RowCache
 from speclab.sampling import SamplingParams, check_finite, pick, sample
+from speclab.runner import fast_path_of
 
 NAME, NAME3 = "eagle", "eagle3"  # the methods' names in the registry (vLLM's): an EAGLE-1 head, an EAGLE-3 head
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
@@ -152,10 +153,11 @@ class FeatureHead(nn.Module):
         fuse = getattr(self, "fuse_fc", None)
         return features if fuse is None else fuse(features)
 
-    def logits(self, h: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
+    def logits(self, h: torch.Tensor, lm_head: nn.Module, vocab_logits: Callable | None = None) -> torch.Tensor:
         """The draft's logits over the target's vocabulary; tokens outside a draft vocabulary get -inf
-        (never drafted). A NaN or inf from the head itself is refused first."""
-        logits, ids = self.vocab_logits(h, lm_head)
+        (never drafted). A NaN or inf from the head itself is refused first. `vocab_logits`: the same
+        method compiled (FastHeadStep's), on the fast path."""
+        logits, ids = (vocab_logits or self.vocab_logits)(h, lm_head)
         check_finite(logits, f"{self.name} head")
         if ids is None:
             return logits
@@ -537,10 +539,12 @@ class EagleDrafter(ChainDrafter):
             self.name = "eagle-2" if tree == "dynamic" else "eagle"
         else:
             self.name = "eagle-3" if tree == "dynamic" else "eagle-3 chain"
+        self.target = target
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.forward_calls = 0
         self.last_expansion: dict | None = None
+        self.compiled_head: FastHeadStep | None = None  # built the first time the target runs compiled
         self.start(torch.empty(0, dtype=torch.long))
 
     def set_confidence_threshold(self, threshold: float | None) -> None:
@@ -551,21 +555,36 @@ class EagleDrafter(ChainDrafter):
         super().set_confidence_threshold(threshold)
 
     def start(self, prompt: torch.Tensor) -> None:
-        self.cache = self.head.drafting_cache()
+        self.fast = self._fast_head()
+        self.cache = self.head.drafting_cache() if self.fast is None else self.fast.cache
         self.true_pairs = 0                          # pairs in the head's cache computed from true features
         self.pending: list[torch.Tensor] = []        # true features handed over, not yet in the cache
         self.forward_calls = 0
+
+    def _fast_head(self) -> FastHeadStep | None:
+        """On the target's compiled fast path, the head compiled beside it on a static cache (built once,
+        reset for each sequence); None on the other paths, where the head runs as it is on a RowCache
+        (already a cache written by position)."""
+        path = fast_path_of(self.target)
+        if path is None or not path.compiled:
+            return None
+        if self.compiled_head is None or self.compiled_head.max_len != path.network.max_len:
+            self.compiled_head = FastHeadStep(self.head, path.network.max_len)
+        self.compiled_head.reset()
+        return self.compiled_head
 
     def take_features(self, features: torch.Tensor) -> None:
         self.pending.append(features)
 
     def _head_step(self, tokens: torch.Tensor, features: torch.Tensor, **extra) -> torch.Tensor:
         self.forward_calls += 1
+        if self.fast is not None:
+            return self.fast.step(self.embed(tokens), features, **extra)
         return self.head(self.embed(tokens), features, self.cache, **extra)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """The draft's logits over the target's vocabulary (refused if the head gives NaN or inf)."""
-        return self.head.logits(h, self.lm_head)
+        return self.head.logits(h, self.lm_head, None if self.fast is None else self.fast.vocab_logits)
 
     def _catch_up(self, ids: torch.Tensor) -> torch.Tensor:
         """Roll back the rows computed from guesses, feed the true pairs handed over since, and return

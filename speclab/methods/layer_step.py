@@ -31,6 +31,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.llama.modeling_llama import rotate_half  # the same function in Qwen2/3, Mistral
 
+from speclab.fast_model import looped_attention
+from speclab.runner import COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_MAX_WIDTH, graph_width
+
 # Decoder layers whose forward LayerStep reproduces (same norms, attention and MLP; Qwen2 adds q/k/v
 # biases, Qwen3 per-head q/k norms, both covered).
 SUPPORTED = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer")
@@ -102,6 +105,8 @@ class LayerStep:
         self.grouped = self.heads != self.kv_heads
         self.cos = self.sin = None
         self._fused: dict = {}
+        self.frozen = False  # set by freeze(): the compiled fast path's fixed weights and table
+        self.looped_rows = 0  # steps of at most this many rows attend as generated loops (FastHeadStep, CPU)
 
     @staticmethod
     def supports(layer: nn.Module, rotary: nn.Module) -> bool:
@@ -116,9 +121,23 @@ class LayerStep:
         return full and config.hidden_act in ("silu", "swish") and \
             getattr(rotary, "rope_type", "default") in FIXED_ROPE
 
+    def freeze(self, positions: int, like: torch.Tensor) -> None:
+        """Fix the stacked weights and a rope table of `positions` rows from now on, so a step does
+        nothing data-dependent (what torch.compile needs: speclab.methods.layer_step.FastHeadStep). A
+        weight changed after this is not seen: the fast path runs the head as it was when enabled."""
+        self.frozen = False
+        self.rope(torch.tensor([positions - 1], device=like.device), like)
+        attn, mlp = self.layer.self_attn, self.layer.mlp
+        with torch.no_grad():
+            self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj))
+            self.fused("gate_up", (mlp.gate_proj, mlp.up_proj))
+        self.frozen = True
+
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (..., n, 1, head_dim) at `positions` (n,) or (B, n), from a table the rotary
         module fills once."""
+        if self.frozen:
+            return self.cos[positions][..., None, :], self.sin[positions][..., None, :]
         needed = int(positions.max()) + 1
         if self.cos is None or len(self.cos) < needed or self.cos.dtype != like.dtype or self.cos.device != like.device:
             table = torch.arange(max(needed, 2048), device=like.device)[None]
@@ -133,6 +152,8 @@ class LayerStep:
         optimizer step, load_state_dict), so a head trained after this was built is the one used.
         While training (gradients on and wanted) the stack is built afresh each call, inside the
         graph, so that the gradients reach the layer's own weights."""
+        if self.frozen:
+            return self._fused[name][1:]
         training = torch.is_grad_enabled() and any(m.weight.requires_grad for m in linears)
         key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
         if training or self._fused.get(name, (None,))[0] != key:
@@ -158,7 +179,6 @@ class LayerStep:
             x = x[None]
             attn_input = None if attn_input is None else attn_input[None]
         batch, n = x.shape[:2]
-        cached = cache.get_seq_length(self.layer_idx)
         if attn_input is None:  # EAGLE-1's layer has no input norm (an Identity): its input is fc's output
             norm = layer.input_layernorm
             attn_input = rms_norm(x, norm) if hasattr(norm, "weight") else norm(x)
@@ -175,11 +195,111 @@ class LayerStep:
         q, k = qk[:, :, :self.heads], qk[:, :, self.heads:]
         keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), self.layer_idx)
         if visible is None and n > 1:  # causal over the new rows, everything cached before them
+            cached = keys.shape[-2] - n
             visible = torch.ones(n, cached + n, dtype=torch.bool, device=x.device).tril_(cached)
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible,
-                                             scale=self.scale, enable_gqa=self.grouped)
+        if single and n <= self.looped_rows and visible is not None:  # compiled on a CPU: generated loops
+            out = looped_attention(q[0].transpose(0, 1), keys[0], values[0], visible, self.scale)[None]
+        else:
+            out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible,
+                                                 scale=self.scale, enable_gqa=self.grouped)
         x = x + F.linear(out.transpose(1, 2).reshape(batch, n, -1), attn.o_proj.weight, attn.o_proj.bias)
         gate, up = F.linear(rms_norm(x, layer.post_attention_layernorm),
                             *self.fused("gate_up", (mlp.gate_proj, mlp.up_proj))).chunk(2, dim=-1)
         x = x + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         return x[0] if single else x
+
+
+class SlotCache:
+    """The head's cache on the compiled fast path (FastHeadStep): one preallocated (1, kv_heads, max_len,
+    head_dim) buffer pair per layer, a step's rows written at the `slots` it names (index_copy_, in
+    place under torch.compile) and read up to `end` (a whole bucket, masked: fixed shapes), rolled back
+    by length. The same three methods as RowCache, so the drafter cannot tell them apart."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_len: int, dtype: torch.dtype,
+                 device: torch.device):
+        shape = (1, kv_heads, max_len, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.max_len, self.length, self.end = max_len, 0, max_len
+        self.slots = torch.zeros(0, dtype=torch.long, device=device)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def crop(self, drop: int) -> None:
+        """Forget the last -drop rows (a negative count, as RowCache.crop)."""
+        if drop > 0:
+            raise ValueError(f"crop takes a negative count of rows to drop, got {drop}")
+        self.length = max(0, self.length + drop)
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys[layer_idx].index_copy_(2, self.slots, keys)
+        self.values[layer_idx].index_copy_(2, self.slots, values)
+        return self.keys[layer_idx][:, :, :self.end], self.values[layer_idx][:, :, :self.end]
+
+
+class FastHeadStep:
+    """A drafting head (EAGLE-1, EAGLE-3, MTP) on the compiled fast path: its forward and its logits
+    under torch.compile, on a SlotCache. Each step's rows are padded to one of the widths the target's
+    passes use (speclab.runner.COMPILED_WIDTHS) and its cache read to a whole bucket, so a few graphs
+    serve every chain step, catch-up and tree level. The padding rows see only themselves and are
+    written past the length, where nothing reads them. `step(embeds, features, positions, visible)`
+    means what head(embeds, features, cache, positions, visible) does, on `cache`. On a CPU, steps of a
+    few rows attend as generated loops, as the target's do (speclab.fast_model.looped_attention)."""
+
+    def __init__(self, head: nn.Module, max_len: int):
+        step = head.layer_step
+        if step is None:
+            raise TypeError(f"the compiled fast path runs a head's layer through LayerStep, which covers {SUPPORTED}; "
+                            f"this {head.name} head's layer is {type(head.layer).__name__}: run the target on the "
+                            "static fast path or the eager path")
+        like = head.fc.weight
+        on_cpu = like.device.type == "cpu"
+        step.freeze(max_len, like)
+        step.frozen = False  # frozen only during this class's steps: the eager paths see the head as it is now
+        self.looped_rows = COMPILED_CPU_GEMV_ROWS if on_cpu else 0
+        self.layer_step, self.head, self.max_len = step, head, max_len
+        self.bucket = COMPILED_CPU_BUCKET if on_cpu else max_len
+        self.cache = SlotCache(1, step.kv_heads, step.head_dim, max_len, like.dtype, like.device)
+        # on a CPU inductor's freezing, as for the target (speclab.runner.enable_fast_path): weights prepacked
+        options = {"freezing": True} if on_cpu else None
+        self.forward = torch.compile(head.forward, dynamic=False, options=options)
+        self.vocab_logits = torch.compile(head.vocab_logits, dynamic=False, options=options)
+
+    def reset(self) -> None:
+        self.cache.length = 0
+
+    def step(self, embeds: torch.Tensor, features: torch.Tensor, positions: torch.Tensor | None = None,
+             visible: torch.Tensor | None = None) -> torch.Tensor:
+        n, cached = embeds.shape[0], self.cache.length
+        width = graph_width(n)
+        end = cached + width
+        if end > self.max_len:
+            raise ValueError(f"the {self.head.name} head's static cache holds {self.max_len} positions and this step "
+                             f"needs {end}: enable the target's fast path with a larger max_len, or ask for fewer "
+                             "tokens")
+        read = min(self.max_len, -(-end // self.bucket) * self.bucket)
+        device = embeds.device
+        sees = torch.zeros(width, read, dtype=torch.bool, device=device)
+        if visible is None:  # causal: every cached row, and the new rows up to itself
+            sees[:n, :cached] = True
+            sees[:n, cached:cached + n] = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+        else:
+            sees[:n, :cached + n] = visible
+        positions = torch.arange(cached, cached + n, device=device) if positions is None else positions
+        if width > n:  # padding rows: zeros that see only themselves, at a position in the table
+            pad = torch.arange(n, width, device=device)
+            sees[pad, cached + pad] = True
+            embeds = torch.cat([embeds, embeds.new_zeros(width - n, embeds.shape[1])])
+            features = torch.cat([features, features.new_zeros(width - n, features.shape[1])])
+            positions = torch.cat([positions, positions[-1:].expand(width - n)])
+        self.cache.slots, self.cache.end = torch.arange(cached, end, device=device), read
+        forward = self.forward if n <= COMPILED_MAX_WIDTH else self.head.forward  # the prompt's catch-up: eager
+        self.layer_step.frozen, self.layer_step.looped_rows = True, self.looped_rows
+        try:
+            with torch.no_grad():
+                h = forward(embeds, features, self.cache, positions, sees)
+        finally:
+            self.layer_step.frozen, self.layer_step.looped_rows = False, 0
+        self.cache.length = cached + n
+        return h[:n]

@@ -186,3 +186,33 @@ def test_the_drafter_keeps_a_row_cache_where_the_step_runs_and_a_dynamic_cache_o
     target.config.use_sliding_window, target.config.sliding_window = True, 4
     target.config.layer_types = ["sliding_attention"] * 2
     assert isinstance(EagleHead.for_target(target, 1).drafting_cache(), DynamicCache)
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_heads_on_the_compiled_fast_path_draft_what_they_draft_eagerly(version):
+    """FastHeadStep: the head compiled beside the compiled target, on a SlotCache, its steps padded to a few
+    widths, gives every round the drafts the eager head gives (EAGLE-2's trees: masks, catch-ups, rollbacks;
+    EAGLE-3 with a draft vocabulary), and the target-only tokens."""
+    from speclab import generate, speculative_generate
+    from speclab.methods.eagle import EagleDrafter
+    from speclab.runner import disable_fast_path, enable_fast_path
+    target = tiny_model("llama", layers=2, seed=0)
+    torch.manual_seed(version)
+    if version == 1:
+        head = EagleHead.for_target(target)
+        torch.nn.init.normal_(head.fc.weight, 0, 0.5 / head.fc.weight.shape[1] ** 0.5)
+    else:  # speclab's start for EAGLE-3 already drafts (the target's last layer reading the feature)
+        head = Eagle3Head.for_target(target, draft_vocab_size=48)
+    drafter = EagleDrafter(head.eval(), target, tree="dynamic", top_k=3, depth=4, total_tokens=10)
+    prompt = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30, 5, 17, 42, 9])
+    reference = generate(target, prompt, max_new_tokens=24).tokens.tolist()
+    eager = speculative_generate(target, drafter, prompt, k=4, max_new_tokens=24)
+    enable_fast_path(target, "compiled", max_len=64)
+    try:
+        fast = speculative_generate(target, drafter, prompt, k=4, max_new_tokens=24)
+    finally:
+        disable_fast_path(target)
+    assert drafter.compiled_head is not None and drafter.compiled_head.cache.length > 0  # it really ran compiled
+    assert fast.tokens.tolist() == eager.tokens.tolist() == reference
+    assert [r.drafted for r in fast.trace] == [r.drafted for r in eager.trace]
+    assert sum(r.accepted for r in fast.trace) > 0  # drafts were accepted, not only bonus tokens
