@@ -117,7 +117,11 @@ class FastLlama(torch.nn.Module):
         self.embed = frozen(body.embed_tokens.weight)
         self.layers = torch.nn.ModuleList(FastLayer(layer, self.kv_heads, self.head_dim, max_len)
                                           for layer in body.layers)
-        self.norm = frozen(body.norm.weight)
+        # the final norm, or the module a model puts there (layer skipping's exit adapter before the norm:
+        # speclab.methods.layer_skip), called as it is
+        plain_norm = hasattr(body.norm, "weight") and not list(body.norm.children())
+        self.norm = frozen(body.norm.weight) if plain_norm else None
+        self.final = None if plain_norm else body.norm
         # the model's own output layer (a Linear, or a shared draft's reduced-vocabulary head): same weights
         self.lm_head = model.get_output_embeddings()
         with torch.no_grad():  # the model's own rotary module: every rope variant transformers knows
@@ -145,7 +149,7 @@ class FastLlama(torch.nn.Module):
             gate, up = self.linear(rms_norm(x, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
             x = x + self.linear(F.silu(gate) * up, layer.down)
             hidden.append(x)
-        x = rms_norm(x, self.norm, self.eps)
+        x = rms_norm(x, self.norm, self.eps) if self.final is None else self.final(x)
         hidden[-1] = x  # what transformers reports as the last hidden state: after the final norm
         features = torch.cat([hidden[i] for i in feature_layers], dim=-1) if feature_layers else None
         x = x[-1:] if last_only else x

@@ -246,6 +246,16 @@ def fast_path_of(model: torch.nn.Module) -> FastPath | None:
     return _FAST_PATHS.get(model)
 
 
+def use_fast_path(model: torch.nn.Module, path: FastPath | None) -> None:
+    """Run `model` on `path`, a fast path built for it earlier by enable_fast_path (None: the eager path),
+    without rebuilding or recompiling anything: how a drafter whose network is its own (layer skipping's
+    view of the target) follows the target's path from one sequence to the next."""
+    if path is None:
+        _FAST_PATHS.pop(model, None)
+    else:
+        _FAST_PATHS[model] = path
+
+
 @contextmanager
 def fast_paths(paths: Mapping[torch.nn.Module, FastPath]) -> Iterator[None]:
     """Inside the block the models of `paths` run on those fast paths (built once by enable_fast_path and

@@ -27,6 +27,7 @@ from torch import nn
 from speclab.artifacts import check_fits, fingerprint, load_weights, save_weights, zero_linear
 from speclab.methods.draft_model import ModelDrafter
 from speclab.models import shallow_config
+from speclab.runner import FastPath, enable_fast_path, fast_path_of, use_fast_path
 
 NAME = "layer_skip"  # the method's name in the registry
 ADAPTERS_CONFIG, ADAPTERS_FILE = "exit_config.json", "exit_adapters.safetensors"
@@ -82,8 +83,22 @@ class LayerSkipDrafter(ModelDrafter):
 
     def __init__(self, target: nn.Module, exit_layer: int, adapter: ExitAdapter | None = None):
         super().__init__(early_exit_model(target, exit_layer, adapter))
-        self.exit_layer = exit_layer
+        self.target, self.exit_layer = target, exit_layer
         self.name = f"layer skip E={exit_layer}" + (" + adapter" if adapter is not None else "")
+        self.view_paths: dict[str, FastPath] = {}  # the view's fast path for each mode, built once
+
+    def start(self, prompt: torch.Tensor) -> None:
+        """The view runs on the path its target runs on: on the target's fast path, on a fast path of the
+        same mode and length built for the view (once, then kept: a compiled one is not compiled twice)."""
+        path = fast_path_of(self.target)
+        if path is None:
+            use_fast_path(self.model, None)
+        else:
+            mode = "compiled" if path.compiled else "static"
+            if mode not in self.view_paths:
+                self.view_paths[mode] = enable_fast_path(self.model, mode, path.network.max_len)
+            use_fast_path(self.model, self.view_paths[mode])
+        super().start(prompt)
 
 
 # ---------------------------------------------------------------- exit adapters on disk: one file, a key per layer

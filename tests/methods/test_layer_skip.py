@@ -123,3 +123,30 @@ def test_the_shipped_adapters_decode_the_bundled_target_exactly():
     for exit_layer, adapter in ((6, False), (12, True)):
         drafter = load_drafter("layer_skip", pair.target, exit_layer=exit_layer, adapter=adapter)
         assert speculative_generate(pair.target, drafter, ids, k=4, max_new_tokens=24).tokens.tolist() == reference
+
+
+@pytest.mark.parametrize("mode", ["static", "compiled"])
+def test_the_view_follows_the_target_onto_its_fast_path_with_its_adapter(mode):
+    """On the target's fast path the view (its first E layers, the exit adapter before the final norm)
+    runs on a fast path of the same mode, built once: the same drafts round by round as eagerly, the
+    target-only tokens; back on the eager path when the target is."""
+    from speclab.methods.layer_skip import LayerSkipDrafter
+    from speclab.runner import StaticRunner, disable_fast_path, enable_fast_path
+    target = tiny_model("llama", layers=4, seed=0)
+    torch.manual_seed(1)
+    adapter = ExitAdapter(target.config.hidden_size)
+    torch.nn.init.normal_(adapter.linear.weight, 0, 0.05)
+    drafter = LayerSkipDrafter(target, 2, adapter)
+    reference = generate(target, PROMPT, max_new_tokens=20).tokens.tolist()
+    eager = speculative_generate(target, drafter, PROMPT, k=3, max_new_tokens=20)
+    enable_fast_path(target, mode, max_len=64)
+    try:
+        fast = speculative_generate(target, drafter, PROMPT, k=3, max_new_tokens=20)
+        assert isinstance(drafter.runner, StaticRunner) and list(drafter.view_paths) == [mode]
+    finally:
+        disable_fast_path(target)
+    assert fast.tokens.tolist() == eager.tokens.tolist() == reference
+    assert [r.drafted for r in fast.trace] == [r.drafted for r in eager.trace]
+    assert sum(r.accepted for r in fast.trace) > 0
+    drafter.start(PROMPT)
+    assert not isinstance(drafter.runner, StaticRunner)
