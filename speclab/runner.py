@@ -209,6 +209,12 @@ def graph_width(n: int) -> int:
     return n if n > COMPILED_MAX_WIDTH else min(w for w in COMPILED_WIDTHS if w >= n)
 
 
+def read_end(end: int, bucket: int, max_len: int) -> int:
+    """How many cache slots a pass whose rows end at slot `end` reads: `end` rounded up to a whole bucket
+    (fixed shapes for the compiler; the slots past `end` are masked), at most the cache's length."""
+    return min(max_len, -(-end // bucket) * bucket)
+
+
 def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int | None = None) -> FastPath:
     """Run `model` on the fast path from now on (every runner_for(model)): a FastLlama of its weights on
     a static cache of max_len positions (default: the model's context length, at most 4096). "static"
@@ -302,7 +308,7 @@ class StaticRunner:
             raise ValueError(f"the {self.who}'s static cache holds {self.path.network.max_len} positions and this "
                              f"pass needs {end}: enable the fast path with a larger max_len "
                              "(enable_fast_path(model, max_len=...)), or ask for fewer tokens")
-        read = min(self.path.network.max_len, -(-end // self.path.bucket) * self.path.bucket)
+        read = read_end(end, self.path.bucket, self.path.network.max_len)
         sees = torch.zeros(n, read, dtype=torch.bool, device=self.device)
         sees[:, :cached] = True
         sees[:, cached:end] = sees_own.to(self.device)

@@ -23,6 +23,11 @@ values live in buffers allocated ahead, a step writes its rows in place and atte
 the rows so far, and rolling back is a change of length. transformers' DynamicCache concatenates
 the whole cache on every step instead, a copy that grows with the context and that a drafter pays
 on every one of its small passes.
+
+On the compiled fast path (chapter 10) the head is compiled beside its target: `FastHeadStep` runs the
+head's forward and logits under torch.compile on a `SlotCache` (rows written at named slots, read in
+whole buckets with a mask, so shapes stay fixed), each step padded to one of the target's few graph
+widths. The EAGLE drafter switches to it by itself when its target runs compiled.
 """
 from __future__ import annotations
 
@@ -32,7 +37,8 @@ from torch import nn
 from transformers.models.llama.modeling_llama import rotate_half  # the same function in Qwen2/3, Mistral
 
 from speclab.fast_model import looped_attention
-from speclab.runner import COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_MAX_WIDTH, graph_width
+from speclab.runner import (COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_MAX_WIDTH, graph_width,
+                            read_end)
 
 # Decoder layers whose forward LayerStep reproduces (same norms, attention and MLP; Qwen2 adds q/k/v
 # biases, Qwen3 per-head q/k norms, both covered).
@@ -278,7 +284,7 @@ class FastHeadStep:
             raise ValueError(f"the {self.head.name} head's static cache holds {self.max_len} positions and this step "
                              f"needs {end}: enable the target's fast path with a larger max_len, or ask for fewer "
                              "tokens")
-        read = min(self.max_len, -(-end // self.bucket) * self.bucket)
+        read = read_end(end, self.bucket, self.max_len)
         device = embeds.device
         sees = torch.zeros(width, read, dtype=torch.bool, device=device)
         if visible is None:  # causal: every cached row, and the new rows up to itself
