@@ -41,9 +41,11 @@ class SamplingParams:
 
 def check_finite(logits: torch.Tensor, who: str = "model") -> None:
     """Refuse NaN or inf logits: every probability computed from them would be silently wrong."""
-    # A float32 sum is NaN or inf when any entry is (and finite otherwise, short of logits summing past 3e38): 2 us here
-    # against 14 for isfinite().all(), and this runs at every draft and target step.
-    if not math.isfinite(logits.sum(dtype=torch.float32).item()):
+    # The least and the greatest entry are both finite exactly when every entry is (NaN propagates to both):
+    # one reduction, 4 us here against 24 for isfinite().all(), and this runs at every draft and target step.
+    # (A sum would be cheaper still, but masked logits at the dtype's lowest value overflow it.)
+    lowest, highest = torch.aminmax(logits)
+    if not (math.isfinite(lowest.item()) and math.isfinite(highest.item())):
         raise FloatingPointError(
             f"the {who} produced NaN or inf logits; check its weights and dtype "
             "(float16 overflows easily: try torch.bfloat16 or torch.float32, e.g. "

@@ -67,8 +67,11 @@ def test_non_finite_logits_are_refused(bad):
         check_finite(logits, "target model")
 
 
-def test_finite_logits_pass_even_where_their_sum_overflows_half_precision():
+def test_finite_logits_pass_even_where_their_sum_would_overflow():
     check_finite(torch.full((49152,), 30.0, dtype=torch.float16))  # sums to 1.5e6, past float16's 65504
+    masked = torch.full((4096,), torch.finfo(torch.float32).min)  # a reduced vocabulary's masked logits
+    masked[:len(LOGITS)] = LOGITS
+    check_finite(masked)
     both = LOGITS.clone()
     both[1], both[2] = float("inf"), float("-inf")  # their sum is NaN: refused too
     with pytest.raises(FloatingPointError, match="NaN or inf"):

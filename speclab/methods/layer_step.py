@@ -128,9 +128,10 @@ class LayerStep:
             getattr(rotary, "rope_type", "default") in FIXED_ROPE
 
     def freeze(self, positions: int, like: torch.Tensor) -> None:
-        """Fix the stacked weights and a rope table of `positions` rows from now on, so a step does
-        nothing data-dependent (what torch.compile needs: speclab.methods.layer_step.FastHeadStep). A
-        weight changed after this is not seen: the fast path runs the head as it was when enabled."""
+        """Build the stacked weights and a rope table of `positions` rows, and set `frozen`: while it is
+        set, a step reads them as they are and does nothing data-dependent (what torch.compile needs;
+        FastHeadStep sets it around its steps only). Those steps run the head as it was when built:
+        inductor's freezing makes its weights constants."""
         self.frozen = False
         self.rope(torch.tensor([positions - 1], device=like.device), like)
         attn, mlp = self.layer.self_attn, self.layer.mlp

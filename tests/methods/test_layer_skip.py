@@ -125,11 +125,12 @@ def test_the_shipped_adapters_decode_the_bundled_target_exactly():
         assert speculative_generate(pair.target, drafter, ids, k=4, max_new_tokens=24).tokens.tolist() == reference
 
 
-@pytest.mark.parametrize("mode", ["static", "compiled"])
+@pytest.mark.parametrize("mode", ["static"])  # compiled: the same code under torch.compile (the bench's rows)
 def test_the_view_follows_the_target_onto_its_fast_path_with_its_adapter(mode):
     """On the target's fast path the view (its first E layers, the exit adapter before the final norm)
     runs on a fast path of the same mode, built once: the same drafts round by round as eagerly, the
-    target-only tokens; back on the eager path when the target is."""
+    target-only tokens; back on the eager path when the target is. ("compiled" passes too, in about 30 s
+    of compiling: left out of CI's budget.)"""
     from speclab.methods.layer_skip import LayerSkipDrafter
     from speclab.runner import StaticRunner, disable_fast_path, enable_fast_path
     target = tiny_model("llama", layers=4, seed=0)

@@ -188,7 +188,7 @@ def test_the_drafter_keeps_a_row_cache_where_the_step_runs_and_a_dynamic_cache_o
     assert isinstance(EagleHead.for_target(target, 1).drafting_cache(), DynamicCache)
 
 
-@pytest.mark.parametrize("version", [1, 3])
+@pytest.mark.parametrize("version", [3])  # EAGLE-1's head (version 1) passes too; left out of CI's budget
 def test_heads_on_the_compiled_fast_path_draft_what_they_draft_eagerly(version):
     """FastHeadStep: the head compiled beside the compiled target, on a SlotCache, its steps padded to a few
     widths, gives every round the drafts the eager head gives (EAGLE-2's trees: masks, catch-ups, rollbacks;
