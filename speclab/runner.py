@@ -245,7 +245,7 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
 
 def disable_fast_path(model: torch.nn.Module) -> None:
     """Back to the eager path (transformers' model and DynamicCache)."""
-    _FAST_PATHS.pop(model, None)
+    use_fast_path(model, None)
 
 
 def fast_path_of(model: torch.nn.Module) -> FastPath | None:
@@ -272,10 +272,7 @@ def fast_paths(paths: Mapping[torch.nn.Module, FastPath]) -> Iterator[None]:
         yield
     finally:
         for model, path in before.items():
-            if path is None:
-                _FAST_PATHS.pop(model, None)
-            else:
-                _FAST_PATHS[model] = path
+            use_fast_path(model, path)
 
 
 def runner_for(model: torch.nn.Module, who: str = "model") -> ModelRunner | StaticRunner:

@@ -128,17 +128,15 @@ class LayerStep:
             getattr(rotary, "rope_type", "default") in FIXED_ROPE
 
     def freeze(self, positions: int, like: torch.Tensor) -> None:
-        """Build the stacked weights and a rope table of `positions` rows, and set `frozen`: while it is
-        set, a step reads them as they are and does nothing data-dependent (what torch.compile needs;
+        """Build the stacked weights and a rope table of `positions` rows for frozen steps: while `frozen`
+        is set, a step reads them as they are and does nothing data-dependent (what torch.compile needs;
         FastHeadStep sets it around its steps only). Those steps run the head as it was when built:
         inductor's freezing makes its weights constants."""
-        self.frozen = False
         self.rope(torch.tensor([positions - 1], device=like.device), like)
         attn, mlp = self.layer.self_attn, self.layer.mlp
         with torch.no_grad():
             self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj))
             self.fused("gate_up", (mlp.gate_proj, mlp.up_proj))
-        self.frozen = True
 
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin (..., n, 1, head_dim) at `positions` (n,) or (B, n), from a table the rotary
@@ -262,8 +260,7 @@ class FastHeadStep:
                             "static fast path or the eager path")
         like = head.fc.weight
         on_cpu = like.device.type == "cpu"
-        step.freeze(max_len, like)
-        step.frozen = False  # frozen only during this class's steps: the eager paths see the head as it is now
+        step.freeze(max_len, like)  # frozen only during this class's steps: the eager paths see the head as it is
         self.looped_rows = COMPILED_CPU_GEMV_ROWS if on_cpu else 0
         self.layer_step, self.head, self.max_len = step, head, max_len
         self.bucket = COMPILED_CPU_BUCKET if on_cpu else max_len
