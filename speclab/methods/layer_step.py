@@ -37,8 +37,8 @@ from torch import nn
 from transformers.models.llama.modeling_llama import rotate_half  # the same function in Qwen2/3, Mistral
 
 from speclab.fast_model import looped_attention
-from speclab.runner import (COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_MAX_WIDTH, graph_width,
-                            read_end)
+from speclab.runner import (COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_CPU_OPTIONS, COMPILED_MAX_WIDTH,
+                            graph_width, read_end)
 
 # Decoder layers whose forward LayerStep reproduces (same norms, attention and MLP; Qwen2 adds q/k/v
 # biases, Qwen3 per-head q/k norms, both covered).
@@ -265,8 +265,8 @@ class FastHeadStep:
         self.layer_step, self.head, self.max_len = step, head, max_len
         self.bucket = COMPILED_CPU_BUCKET if on_cpu else max_len
         self.cache = SlotCache(1, step.kv_heads, step.head_dim, max_len, like.dtype, like.device)
-        # on a CPU inductor's freezing, as for the target (speclab.runner.enable_fast_path): weights prepacked
-        options = {"freezing": True} if on_cpu else None
+        # on a CPU the target's inductor options (speclab.runner.COMPILED_CPU_OPTIONS): weights prepacked
+        options = dict(COMPILED_CPU_OPTIONS) if on_cpu else None
         self.forward = torch.compile(head.forward, dynamic=False, options=options)
         self.vocab_logits = torch.compile(head.vocab_logits, dynamic=False, options=options)
 
