@@ -98,7 +98,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                        "speclab eagle-chain": {"tree": "chain"}}),
     Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), aliases=EAGLE_ALIASES, weights="head",
            bundled="eagle3", on_target=True, train="eagle3",
-           bench_rows={"speclab eagle3": {}, "speclab eagle3-tree": {"settings": "fastest-tree"}}),
+           bench_rows={"speclab eagle3": {}, "speclab eagle3-tree": {"settings": "fastest-tree"},
+                       "speclab eagle3-chain": {"tree": "chain"}}),
     Method(mtp.NAME, mtp.load_mtp, aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
            on_target=True, train="mtp",
            # chained as deep as the round's K
