@@ -148,7 +148,7 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(micro, t
           "--eagle", str(tmp_path / "eagle"), "--eagle3", str(tmp_path / "eagle3")])
     table = capsys.readouterr().out
     assert "\nmedusa " in table and "\nmedusa-chain" in table
-    assert "\neagle " in table and "\neagle-chain" in table and "\neagle3 " in table
+    assert "\neagle " in table and "\neagle-chain" in table and "\neagle3 " in table and "\neagle3-chain" in table
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1"])
     table = capsys.readouterr().out
