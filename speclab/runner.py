@@ -199,7 +199,9 @@ COMPILED_MAX_WIDTH = 64  # wider passes (prefills) run the same network uncompil
 COMPILED_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 COMPILED_GRAPHS = 256  # the compiled graphs dynamo may keep for FastLlama.forward
 # compiled on a CPU, passes of at most this many rows multiply as generated loops, not MKL calls
-# (FastLlama.linear): measured on the bundled target's shapes, loops were faster up to 8 rows, GEMM from 16
+# (FastLlama.linear): measured on the bundled target's shapes, loops were faster up to 8 rows, GEMM from 16.
+# Re-measured with COMPILED_CPU_OPTIONS, loops up to 16 rows vs up to 8 (ms at 8/12/16 rows): bundled
+# 7.9/10.2/12.3 vs 6.9/12.5/12.8, SmolLM2 48/67/87 vs 59/84/91; no clear gain, and wide passes pay on neither
 COMPILED_CPU_GEMV_ROWS = 8
 # inductor's options on a CPU. Freezing: the weights become constants, prepacked for MKL's GEMM (as vLLM's
 # CPU runner compiles); it halved the MKL products' time here. realize_reads_threshold 1: a value read more
