@@ -69,10 +69,11 @@ def synchronize(device: torch.device | str) -> None:
 
 @contextmanager
 def timer(device: torch.device | str):
-    """Wall time of a block, synchronised with the device at both ends. Yields a dict with 'seconds'."""
+    """Wall time of a block, synchronised with the device at both ends. Yields a dict with 'seconds' (set at
+    the end) and 'start' (time.perf_counter() at the start, for times taken inside the block)."""
     result = {"seconds": 0.0}
     synchronize(device)
-    start = time.perf_counter()
+    start = result["start"] = time.perf_counter()
     try:
         yield result
     finally:

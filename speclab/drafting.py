@@ -162,6 +162,41 @@ class Drafter(ABC):
         """For drafters whose Draft carries a SideBranch: the target's logits (M, V) for its tokens, from
         the verification pass. Called before `update`."""
 
+    # ------------------------------------------------------------ a batch of sequences (chapter 11)
+    # The decode loop calls these, with the cache rows of the sequences concerned (0 for one prompt). By
+    # default each calls the method above for every sequence, which is right for a drafter that keeps no
+    # state between rounds (prompt lookup) or for one sequence; a drafter with state per sequence (a draft
+    # model's cache) overrides them and sets `batched`.
+    batched: bool = False  # drafts for several sequences at once
+
+    def check_batch(self, size: int) -> None:
+        """Refuse a batch this drafter cannot draft for, saying which drafters can."""
+        if size > 1 and not self.batched:
+            raise ValueError(f"the {self.name} drafter drafts for one sequence at a time; a batch of {size} prompts "
+                             "needs a drafter that drafts batches: draft_model, ngram (prompt lookup), or decode "
+                             "the prompts one at a time")
+
+    def start_rows(self, rows: list[int], prompts: list[torch.Tensor]) -> None:
+        for prompt in prompts:
+            self.start(prompt)
+
+    def propose_rows(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
+                     generator: torch.Generator | None = None) -> list[Draft]:
+        """One Draft per sequence: up to ks[i] tokens to follow ids[i]."""
+        return [self.propose(seq, k, sampling, generator) for seq, k in zip(ids, ks)]
+
+    def update_rows(self, rows: list[int], ids: list[torch.Tensor], num_accepted: list[int]) -> None:
+        for seq, accepted in zip(ids, num_accepted):
+            self.update(seq, accepted)
+
+    def take_features_rows(self, rows: list[int], features: list[torch.Tensor]) -> None:
+        for f in features:
+            self.take_features(f)
+
+    def take_side_logits_rows(self, rows: list[int], logits: list[torch.Tensor]) -> None:
+        for row_logits in logits:
+            self.take_side_logits(row_logits)
+
 
 class ChainDrafter(Drafter):
     """A drafter that drafts a chain one token at a time from a distribution it computes, so it can stop

@@ -66,28 +66,30 @@ def frozen(t: torch.Tensor) -> torch.nn.Parameter:
 
 def looped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, sees: torch.Tensor,
                      scale: float | None = None) -> torch.Tensor:
-    """Attention of a few rows, q (heads, n, d), over the cache's keys and values (kv_heads, end, d), sees
-    (n, end) bool, written as multiplies and sums (in float32) that inductor turns into one loop each,
-    as `FastLlama.linear` does for products. torch's CPU attention kernel costs more than the arithmetic
-    at these sizes: on the bundled pair (3 heads of 64, 256 slots, 2 threads, compiled), ~50 us more a
-    layer for a 5-row verify pass in float32, ~100 us more for one row in float16. Query heads are
-    grouped under the key/value head they share (grouped-query attention), so nothing is repeated."""
-    heads, n, d = q.shape
-    kv_heads, end = keys.shape[0], keys.shape[1]
+    """Attention of a few rows, q (..., heads, n, d), over the cache's keys and values (..., kv_heads, end, d),
+    sees (..., n, end) bool (the leading dims: a batch of sequences, or none), written as multiplies and sums
+    (in float32) that inductor turns into one loop each, as `FastLlama.linear` does for products. torch's CPU
+    attention kernel costs more than the arithmetic at these sizes: on the bundled pair (3 heads of 64, 256
+    slots, 2 threads, compiled), ~50 us more a layer for a 5-row verify pass in float32, ~100 us more for one
+    row in float16. Query heads are grouped under the key/value head they share (grouped-query attention),
+    so nothing is repeated."""
+    *batch, heads, n, d = q.shape
+    kv_heads, end = keys.shape[-3], keys.shape[-2]
     group = heads // kv_heads
-    q = q.reshape(kv_heads, group * n, 1, d).float()
+    q = q.reshape(*batch, kv_heads, group * n, 1, d).float()
     scale = d ** -0.5 if scale is None else scale
-    scores = (q * keys.unsqueeze(1).float()).sum(-1) * scale  # (kv_heads, group * n, end)
-    scores = scores.view(kv_heads, group, n, end).masked_fill(~sees, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).view(kv_heads, group * n, end, 1)
-    o = (weights * values.unsqueeze(1).float()).sum(-2)  # (kv_heads, group * n, d)
-    return o.view(heads, n, d).to(values.dtype)
+    scores = (q * keys.unsqueeze(-3).float()).sum(-1) * scale  # (..., kv_heads, group * n, end)
+    visible = sees.reshape(*batch, 1, 1, n, end)
+    scores = scores.view(*batch, kv_heads, group, n, end).masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).view(*batch, kv_heads, group * n, end, 1)
+    o = (weights * values.unsqueeze(-3).float()).sum(-2)  # (..., kv_heads, group * n, d)
+    return o.view(*batch, heads, n, d).to(values.dtype)
 
 
 class FastLayer(torch.nn.Module):
-    """One decoder layer: fused weights and the layer's slice of the static cache."""
+    """One decoder layer: fused weights and the layer's slice of the static cache, one row per sequence."""
 
-    def __init__(self, layer: torch.nn.Module, kv_heads: int, head_dim: int, max_len: int):
+    def __init__(self, layer: torch.nn.Module, kv_heads: int, head_dim: int, max_len: int, rows: int = 1):
         super().__init__()
         attn, mlp = layer.self_attn, layer.mlp
         self.attn_norm = frozen(layer.input_layernorm.weight)
@@ -97,25 +99,30 @@ class FastLayer(torch.nn.Module):
         self.gate_up = frozen(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
         self.down = frozen(mlp.down_proj.weight)
         dtype, device = self.qkv.dtype, self.qkv.device
-        self.register_buffer("keys", torch.zeros(1, kv_heads, max_len, head_dim, dtype=dtype, device=device))
-        self.register_buffer("values", torch.zeros(1, kv_heads, max_len, head_dim, dtype=dtype, device=device))
+        self.register_buffer("keys", torch.zeros(rows, kv_heads, max_len, head_dim, dtype=dtype, device=device))
+        self.register_buffer("values", torch.zeros(rows, kv_heads, max_len, head_dim, dtype=dtype, device=device))
 
 
 class FastLlama(torch.nn.Module):
-    """The target (or draft) network on a static cache of `max_len` positions. `forward` feeds n tokens
-    at the positions given and returns their logits; which cached slots each row sees is the caller's
-    mask (speclab.runner.StaticRunner builds it), and `end` is how many slots attention reads."""
+    """The target (or draft) network on a static cache of `max_len` positions for up to `max_batch`
+    sequences. `forward` feeds each sequence of a batch n tokens at the positions given and returns their
+    logits; which cached slots each token sees is the caller's mask (speclab.runner.StaticRunner builds it),
+    and `end` is how many slots attention reads. The cache holds one row more than max_batch: a scratch
+    row for the padding sequences a compiled pass adds to reach a batch size it has a graph for."""
 
-    def __init__(self, model: torch.nn.Module, max_len: int):
+    def __init__(self, model: torch.nn.Module, max_len: int, max_batch: int = 1):
         super().__init__()
         check_fast_architecture(model)
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch (sequences the static cache holds) must be an integer >= 1, got {max_batch!r}")
         config, body = model.config, model.model
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        self.eps, self.max_len = config.rms_norm_eps, max_len
+        self.eps, self.max_len, self.max_batch = config.rms_norm_eps, max_len, max_batch
         self.gemv_rows = 0  # passes of at most this many rows multiply as generated loops (see linear)
         self.embed = frozen(body.embed_tokens.weight)
-        self.layers = torch.nn.ModuleList(FastLayer(layer, self.kv_heads, self.head_dim, max_len)
+        cache_rows = 1 if max_batch == 1 else max_batch + 1  # + the scratch row
+        self.layers = torch.nn.ModuleList(FastLayer(layer, self.kv_heads, self.head_dim, max_len, cache_rows)
                                           for layer in body.layers)
         # the final norm, or the module a model puts there (layer skipping's exit adapter before the norm:
         # speclab.methods.layer_skip), called as it is
@@ -130,29 +137,44 @@ class FastLlama(torch.nn.Module):
         self.register_buffer("cos", cos[0].to(self.embed.dtype))
         self.register_buffer("sin", sin[0].to(self.embed.dtype))
 
+    @property
+    def scratch_row(self) -> int:
+        """The cache row padding sequences write to (never one a sequence owns)."""
+        return self.layers[0].keys.shape[0] - 1
+
     def forward(self, ids: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, sees: torch.Tensor,
-                end: int, feature_layers: tuple[int, ...] = (), last_only: bool = False
+                end: int, feature_layers: tuple[int, ...] = (), last_only: bool = False,
+                rows: torch.Tensor | None = None, last: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """ids, slots, positions (n,): token i is written to cache slot slots[i] and rotated as position
-        positions[i] (a chain's are equal; a tree's siblings share a position, never a slot). sees
-        (n, end) bool: row i attends to slot j where sees[i, j] (its own slot included). Returns logits
-        (n, V) (or (1, V) with last_only) and, with feature_layers, the hidden states transformers'
-        output_hidden_states would give at those indices, concatenated (0: the embeddings, i: after
-        layer i, -1 or L: after the final norm)."""
-        n = ids.shape[0]
+        """ids, slots, positions (B, n): sequence b's token i is written to its cache slot slots[b, i] and
+        rotated as position positions[b, i] (a chain's are equal; a tree's siblings share a position, never a
+        slot). sees (B, n, end) bool: that token attends to slot j where sees[b, i, j] (its own slot
+        included). rows (B,): the cache row of each sequence (None: rows 0 .. B - 1). Returns logits
+        (B, n, V), with last_only (B, 1, V) of the last token, or with `last` (B,) of token last[b] of each
+        sequence; and with feature_layers, the hidden states transformers' output_hidden_states would give at
+        those indices, concatenated (0: the embeddings, i: after layer i, -1 or L: after the final norm).
+        1-D ids, slots, positions and 2-D sees are one sequence in row 0, and the outputs lose the batch dim."""
+        if ids.dim() == 1:
+            logits, features = self.forward(ids[None], slots[None], positions[None], sees[None], end,
+                                            feature_layers, last_only)
+            return logits[0], (features[0] if features is not None else None)
+        batch, n = ids.shape
         x = F.embedding(ids, self.embed)
-        cos, sin = self.cos[positions], self.sin[positions]
-        mask = sees.view(1, 1, n, end)
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # (B, 1, n, d)
+        mask = sees.view(batch, 1, n, end)
         hidden = [x]
         for layer in self.layers:
-            x = x + self.attention(layer, rms_norm(x, layer.attn_norm, self.eps), slots, cos, sin, mask, end)
+            x = x + self.attention(layer, rms_norm(x, layer.attn_norm, self.eps), slots, cos, sin, mask, end, rows)
             gate, up = self.linear(rms_norm(x, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
             x = x + self.linear(F.silu(gate) * up, layer.down)
             hidden.append(x)
         x = rms_norm(x, self.norm, self.eps) if self.final is None else self.final(x)
         hidden[-1] = x  # what transformers reports as the last hidden state: after the final norm
         features = torch.cat([hidden[i] for i in feature_layers], dim=-1) if feature_layers else None
-        x = x[-1:] if last_only else x
+        if last is not None:
+            x = x[torch.arange(batch, device=x.device), last].unsqueeze(1)
+        elif last_only:
+            x = x[:, -1:]
         head = self.lm_head
         plain = isinstance(head, torch.nn.Linear) and head.bias is None
         return self.linear(x, head.weight) if plain else head(x), features
@@ -164,34 +186,48 @@ class FastLlama(torch.nn.Module):
         one reaches, and a decode step makes 4 a layer (measured here, 2 threads, on the bundled target's
         shapes: 97 products 6.5 ms through MKL, 1.9 ms as generated loops; 4.5 ms against 11 for 8 rows).
         Uncompiled, the same expression would be n * 2 operators a product: eager keeps the library call."""
-        if x.shape[0] <= self.gemv_rows:
-            return torch.stack([(x[i] * weight).sum(-1) for i in range(x.shape[0])])
+        rows = x.reshape(-1, x.shape[-1])  # every token of every sequence is a row of the product
+        if rows.shape[0] <= self.gemv_rows:
+            out = torch.stack([(rows[i] * weight).sum(-1) for i in range(rows.shape[0])])
+            return out.view(*x.shape[:-1], weight.shape[0])
         return x @ weight.t()
 
     def attention(self, layer: FastLayer, h: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
-                  sin: torch.Tensor, mask: torch.Tensor, end: int) -> torch.Tensor:
-        n, d = h.shape[0], self.head_dim
+                  sin: torch.Tensor, mask: torch.Tensor, end: int, rows: torch.Tensor | None) -> torch.Tensor:
+        batch, n, d = h.shape[0], h.shape[1], self.head_dim
         qk, v = self.linear(h, layer.qkv).split([(self.heads + self.kv_heads) * d, self.kv_heads * d], dim=-1)
-        qk = qk.view(n, -1, d).transpose(0, 1)  # (heads + kv_heads, n, d): q's heads, then k's
+        qk = qk.view(batch, n, -1, d).transpose(1, 2)  # (B, heads + kv_heads, n, d): q's heads, then k's
         qk = qk * cos + rotate_half(qk) * sin  # rotated together: half the operators of two calls
-        q, k = qk.split([self.heads, self.kv_heads])
-        v = v.view(n, -1, d).transpose(0, 1)
-        layer.keys.index_copy_(2, slots, k.unsqueeze(0))  # written by position, in place
-        layer.values.index_copy_(2, slots, v.unsqueeze(0))
-        keys, values = layer.keys[0, :, :end], layer.values[0, :, :end]
-        if n <= self.gemv_rows:
-            o = looped_attention(q, keys, values, mask[0, 0])
+        q, k = qk.split([self.heads, self.kv_heads], dim=1)
+        v = v.view(batch, n, -1, d).transpose(1, 2)
+        if rows is None and batch == 1:  # one sequence in row 0: written by position, in place
+            own_keys, own_values = (layer.keys, layer.values) if self.max_batch == 1 else \
+                (layer.keys[:1], layer.values[:1])
+            own_keys.index_copy_(2, slots[0], k)
+            own_values.index_copy_(2, slots[0], v)
+            keys, values = own_keys[:, :, :end], own_values[:, :, :end]
+        else:  # each sequence's tokens to its own row and slots
+            row = (torch.arange(batch, device=h.device) if rows is None else rows).view(batch, 1)
+            layer.keys[row, :, slots] = k.transpose(1, 2)
+            layer.values[row, :, slots] = v.transpose(1, 2)
+            if rows is None:  # the first B rows: a view
+                keys, values = layer.keys[:batch, :, :end], layer.values[:batch, :, :end]
+            else:  # some rows (the batch's finished sequences left out): gathered, up to `end` only
+                keys = layer.keys[:, :, :end].index_select(0, rows)
+                values = layer.values[:, :, :end].index_select(0, rows)
+        if batch * n <= self.gemv_rows:
+            o = looped_attention(q, keys, values, mask[:, 0])
         else:
-            o = F.scaled_dot_product_attention(q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
-                                               attn_mask=mask, enable_gqa=self.heads != self.kv_heads)[0]
-        return self.linear(o.transpose(0, 1).reshape(n, -1), layer.out)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                               enable_gqa=self.heads != self.kv_heads)
+        return self.linear(o.transpose(1, 2).reshape(batch, n, -1), layer.out)
 
     @torch.no_grad()
-    def move_rows(self, sources: Sequence[int], start: int) -> None:
-        """Copy cache slots `sources` (in order) to slots start, start + 1, ... in every layer (a tree's
-        accepted path, moved up behind the pending token)."""
+    def move_rows(self, sources: Sequence[int], start: int, row: int = 0) -> None:
+        """Copy cache slots `sources` (in order) to slots start, start + 1, ... of cache row `row` in every
+        layer (a tree's accepted path, moved up behind the pending token)."""
         src = torch.tensor(list(sources), dtype=torch.long, device=self.embed.device)
         dst = torch.arange(start, start + len(src), device=self.embed.device)
         for layer in self.layers:  # index_select copies first, so overlapping slots are safe
-            layer.keys.index_copy_(2, dst, layer.keys.index_select(2, src))
-            layer.values.index_copy_(2, dst, layer.values.index_select(2, src))
+            for cache in (layer.keys, layer.values):
+                cache[row].index_copy_(1, dst, cache[row].index_select(1, src))

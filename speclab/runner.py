@@ -89,7 +89,31 @@ class ModelRunner:
             features = torch.cat([out.hidden_states[layer][0] for layer in feature_layers], dim=-1)
         return out.logits[0], features
 
-    def keep_path(self, cached: int, path: Sequence[int]) -> None:
+    def only_row(self, rows: Sequence[int]) -> None:
+        """The eager path decodes one sequence: refuse a batch with what to do instead."""
+        if list(rows) != [0]:
+            raise ValueError(f"the {self.who} runs on the eager path (transformers' DynamicCache), which decodes one "
+                             f"sequence at a time; batched decoding ({len(rows)} sequences) runs on the fast path's "
+                             "static cache: speclab.enable_fast_path(model, max_batch=...) for the target and any "
+                             "draft model first")
+
+    def forward_rows(self, rows: Sequence[int], ids: Sequence[torch.Tensor], last_only: bool = False
+                     ) -> list[torch.Tensor]:
+        self.only_row(rows)
+        return [self.forward(ids[0], last_only)]
+
+    def verify_rows(self, rows: Sequence[int], ids: Sequence[torch.Tensor],
+                    parents: Sequence[Sequence[int] | None] | None = None, feature_layers: Sequence[int] = (),
+                    sides: Sequence | None = None) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        self.only_row(rows)
+        return [self.verify_pass(ids[0], parents[0] if parents else None, feature_layers,
+                                 sides[0] if sides else None)]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [self.length]
+
+    def keep_path(self, cached: int, path: Sequence[int], row: int = 0) -> None:
         """After a pass over [pending, nodes] appended at row `cached`: keep the prefix, the pending
         token and the accepted path. A path through the first nodes in order (every chain's) is a
         prefix of what was appended, so cropping does; otherwise the path's rows are moved up to
@@ -97,7 +121,7 @@ class ModelRunner:
         path = list(path)
         if path != list(range(len(path))):
             self.move_rows([cached + 1 + i for i in path], cached + 1)
-        self.rollback(cached + 1 + len(path))
+        self.rollback(cached + 1 + len(path), row)
 
     @torch.inference_mode()
     def move_rows(self, sources: Sequence[int], start: int) -> None:
@@ -115,8 +139,9 @@ class ModelRunner:
             layer.keys[..., dst, :] = layer.keys.index_select(-2, src)
             layer.values[..., dst, :] = layer.values.index_select(-2, src)
 
-    def rollback(self, length: int) -> None:
+    def rollback(self, length: int, row: int = 0) -> None:
         """Forget every cached position from `length` on."""
+        self.only_row([row])
         extra = self.length - length
         if extra > 0:
             self.cache.crop(-extra)
@@ -212,6 +237,17 @@ COMPILED_CPU_GEMV_ROWS = 8
 COMPILED_CPU_OPTIONS = {"freezing": True, "realize_reads_threshold": 1}
 
 
+COMPILED_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)  # batch sizes compiled passes run at (padded up)
+
+
+def graph_batch(batch: int, max_batch: int) -> int:
+    """The batch size a compiled pass of `batch` sequences runs at: the next of COMPILED_BATCHES (one graph
+    each, not one per batch size as sequences finish), at most max_batch + 1 (every row and the scratch)."""
+    if batch == 1:
+        return 1
+    return min([b for b in COMPILED_BATCHES if b >= batch] + [max_batch + 1])
+
+
 def graph_width(n: int) -> int:
     """The width a compiled pass of n rows runs at: the next of COMPILED_WIDTHS (one graph each, so trees
     and lookahead windows of every size share a few graphs); n past them (a prefill, uncompiled)."""
@@ -224,16 +260,18 @@ def read_end(end: int, bucket: int, max_len: int) -> int:
     return min(max_len, -(-end // bucket) * bucket)
 
 
-def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int | None = None) -> FastPath:
+def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int | None = None,
+                     max_batch: int = 1) -> FastPath:
     """Run `model` on the fast path from now on (every runner_for(model)): a FastLlama of its weights on
-    a static cache of max_len positions (default: the model's context length, at most 4096). "static"
+    a static cache of max_len positions (default: the model's context length, at most 4096) for up to
+    max_batch sequences at once (batched decoding: a list of prompts; the cache's size grows with it). "static"
     runs it eagerly; "compiled" through torch.compile (inductor on a CPU; on a GPU mode
     "reduce-overhead", which records CUDA graphs). Models the fast path cannot take raise TypeError
     (speclab.fast_model.check_fast_architecture), never fall back to the eager path silently."""
     if mode not in FAST_MODES:
         raise ValueError(f"the fast path's mode is one of {FAST_MODES}, got {mode!r}")
     max_len = max_len or min(context_length(model) or 4096, 4096)
-    network = FastLlama(model, max_len).eval()
+    network = FastLlama(model, max_len, max_batch).eval()
     step, bucket = network.forward, 1
     if mode == "compiled":  # fixed shapes: attention reads whole buckets of the cache, masked
         on_gpu = model_device(model).type == "cuda"
@@ -288,83 +326,169 @@ def runner_for(model: torch.nn.Module, who: str = "model") -> ModelRunner | Stat
     return ModelRunner(model, who) if path is None else StaticRunner(model, path, who)
 
 
+@dataclass
+class Pass:
+    """One sequence's share of a batched pass: its cache row, its tokens (1-D), their positions and which
+    of the pass's own tokens each one sees (n, n) bool; every token sees the row's whole cached prefix.
+    `parents` None and `side` None: a causal chain (built in bulk, without a matrix per sequence)."""
+
+    row: int
+    ids: torch.Tensor
+    positions: torch.Tensor | None = None
+    sees_own: torch.Tensor | None = None
+
+    @property
+    def width(self) -> int:
+        return int(self.ids.shape[0])
+
+
 class StaticRunner:
     """ModelRunner's methods on the fast path: tokens are written to the static cache by position, a
     pass's mask says which slots each row sees, and rolling back sets a length. A verify pass narrower
     than a width measured to cost less (FastPath.set_width_costs) is padded up to it: the padding rows see only
-    the prefix and themselves, their outputs are dropped, and their slots lie past the length."""
+    the prefix and themselves, their outputs are dropped, and their slots lie past the length.
+
+    Batched (chapter 11): the cache holds `max_batch` sequences, one row each with its own length
+    (`lengths`), and `run_rows` feeds several sequences' tokens in one pass, each padded to the widest. The
+    single-sequence methods (forward, verify_pass, keep_path, rollback, length) act on `row`, 0 unless given."""
 
     def __init__(self, model: torch.nn.Module, path: FastPath, who: str = "model"):
         self.model, self.path, self.who = model, path, who
         self.device = model_device(model)
-        self.length = 0
+        self.lengths = [0] * path.network.max_batch
+
+    @property
+    def length(self) -> int:
+        """Tokens held in row 0 of the cache (the single-sequence API)."""
+        return self.lengths[0]
+
+    @length.setter
+    def length(self, value: int) -> None:
+        self.lengths[0] = value
 
     def reset(self) -> None:
-        self.length = 0
+        self.lengths = [0] * self.path.network.max_batch
 
-    def run(self, ids: torch.Tensor, positions: torch.Tensor, sees_own: torch.Tensor,
-            feature_layers: Sequence[int] = (), last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Feed n tokens into slots length .. length + n - 1 at `positions`; `sees_own` (n, n) says which
-        of the pass's own rows each row sees (every row sees the whole cached prefix)."""
-        n, cached = len(ids), self.length
-        end = cached + n
-        if end > self.path.network.max_len:
-            raise ValueError(f"the {self.who}'s static cache holds {self.path.network.max_len} positions and this "
-                             f"pass needs {end}: enable the fast path with a larger max_len "
-                             "(enable_fast_path(model, max_len=...)), or ask for fewer tokens")
-        read = read_end(end, self.path.bucket, self.path.network.max_len)
-        sees = torch.zeros(n, read, dtype=torch.bool, device=self.device)
-        sees[:, :cached] = True
-        sees[:, cached:end] = sees_own.to(self.device)
-        slots = torch.arange(cached, end, device=self.device)
-        graphs = self.path.compiled and self.device.type == "cuda"
-        if graphs:  # a new step of the CUDA graphs: their output buffers are overwritten by the next replay
+    def check_rows(self, rows: Sequence[int]) -> None:
+        limit = self.path.network.max_batch
+        if len(set(rows)) != len(rows) or any(not 0 <= r < limit for r in rows):
+            raise ValueError(f"the {self.who}'s static cache holds {limit} sequences (rows 0..{limit - 1}); got rows "
+                             f"{list(rows)}: enable the fast path with max_batch at least the batch size "
+                             "(enable_fast_path(model, max_batch=...))")
+
+    def run_rows(self, passes: Sequence[Pass], feature_layers: Sequence[int] = (), last_only: bool = False,
+                 width: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """One pass of the network over several sequences: each Pass's tokens go to slots length ..
+        length + n - 1 of its row. Returns, per Pass, (logits (n, V), or (1, V) with last_only, and its
+        features (n, F) or None). Every sequence is padded to `width` (default: the widest); on the compiled
+        path the batch is padded with sequences in the scratch row up to one of COMPILED_BATCHES."""
+        network = self.path.network
+        rows = [p.row for p in passes]
+        self.check_rows(rows)
+        widths = [p.width for p in passes]
+        w = max(widths) if width is None else width
+        starts = [self.lengths[r] for r in rows]
+        end = max(starts) + w
+        if end > network.max_len:
+            raise ValueError(f"the {self.who}'s static cache holds {network.max_len} positions and this pass needs "
+                             f"{end}: enable the fast path with a larger max_len (enable_fast_path(model, "
+                             "max_len=...)), or ask for fewer tokens")
+        read = read_end(end, self.path.bucket, network.max_len)
+        batch = len(passes)
+        narrow = w <= COMPILED_MAX_WIDTH  # a prompt's prefill is wider than any verify pass
+        graphs = self.path.compiled and narrow
+        padded = graph_batch(batch, network.max_batch) if graphs else batch
+        start = torch.tensor(starts + [0] * (padded - batch), device=self.device)
+        ids = torch.zeros(padded, w, dtype=torch.long, device=self.device)
+        # a chain's positions and slots both run on from the row's length, and each token sees the slots
+        # up to its own: causal. Padding tokens follow the same rule; no real token sees them.
+        steps = torch.arange(w, device=self.device)
+        slots = start[:, None] + steps
+        positions = slots.clone()
+        sees = torch.arange(read, device=self.device)[None, None, :] <= slots[:, :, None]
+        for b, p in enumerate(passes):
+            ids[b, :p.width] = p.ids
+            if p.positions is not None:  # a tree or a side branch: its own positions and visibility
+                positions[b, :p.width] = p.positions
+                if w > p.width:
+                    positions[b, p.width:] = p.positions[-1] + torch.arange(1, w - p.width + 1, device=self.device)
+                own = torch.eye(w, dtype=torch.bool, device=self.device)
+                own[:p.width, :p.width] = p.sees_own
+                sees[b, :, starts[b]:starts[b] + w] = own
+        scratch = padded > batch
+        if scratch:  # the padding sequences write to the scratch row and see only their own tokens
+            sees[batch:] = torch.zeros(w, read, dtype=torch.bool, device=self.device)
+            sees[batch:, :, :w] = torch.eye(w, dtype=torch.bool, device=self.device)
+        order = None if rows == list(range(batch)) and not scratch else \
+            torch.tensor(rows + [network.scratch_row] * (padded - batch), device=self.device)
+        last = torch.tensor([n - 1 for n in widths] + [w - 1] * (padded - batch), device=self.device) \
+            if last_only and (batch > 1 or order is not None) else None
+        if graphs and self.device.type == "cuda":  # a new step of the CUDA graphs: their outputs are overwritten
             torch.compiler.cudagraph_mark_step_begin()
         # a prompt's prefill (wider than any verify pass) runs uncompiled: one graph per prompt length would
         # cost a compilation per prompt
-        step = self.path.step if n <= COMPILED_MAX_WIDTH else self.path.network.forward
+        step = self.path.step if narrow else network.forward
+        single = batch == 1 and order is None
         with torch.no_grad():
-            logits, features = step(ids, slots, positions, sees, read, tuple(feature_layers), last_only)
-        if graphs:  # so the caller's tensors outlive the next replay
+            if single:  # one sequence in row 0: the 1-D call, the single-sequence graphs
+                logits, features = step(ids[0], slots[0], positions[0], sees[0], read, tuple(feature_layers),
+                                        last_only)
+                logits, features = logits[None], (features[None] if features is not None else None)
+            else:
+                logits, features = step(ids, slots, positions, sees, read, tuple(feature_layers), last_only,
+                                        order, last)
+        if graphs and self.device.type == "cuda":  # so the caller's tensors outlive the next replay
             logits, features = logits.clone(), (features.clone() if features is not None else None)
-        self.length = end
-        return logits, features
+        out = []
+        for b, (row, n) in enumerate(zip(rows, widths)):
+            self.lengths[row] += n
+            keep = slice(None) if last_only else slice(0, n)
+            out.append((logits[b, keep], features[b, :n] if features is not None else None))
+        return out
 
-    def forward(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        n = len(ids)
-        positions = torch.arange(self.length, self.length + n, device=self.device)
-        causal = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
-        return self.run(ids, positions, causal, last_only=last_only)[0]
+    def forward_rows(self, rows: Sequence[int], ids: Sequence[torch.Tensor], last_only: bool = False
+                     ) -> list[torch.Tensor]:
+        """`forward` for several sequences in one pass: logits per sequence."""
+        return [logits for logits, _ in self.run_rows([Pass(r, t) for r, t in zip(rows, ids)], last_only=last_only)]
+
+    def forward(self, ids: torch.Tensor, last_only: bool = False, row: int = 0) -> torch.Tensor:
+        return self.run_rows([Pass(row, ids)], last_only=last_only)[0][0]
+
+    def verify_rows(self, rows: Sequence[int], ids: Sequence[torch.Tensor],
+                    parents: Sequence[Sequence[int] | None] | None = None, feature_layers: Sequence[int] = (),
+                    sides: Sequence | None = None) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """verify_pass for several sequences in one pass (each its own tree or chain and side branch),
+        padded to the width the widest one runs at."""
+        passes = []
+        for i, (row, tokens) in enumerate(zip(rows, ids)):
+            tree, side = (parents[i] if parents else None), (sides[i] if sides else None)
+            p = Pass(row, tokens)
+            if tree is not None or side is not None:
+                n, cached = len(tokens), self.lengths[row]
+                tree = list(tree) if tree is not None else chain_parents(n - 1 - len(side))
+                p.sees_own = pass_visibility(tree, side.sees if side is not None else None).to(self.device)
+                p.positions = tree_position_ids(tree, cached, self.device,
+                                                side.depths if side is not None else ())[0]
+            passes.append(p)
+        widest = max(p.width for p in passes)
+        return self.run_rows(passes, feature_layers, width=self.path.pad_to.get(widest) or self.path.graph_width(widest))
 
     def verify_pass(self, ids: torch.Tensor, parents: Sequence[int] | None = None,
-                    feature_layers: Sequence[int] = (), side=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    feature_layers: Sequence[int] = (), side=None, row: int = 0
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ModelRunner.verify_pass on the static cache (same rows, masks and positions)."""
-        n, cached = len(ids), self.length
-        side_len = len(side) if side is not None else 0
-        parents = list(parents) if parents is not None else chain_parents(n - 1 - side_len)
-        sees_own = pass_visibility(parents, side.sees if side is not None else None)
-        positions = tree_position_ids(parents, cached, self.device, side.depths if side is not None else ())[0]
-        width = self.path.pad_to.get(n) or self.path.graph_width(n)
-        if width > n:  # padding rows: placeholder tokens that see the prefix and themselves
-            ids = torch.cat([ids, ids.new_zeros(width - n)])
-            positions = torch.cat([positions, positions[-1] + torch.arange(1, width - n + 1, device=self.device)])
-            padded = torch.eye(width, dtype=torch.bool)
-            padded[:n, :n] = sees_own
-            sees_own = padded
-        logits, features = self.run(ids, positions, sees_own, feature_layers)
-        self.length = cached + n
-        return logits[:n], (features[:n] if features is not None else None)
+        return self.verify_rows([row], [ids], [parents], feature_layers, [side])[0]
 
-    def keep_path(self, cached: int, path: Sequence[int]) -> None:
+    def keep_path(self, cached: int, path: Sequence[int], row: int = 0) -> None:
         """As ModelRunner.keep_path: a chain's path is already in place; a tree's is moved up first."""
         path = list(path)
         if path != list(range(len(path))):
-            self.path.network.move_rows([cached + 1 + i for i in path], cached + 1)
-        self.rollback(cached + 1 + len(path))
+            self.path.network.move_rows([cached + 1 + i for i in path], cached + 1, row)
+        self.rollback(cached + 1 + len(path), row)
 
-    def move_rows(self, sources: Sequence[int], start: int) -> None:
-        self.path.network.move_rows(sources, start)
+    def move_rows(self, sources: Sequence[int], start: int, row: int = 0) -> None:
+        self.path.network.move_rows(sources, start, row)
 
-    def rollback(self, length: int) -> None:
+    def rollback(self, length: int, row: int = 0) -> None:
         """Forget every cached position from `length` on: a length, nothing is copied."""
-        self.length = min(self.length, length)
+        self.lengths[row] = min(self.lengths[row], length)

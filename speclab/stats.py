@@ -41,6 +41,9 @@ class GenerationStats:
     wall_s: float = 0.0         # everything, the prefill included
     device: str = "cpu"
     lossless: bool = True       # False when an acceptance rule that changes the distribution was used
+    batch: int = 1              # sequences decoded together (each has its own stats; pass times are the batch's)
+    # seconds from the call's start at which each new token was ready (a round's tokens share one time)
+    token_s: list[float] = field(default_factory=list, repr=False)
 
     def add_round(self, drafted: int, path: list[int], parents: list[int], side: int, draft_s: float,
                   verify_s: float) -> None:
@@ -107,6 +110,7 @@ class GenerationStats:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("token_s")  # one number per token: summarised where latency is measured, not stored per run
         d.update(acceptance_rate=self.acceptance_rate, alpha=self.alpha,
                  mean_tokens_per_round=self.mean_tokens_per_round, ms_per_token=self.ms_per_token,
                  tokens_per_s=self.tokens_per_s, other_s=self.other_s)

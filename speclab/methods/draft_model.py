@@ -20,10 +20,18 @@ class ModelDrafter(ChainDrafter):
 
     It keeps its own KV cache. Proposing feeds what it has not seen yet (the last round's
     correction, and the last draft if everything was accepted), then k - 1 of its own samples
-    (fewer with a confidence threshold).
+    (fewer with a confidence threshold). For a batch, each sequence has its own row of the draft's
+    cache (the fast path's, max_batch rows), and each draft step is one pass over every sequence
+    still drafting.
     """
 
     name = "draft model"
+
+    @property
+    def batched(self) -> bool:
+        """Drafts batches, unless a subclass changed how one sequence is drafted (overrode start, propose or
+        update: its batch would silently skip the change); one sequence always goes through those."""
+        return all(getattr(type(self), hook) is getattr(ModelDrafter, hook) for hook in ("start", "propose", "update"))
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
@@ -35,33 +43,74 @@ class ModelDrafter(ChainDrafter):
         return self.runner.device
 
     def start(self, prompt: torch.Tensor) -> None:
+        self.prefill_rows([0], [prompt])
+
+    def start_rows(self, rows: list[int], prompts: list[torch.Tensor]) -> None:
+        if rows == [0]:
+            self.start(prompts[0])
+        else:
+            self.prefill_rows(rows, prompts)
+
+    def follow_target(self) -> None:  # noqa: B027 (optional hook)
+        """Called as each sequence (or batch) starts, before the runner is chosen: a drafter whose network
+        is a view of the target's puts it on the target's path here (speclab.methods.layer_skip)."""
+
+    def prefill_rows(self, rows: list[int], prompts: list[torch.Tensor]) -> None:
+        self.follow_target()
         # the runner the model is set up for now (the fast path may have been switched on since)
         self.runner = runner_for(self.model, who="draft model")
         self.forward_calls = 0  # draft steps; the prefill below is not one
-        if len(prompt) > 1:
+        filled = [(row, prompt[:-1]) for row, prompt in zip(rows, prompts) if len(prompt) > 1]
+        if filled:
             # Prefill now, as the target does: the loop times start() with the prefill, so each round's
             # drafting time is draft steps alone (the first round's step used to carry the whole prompt).
-            self.runner.forward(prompt[:-1], last_only=True)
+            self.runner.forward_rows([r for r, _ in filled], [p for _, p in filled], last_only=True)
 
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
-        tokens, probs = [], []
-        new = ids[self.runner.length:]
-        for _ in range(k):
-            logits = self.runner.forward(new, last_only=True)[-1]
+        return self.draft_rows([0], [ids], [k], sampling, generator)[0]
+
+    def propose_rows(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
+                     generator: torch.Generator | None = None) -> list[Draft]:
+        if rows == [0]:
+            return [self.propose(ids[0], ks[0], sampling, generator)]
+        return self.draft_rows(rows, ids, ks, sampling, generator)
+
+    def draft_rows(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
+                   generator: torch.Generator | None = None) -> list[Draft]:
+        ks = list(ks)
+        tokens: list[list[torch.Tensor]] = [[] for _ in rows]
+        probs: list[list[torch.Tensor]] = [[] for _ in rows]
+        new = [seq[self.runner.lengths[row]:] for row, seq in zip(rows, ids)]
+        drafting = [i for i, k in enumerate(ks) if k > 0]
+        while drafting:  # one pass of the draft model per step, over every sequence still drafting
+            logits = self.runner.forward_rows([rows[i] for i in drafting], [new[i] for i in drafting],
+                                              last_only=True)
             self.forward_calls += 1
-            check_finite(logits, "draft model")
-            token, q = pick(logits, sampling, generator)
-            tokens.append(token)
-            probs.append(q)
-            if stops_here(logits, self.confidence_threshold):
-                break
-            new = token.view(1)
-        return Draft(torch.stack(tokens), None if sampling.greedy else torch.stack(probs))
+            for i, row_logits in zip(drafting, logits):
+                check_finite(row_logits[-1], "draft model")
+                token, q = pick(row_logits[-1], sampling, generator)
+                tokens[i].append(token)
+                probs[i].append(q)
+                new[i] = token.view(1)
+                if stops_here(row_logits[-1], self.confidence_threshold):
+                    ks[i] = len(tokens[i])  # this sequence's round ends here
+            drafting = [i for i in drafting if len(tokens[i]) < ks[i]]
+        return [Draft(torch.stack(t), None if sampling.greedy else torch.stack(q)) for t, q in zip(tokens, probs)]
 
     def update(self, ids: torch.Tensor, num_accepted: int) -> None:
+        self.roll_back([0], [ids])
+
+    def update_rows(self, rows: list[int], ids: list[torch.Tensor], num_accepted: list[int]) -> None:
+        if rows == [0]:
+            self.update(ids[0], num_accepted[0])
+        else:
+            self.roll_back(rows, ids)
+
+    def roll_back(self, rows: list[int], ids: list[torch.Tensor]) -> None:
         # Everything but the last token of ids was either seen before this round or an accepted draft.
-        self.runner.rollback(min(self.runner.length, len(ids) - 1))
+        for row, seq in zip(rows, ids):
+            self.runner.rollback(min(self.runner.lengths[row], len(seq) - 1), row)
 
 
 def load_draft_model(target: torch.nn.Module | None, draft: torch.nn.Module | str | Path) -> ModelDrafter:

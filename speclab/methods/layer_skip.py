@@ -85,20 +85,22 @@ class LayerSkipDrafter(ModelDrafter):
         super().__init__(early_exit_model(target, exit_layer, adapter))
         self.target, self.exit_layer = target, exit_layer
         self.name = f"layer skip E={exit_layer}" + (" + adapter" if adapter is not None else "")
-        self.view_paths: dict[str, FastPath] = {}  # the view's fast path for each mode, built once
+        self.view_paths: dict[tuple, FastPath] = {}  # the view's fast path for each mode and shape, built once
 
-    def start(self, prompt: torch.Tensor) -> None:
+    def follow_target(self) -> None:
         """The view runs on the path its target runs on: on the target's fast path, on a fast path of the
-        same mode and length built for the view (once, then kept: a compiled one is not compiled twice)."""
+        same mode, length and batch built for the view (once, then kept: a compiled one is not compiled
+        twice)."""
         path = fast_path_of(self.target)
         if path is None:
             use_fast_path(self.model, None)
         else:
             mode = "compiled" if path.compiled else "static"
-            if mode not in self.view_paths:
-                self.view_paths[mode] = enable_fast_path(self.model, mode, path.network.max_len)
-            use_fast_path(self.model, self.view_paths[mode])
-        super().start(prompt)
+            shape = (mode, path.network.max_len, path.network.max_batch)
+            if shape not in self.view_paths:
+                self.view_paths[shape] = enable_fast_path(self.model, mode, path.network.max_len,
+                                                          path.network.max_batch)
+            use_fast_path(self.model, self.view_paths[shape])
 
 
 # ---------------------------------------------------------------- exit adapters on disk: one file, a key per layer

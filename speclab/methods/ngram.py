@@ -89,6 +89,7 @@ class PromptLookupDrafter(Drafter):
     """
 
     name = "prompt lookup"
+    batched = True  # no state between rounds: each sequence's proposal reads only its own ids
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int | None = None,
                  choose: str = "frequent"):
