@@ -69,7 +69,81 @@ def build_parser() -> argparse.ArgumentParser:
                    "'compiled' adds torch.compile), as '<row> (fast)', in the same interleaved runs: chapter 10")
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
+    b.add_argument("--batch-sizes", type=int_list, default=None, metavar="B,B,...",
+                   help="measure batched decoding instead (chapter 11): target-only, the draft model and prompt "
+                   "lookup at each K of --k-sweep (default 1,2,4,8) on batches of these sizes (the first B prompts "
+                   "of the workload), on the fast path (--fast, default static); tokens/s, inter-token latency, "
+                   "the crossover measured and predicted, and the K a batch size calls for")
     return b
+
+
+def bench_batches(args) -> dict:
+    """bench --batch-sizes: the batch sweep (speclab.measure.batching), its model and its K policy."""
+    import statistics
+
+    from speclab.measure import batching
+    from speclab.measure.profiling import gemv_bandwidth_gbs, parameter_bytes
+    from speclab.measure.workloads import tuning_prompts
+    from speclab.runner import context_length, enable_fast_path
+
+    sizes, ks = sorted(set(args.batch_sizes)), args.k_sweep or list(batching.KS)
+    if min(sizes) < 1 or min(ks) < 1:
+        raise SystemExit("--batch-sizes and --k-sweep take integers >= 1")
+    target, draft, tok, device = load(args)
+    prompts = [p.to(device) for p in prompts_for(args, tok, args.workload, max(sizes))]
+    calibration = [tok(t, return_tensors="pt").input_ids[0].to(device) for t in tuning_prompts(4)]
+    room = (context_length(target) or 4096) - args.max_new_tokens - max(ks) - 1  # a prompt's share of the context
+    if room < 1:
+        raise SystemExit(f"{args.max_new_tokens} new tokens leave no room for a prompt in the target's context of "
+                         f"{context_length(target)} positions: lower --max-new-tokens")
+    if max(len(p) for p in prompts + calibration) > room:  # a small target: each prompt's last tokens
+        print(f"prompts longer than {room} tokens are cut to their last {room} (the target's context is "
+              f"{context_length(target)} positions)")
+        prompts, calibration = [p[-room:] for p in prompts], [p[-room:] for p in calibration]
+    longest = max(len(p) for p in prompts + calibration) + args.max_new_tokens + max(ks) + 1
+    mode = args.fast or "static"
+    models = [m for m in (target, draft) if m is not None]
+    for model in models:
+        enable_fast_path(model, mode, max_len=longest, max_batch=max(sizes))
+    methods = [m for m in batching.DRAFTERS if m != "draft model" or draft is not None]
+    context = int(statistics.mean(len(p) for p in prompts)) + args.max_new_tokens // 2
+    print(f"device {device} ({cpu_name()}), threads {torch.get_num_threads()}, torch {torch.__version__}, fast path "
+          f"{mode}; {len(prompts)} {args.workload} prompts, {args.max_new_tokens} new tokens, greedy, median of "
+          f"{args.repeats} interleaved repeats; batch sizes {sizes}, K {ks}")
+    cal = batching.calibrate(target, draft, methods, calibration, sizes, ks, context, args.max_new_tokens)
+    predicted = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == "draft model" else None, ks)
+                 for m in methods}
+    policy = {m: batching.k_policy(predicted[m]) for m in methods}
+    bandwidth, gflops = gemv_bandwidth_gbs(device), batching.matmul_gflops(device)
+    weight_bytes = parameter_bytes(target)
+    params = weight_bytes / target.dtype.itemsize
+    print(f"roofline: {bandwidth:.1f} GB/s (a matrix-vector product), {gflops:.0f} GFLOP/s (a 2048^2 product); target "
+          f"{weight_bytes / 1e6:.1f} MB; the ridge at {gflops * 1e9 * target.dtype.itemsize / (2 * bandwidth * 1e9):.0f} "
+          "tokens a pass")
+    for b in sizes:
+        print(f"  batch {b:3d} pass ms by width: " + ", ".join(
+            f"{w}: {ms:.1f} (roof {batching.roofline_ms(weight_bytes, params, b * w, bandwidth, gflops):.1f})"
+            for w, ms in cal.target_ms[b].items()) +
+            (f"; draft step {cal.draft_ms[b]:.1f}" if cal.draft_ms else ""))
+    for m in methods:
+        print(f"  {m}: alpha {cal.alpha[m]:.2f} (batch 1, tuning prompts); predicted best K by batch "
+              + ", ".join(f"{b}: {k}" for b, k in policy[m].items()))
+    ratio = batching.one_against_a_batch_of_one(target, prompts[0], args.max_new_tokens)
+    print(f"batch of one against one prompt alone (target-only): {ratio:.3f}x the time")
+    table = batching.sweep(target, draft, prompts, [(m, k) for m in methods for k in ks], sizes,
+                           args.max_new_tokens, args.repeats)
+    result = batching.summary(table, predicted, policy)
+    for m, s in result.items():
+        print(f"{m}: crossover measured {s['crossover_measured']}, predicted {s['crossover_predicted']}; best K "
+              + ", ".join(f"{b}: {k}" for b, k in s["best_k"].items()) + "; policy / best fixed / K=4: "
+              + ", ".join(f"{b}: {s['policy_speedup'][b]:.2f}/{s['best_speedup'][b]:.2f}/{s['k4_speedup'].get(b, float('nan')):.2f}"
+                          for b in s["best_k"]))
+    return dict(device=str(device), cpu=cpu_name(), threads=torch.get_num_threads(), torch=torch.__version__,
+                fast=mode, workload=args.workload, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                batch_sizes=sizes, ks=ks, context=context, target_pass_ms=cal.target_ms, draft_step_ms=cal.draft_ms,
+                alpha=cal.alpha, predicted=predicted, policy=policy, bandwidth_gbs=bandwidth, gflops=gflops,
+                weight_bytes=weight_bytes, batch_of_one_ratio=ratio, rows=batching.rows_to_dicts(table),
+                summary=result)
 
 
 def print_settings(args, target, draft, device, workload: str, num_prompts: int) -> None:
@@ -195,6 +269,12 @@ def bench_workload(args, target, draft, tok, device, workload: str, num_prompts:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    if args.batch_sizes:
+        record = bench_batches(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(record, f, indent=1)
+        return
     try:
         workloads = expand_workloads(args.workload)
     except ValueError as err:

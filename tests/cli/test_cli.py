@@ -101,6 +101,22 @@ def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path
     assert "bandwidth floor:" in capsys.readouterr().out
 
 
+def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_policy(micro, tmp_path, capsys):
+    capsys.readouterr()
+    main(["bench", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--batch-sizes", "1,2",
+          "--k-sweep", "1,2", "--max-new-tokens", "4", "--repeats", "1", "--device", "cpu",
+          "--json", str(tmp_path / "batch.json")])
+    out = capsys.readouterr().out
+    assert "batch of one against one prompt alone" in out and "roofline:" in out
+    record = json.loads((tmp_path / "batch.json").read_text())
+    assert {(r["method"], r["k"], r["batch"]) for r in record["rows"]} == {
+        (m, k, b) for b in (1, 2) for m, k in [("target-only", 0), ("draft model", 1), ("draft model", 2),
+                                                ("prompt lookup", 1), ("prompt lookup", 2)]}
+    assert all(r["equal_rows"] == r["batch"] for r in record["rows"])
+    assert set(record["summary"]) == {"draft model", "prompt lookup"} and record["cpu"] == cpu_name()
+    assert set(record["summary"]["draft model"]["policy_k"]) == {"1", "2"}  # JSON keys
+
+
 def test_the_bench_help_lists_the_bench_methods(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])

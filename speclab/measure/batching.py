@@ -1,0 +1,297 @@
+"""Speculation under load (chapter 11): batched decoding measured over batch sizes and K, side by side in
+one process, and the K a batch size calls for.
+
+Every row decodes the same B held-out prompts as one batch (speclab.decoding: a list of prompts) for the
+same number of new tokens, EOS ignored. A row reports total tokens/s (every sequence's new tokens over the
+batch's wall time), its ratio to target-only at the same batch size, and each sequence's inter-token
+latency: a round's time shared by the tokens it produced (a round of m tokens that came d seconds after
+the previous one counts m gaps of d / m), the first round (time to first token, the prefill's) left out;
+the mean and the 95th percentile over every gap of every sequence.
+
+The model behind the crossover (`predict`): a round costs K draft steps and one verify pass over
+B x (K + 1) tokens, each measured as a function of the batch (`pass_costs`); acceptance per method comes
+from batch 1. theory.speedup then gives the speedup at each batch size, and `k_policy` the K it
+predicts best (0: speculation off), vLLM's num_speculative_tokens_per_batch_size as a rule.
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from speclab import theory
+from speclab.decoding import generate, speculative_generate
+from speclab.devices import timer
+from speclab.methods.draft_model import ModelDrafter
+from speclab.methods.ngram import PromptLookupDrafter
+from speclab.runner import Pass, fast_path_of, model_device, runner_for
+from speclab.stats import GenerationResult
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+KS = (1, 2, 4, 8)
+TARGET_ONLY = "target-only"
+# the chain drafters that draft batches, by the name the sweep's rows use
+DRAFTERS: dict[str, Callable[[torch.nn.Module | None], object]] = {
+    "draft model": lambda draft: ModelDrafter(draft),
+    "prompt lookup": lambda draft: PromptLookupDrafter(),
+}
+
+
+@dataclass
+class BatchRow:
+    """One method at one K and one batch size: the median of its repeats."""
+
+    method: str
+    k: int
+    batch: int
+    new_tokens: int
+    wall_s: float
+    itl_mean_ms: float
+    itl_p95_ms: float
+    tokens_per_round: float = 0.0  # per sequence (1 for target-only)
+    alpha: float = 0.0
+    equal_rows: int = 0  # rows whose greedy tokens equal target-only's in the same batch
+    speedup: float = float("nan")  # tokens/s over target-only's at this batch size
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s
+
+
+def itl_gaps(token_s: Sequence[float]) -> list[float]:
+    """One sequence's inter-token gaps (seconds) from the times its tokens were ready (GenerationStats
+    .token_s): each round's time after the previous round shared by the tokens it produced; the first
+    round's tokens, which wait for the prefill, are left out."""
+    rounds: list[tuple[float, int]] = []
+    for t in token_s:
+        if rounds and rounds[-1][0] == t:
+            rounds[-1] = (t, rounds[-1][1] + 1)
+        else:
+            rounds.append((t, 1))
+    return [(t - before) / m for (before, _), (t, m) in zip(rounds, rounds[1:]) for _ in range(m)]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def decode(target: torch.nn.Module, draft: torch.nn.Module | None, method: str, k: int,
+           prompts: list[torch.Tensor], max_new_tokens: int) -> tuple[float, list[GenerationResult]]:
+    """(wall seconds, one result per prompt) of one batched greedy decode; K 0 or target-only: the target
+    alone."""
+    with timer(model_device(target)) as t:
+        if method == TARGET_ONLY or k == 0:
+            rows = generate(target, prompts, max_new_tokens=max_new_tokens)
+        else:
+            rows = speculative_generate(target, DRAFTERS[method](draft), prompts, k=k, max_new_tokens=max_new_tokens)
+    return t["seconds"], rows
+
+
+def summarise(method: str, k: int, walls: list[float], rows: list[GenerationResult],
+              reference: list[list[int]] | None) -> BatchRow:
+    gaps = [g for r in rows for g in itl_gaps(r.stats.token_s)]
+    accepted = sum(r.stats.accepted for r in rows)
+    rounds = sum(r.stats.rounds for r in rows)
+    tested = accepted + sum(r.stats.rejections for r in rows)
+    equal = sum(r.tokens.tolist() == ref for r, ref in zip(rows, reference)) if reference is not None else len(rows)
+    return BatchRow(method, k, len(rows), sum(r.stats.new_tokens for r in rows), statistics.median(walls),
+                    1000 * statistics.fmean(gaps) if gaps else float("nan"), 1000 * percentile(gaps, 95),
+                    sum(r.stats.new_tokens for r in rows) / rounds if rounds else 0.0,
+                    accepted / tested if tested else 0.0, equal)
+
+
+def batch_prompts(prompts: list[torch.Tensor], batch: int) -> list[torch.Tensor]:
+    """The first `batch` prompts (every batch size decodes the same prompts, the larger ones more of them)."""
+    if batch > len(prompts):
+        raise ValueError(f"batch {batch} needs {batch} prompts and {len(prompts)} were given: pass more prompts "
+                         "(--num-prompts) or smaller batch sizes")
+    return prompts[:batch]
+
+
+def sweep(target: torch.nn.Module, draft: torch.nn.Module | None, prompts: list[torch.Tensor],
+          runs: Sequence[tuple[str, int]], batch_sizes: Sequence[int] = BATCH_SIZES, max_new_tokens: int = 64,
+          repeats: int = 2, log: Callable[[str], None] = print) -> list[BatchRow]:
+    """Every (method, K) of `runs` at every batch size, greedy, EOS ignored. At each batch size the runs are
+    interleaved: each repeat takes them in an order rotated from the last, so a slow stretch of the machine
+    slows every run alike. Each row's ratio is to target-only at the same batch size."""
+    table: list[BatchRow] = []
+    for batch in batch_sizes:
+        plan = [(TARGET_ONLY, 0)] + [r for r in runs if r != (TARGET_ONLY, 0)]
+        walls: dict[int, list[float]] = {i: [] for i in range(len(plan))}
+        outputs: dict[int, list[GenerationResult]] = {}
+        group = batch_prompts(prompts, batch)
+        for repeat in range(repeats):
+            for shift in range(len(plan)):
+                i = (repeat + shift) % len(plan)
+                method, k = plan[i]
+                wall, rows = decode(target, draft, method, k, group, max_new_tokens)
+                walls[i].append(wall)
+                outputs[i] = rows
+        reference = [r.tokens.tolist() for r in outputs[0]]
+        base = None
+        for i, (method, k) in enumerate(plan):
+            row = summarise(method, k, walls[i], outputs[i], reference)
+            base = base or row.tokens_per_s
+            row.speedup = row.tokens_per_s / base
+            table.append(row)
+            log(f"batch {batch:3d}  {method:32s} K={k}  {row.tokens_per_s:8.1f} tok/s  {row.speedup:5.2f}x  "
+                f"ITL {row.itl_mean_ms:6.1f} ms (p95 {row.itl_p95_ms:6.1f})  {row.tokens_per_round:4.2f} tok/round  "
+                f"equal {row.equal_rows}/{batch}")
+    return table
+
+
+# ---------------------------------------------------------------- the model: costs by batch size
+def pass_costs(model: torch.nn.Module, batch_sizes: Sequence[int], widths: Sequence[int], context: int,
+               repeats: int = 5) -> dict[int, dict[int, float]]:
+    """Median ms of one pass of `widths` tokens for each of B sequences (their caches holding `context`
+    tokens each), on the model's fast path: {B: {width: ms}}. Interleaved over the widths, as pass_ms."""
+    path = fast_path_of(model)
+    if path is None:
+        raise ValueError("pass_costs times batched passes, which run on the fast path: enable_fast_path(model, "
+                         "max_batch=...) first")
+    runner = runner_for(model)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    g = torch.Generator().manual_seed(0)
+    costs: dict[int, dict[int, float]] = {}
+    for batch in batch_sizes:
+        rows = list(range(batch))
+        prefix = [torch.randint(0, vocab, (context,), generator=g).to(runner.device) for _ in rows]
+        new = torch.randint(0, vocab, (max(widths),), generator=g).to(runner.device)
+        runner.reset()
+        runner.run_rows([Pass(r, p) for r, p in zip(rows, prefix)], last_only=True)
+        samples: dict[int, list[float]] = {w: [] for w in widths}
+        for i in range(repeats + 1):
+            for shift in range(len(widths)):
+                w = widths[(i + shift) % len(widths)]
+                with timer(runner.device) as t:
+                    runner.verify_rows(rows, [new[:w]] * batch)
+                for r in rows:
+                    runner.rollback(context, r)
+                if i:  # the first round warms up
+                    samples[w].append(1000 * t["seconds"])
+        costs[batch] = {w: statistics.median(s) for w, s in samples.items()}
+    return costs
+
+
+def predict(alpha: float, target_ms: dict[int, dict[int, float]], draft_ms: dict[int, float] | None,
+            ks: Sequence[int]) -> dict[int, dict[int, float]]:
+    """Predicted speedup over target-only, {B: {K: speedup}}: theory.speedup with the verify pass over
+    K + 1 tokens a sequence and the draft step (None: a drafter without a network, free) both in target
+    steps at that batch size."""
+    out: dict[int, dict[int, float]] = {}
+    for batch, by_width in target_ms.items():
+        step = by_width[1]
+        c = 0.0 if draft_ms is None else draft_ms[batch] / step
+        out[batch] = {k: theory.speedup(alpha, k, c, by_width[k + 1] / step) for k in ks}
+    return out
+
+
+def k_policy(predicted: dict[int, dict[int, float]]) -> dict[int, int]:
+    """The K each batch size is predicted to do best with; 0 where no K is predicted to beat the target
+    alone (speculation off, as vLLM's K = 0)."""
+    return {batch: max(by_k, key=by_k.get) if max(by_k.values()) > 1 else 0 for batch, by_k in predicted.items()}
+
+
+def crossover(speedups: dict[int, float]) -> int | None:
+    """The smallest batch size from which on speculation no longer pays (speedup at most 1 there and at
+    every larger size measured); None if it pays at every size."""
+    sizes = sorted(speedups)
+    for i, batch in enumerate(sizes):
+        if all(speedups[b] <= 1 for b in sizes[i:]):
+            return batch
+    return None
+
+
+def rows_to_dicts(rows: list[BatchRow]) -> list[dict]:
+    return [dict(asdict(r), tokens_per_s=r.tokens_per_s) for r in rows]
+
+
+@dataclass
+class Calibration:
+    """What the model needs, measured before the sweep: pass costs by batch size and acceptance at batch 1."""
+
+    target_ms: dict[int, dict[int, float]]
+    draft_ms: dict[int, float] | None
+    alpha: dict[str, float] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- the whole measurement
+def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, methods: Sequence[str],
+              prompts: list[torch.Tensor], batch_sizes: Sequence[int], ks: Sequence[int], context: int,
+              max_new_tokens: int, k: int = 4) -> Calibration:
+    """The model's inputs, measured on other prompts than the sweep's (the tuning set): pass costs by batch
+    size and width, and each method's acceptance at batch 1 with K = k."""
+    widths = sorted({1, *(kk + 1 for kk in ks)})
+    target_ms = pass_costs(target, batch_sizes, widths, context)
+    draft_ms = None
+    if draft is not None and "draft model" in methods:
+        draft_ms = {b: by_width[1] for b, by_width in pass_costs(draft, batch_sizes, [1], context).items()}
+    alpha = {}
+    for method in methods:
+        runs = [speculative_generate(target, DRAFTERS[method](draft), p, k=k, max_new_tokens=max_new_tokens)
+                for p in prompts]
+        accepted = sum(r.stats.accepted for r in runs)
+        alpha[method] = accepted / max(1, accepted + sum(r.stats.rejections for r in runs))
+    return Calibration(target_ms, draft_ms, alpha)
+
+
+def one_against_a_batch_of_one(target: torch.nn.Module, prompt: torch.Tensor, max_new_tokens: int,
+                               repeats: int = 3) -> float:
+    """Target-only time of one prompt passed alone over the same prompt as a batch of one (a list): the
+    batched path's cost at batch 1 against the single-sequence call (interleaved, medians)."""
+    alone, listed = [], []
+    for _ in range(repeats):
+        for kind, times in (("alone", alone), ("listed", listed)):
+            with timer(model_device(target)) as t:
+                generate(target, prompt if kind == "alone" else [prompt], max_new_tokens=max_new_tokens)
+            times.append(t["seconds"])
+    return statistics.median(listed) / statistics.median(alone)
+
+
+def summary(table: list[BatchRow], predicted: dict[str, dict[int, dict[int, float]]], policy: dict[str, dict[int, int]]
+            ) -> dict[str, dict]:
+    """Per method: the measured speedup at each batch size with the best fixed K and that K, the measured and
+    predicted crossovers, and the K policy's speedup (the fixed-K row its K names; K 0: target-only, 1.0)
+    beside the best fixed K's and K = 4's."""
+    out = {}
+    for method, by_batch in policy.items():
+        fixed = [r for r in table if r.method == method]
+        sizes = sorted({r.batch for r in fixed})
+        best = {b: max((r for r in fixed if r.batch == b), key=lambda r: r.speedup) for b in sizes}
+        chosen = {b: 1.0 if by_batch[b] == 0 else next(r.speedup for r in fixed if r.batch == b and r.k == by_batch[b])
+                  for b in sizes}
+        out[method] = {
+            "best_k": {b: best[b].k for b in sizes},
+            "best_speedup": {b: best[b].speedup for b in sizes},
+            "crossover_measured": crossover({b: best[b].speedup for b in sizes}),
+            "predicted_best": {b: max(predicted[method][b].values()) for b in sizes},
+            "crossover_predicted": crossover({b: max(predicted[method][b].values()) for b in sizes}),
+            "policy_k": {b: by_batch[b] for b in sizes},
+            "policy_speedup": chosen,
+            "k4_speedup": {r.batch: r.speedup for r in fixed if r.k == 4},
+        }
+    return out
+
+
+# ---------------------------------------------------------------- the roofline
+def matmul_gflops(device: torch.device | str, n: int = 2048, repeats: int = 5) -> float:
+    """The float32 GFLOP/s a large matrix product reaches here: the compute roof."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        with timer(device) as t:
+            a @ b
+        best = min(best, t["seconds"])
+    return 2 * n ** 3 / best / 1e9
+
+
+def roofline_ms(weight_bytes: float, params: float, tokens: int, bandwidth_gbs: float, gflops: float) -> float:
+    """A pass over `tokens` tokens (B x width) as the roofline has it: every weight read once, or two FLOPs per
+    weight per token at the compute roof, whichever takes longer (attention and overhead left out)."""
+    return 1000 * max(weight_bytes / (bandwidth_gbs * 1e9), 2 * params * tokens / (gflops * 1e9))

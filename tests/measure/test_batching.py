@@ -1,0 +1,75 @@
+"""The batch sweep's arithmetic (speclab.measure.batching): inter-token gaps, the crossover, the K policy
+from the model, and a sweep on a tiny pair whose rows are checked against target-only."""
+import pytest
+import torch
+
+from speclab.measure import batching
+from speclab.runner import disable_fast_path, enable_fast_path
+from tests.conftest import tiny_model
+
+
+def test_a_rounds_time_is_shared_by_the_tokens_it_produced():
+    # the first round (after the prefill) is left out; then 2 tokens 0.3 s later, 1 token 0.1 s after that
+    assert batching.itl_gaps([0.5, 0.5, 0.8, 0.8, 0.9]) == pytest.approx([0.15, 0.15, 0.1])
+    assert batching.itl_gaps([0.5]) == []
+
+
+def test_percentile_and_crossover():
+    assert batching.percentile([5, 1, 3, 2, 4], 95) == 5 and batching.percentile([1.0], 95) == 1.0
+    assert batching.crossover({1: 2.0, 4: 1.3, 16: 0.9, 64: 0.6}) == 16
+    assert batching.crossover({1: 2.0, 4: 0.9, 16: 1.1, 64: 0.6}) == 64  # it paid again at 16: not crossed at 4
+    assert batching.crossover({1: 2.0, 64: 1.2}) is None
+
+
+def test_the_policy_shrinks_k_as_verification_stops_being_free_and_turns_speculation_off():
+    """A verify pass that is flat in width at batch 1 (memory-bound) and linear at batch 64 (compute-bound):
+    the model picks a long K alone, a short one in between, and K = 0 (off) when nothing pays."""
+    target_ms = {1: {1: 10, 2: 10, 3: 10, 5: 10.5, 9: 11},
+                 8: {1: 12, 2: 16, 3: 20, 5: 28, 9: 44},
+                 64: {1: 40, 2: 80, 3: 120, 5: 200, 9: 360}}
+    draft_ms = {1: 1.0, 8: 1.2, 64: 4.0}
+    predicted = batching.predict(0.9, target_ms, draft_ms, [1, 2, 4, 8])
+    policy = batching.k_policy(predicted)
+    assert policy[1] == 8 and 1 <= policy[8] < 8 and policy[64] == 0
+    assert predicted[1][8] > predicted[1][1] > 1 > predicted[64][1]
+
+
+def test_the_roofline_turns_from_weights_to_compute_at_the_ridge():
+    weight_bytes, params, gbs, gflops = 4e8, 1e8, 10.0, 100.0  # ridge: 100e9 * 4 / (2 * 10e9) = 20 tokens
+    low, ridge, high = (batching.roofline_ms(weight_bytes, params, n, gbs, gflops) for n in (1, 20, 40))
+    assert low == pytest.approx(ridge) == pytest.approx(40.0) and high == pytest.approx(80.0)
+
+
+@pytest.fixture()
+def batch_pair(pair):
+    target, draft = pair
+    for model in (target, draft):
+        enable_fast_path(model, max_len=64, max_batch=4)
+    yield target, draft
+    for model in (target, draft):
+        disable_fast_path(model)
+
+
+def test_a_sweep_times_every_row_and_checks_it_against_target_only(batch_pair):
+    target, draft = batch_pair
+    prompts = [torch.tensor([5, 17, 42, 8, 23]), torch.tensor([3, 9, 4]), torch.tensor([11, 2, 33]),
+               torch.tensor([7, 7, 7, 7])]
+    table = batching.sweep(target, draft, prompts, [("draft model", 2), ("prompt lookup", 1)], [1, 4], 6, repeats=1,
+                           log=lambda line: None)
+    assert [(r.method, r.batch) for r in table] == [
+        (m, b) for b in (1, 4) for m in ("target-only", "draft model", "prompt lookup")]
+    assert all(r.equal_rows == r.batch and r.new_tokens == 6 * r.batch for r in table)
+    assert all(r.speedup == 1.0 for r in table if r.method == "target-only")
+    with pytest.raises(ValueError, match="batch 8 needs 8 prompts"):
+        batching.sweep(target, draft, prompts, [], [8], 6, repeats=1)
+
+
+def test_pass_costs_time_each_batch_and_width(batch_pair):
+    target, _ = batch_pair
+    costs = batching.pass_costs(target, [1, 4], [1, 3], context=8, repeats=1)
+    assert set(costs) == {1, 4} and all(set(c) == {1, 3} and min(c.values()) > 0 for c in costs.values())
+
+
+def test_pass_costs_need_the_fast_path():
+    with pytest.raises(ValueError, match="enable_fast_path"):
+        batching.pass_costs(tiny_model("llama", layers=1), [1], [1], context=4)
