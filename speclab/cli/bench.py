@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import torch
 
@@ -15,11 +16,13 @@ from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, lay
 from speclab.devices import cpu_name
 from speclab.measure.bench import (FAST, METHODS, default_methods, format_table, model_check, prepare_fast_paths,
                                    run_bench)
-from speclab.measure.profiling import cost_ratio, draft_step_ms, forward_ms_by_positions
-from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
+from speclab.measure import batching
+from speclab.measure.profiling import (cost_ratio, draft_step_ms, forward_ms_by_positions, gemv_bandwidth_gbs,
+                                       parameter_bytes)
+from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count, tuning_prompts
 from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
-from speclab.runner import FAST_MODES, fast_paths
+from speclab.runner import FAST_MODES, context_length, enable_fast_path, fast_paths
 
 NEEDS_DRAFT_MODEL = ("hf assisted",)  # transformers' assisted generation drafts with the pair's draft model
 
@@ -79,13 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def bench_batches(args) -> dict:
     """bench --batch-sizes: the batch sweep (speclab.measure.batching), its model and its K policy."""
-    import statistics
-
-    from speclab.measure import batching
-    from speclab.measure.profiling import gemv_bandwidth_gbs, parameter_bytes
-    from speclab.measure.workloads import tuning_prompts
-    from speclab.runner import context_length, enable_fast_path
-
     sizes, ks = sorted(set(args.batch_sizes)), args.k_sweep or list(batching.KS)
     if min(sizes) < 1 or min(ks) < 1:
         raise SystemExit("--batch-sizes and --k-sweep take integers >= 1")
