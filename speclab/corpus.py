@@ -62,7 +62,9 @@ def docstrings(source: str) -> list[str]:
 def heldout_prompts(kind: str = "code", n: int = 8, chars: int = 400, seed: int = 0) -> list[str]:
     """n prompts cut from held-out files: 'code' (a window of source) or 'prose' (a docstring's start).
 
-    A code prompt starts at a line boundary, so the model continues a real file mid-way.
+    A code prompt starts at a line boundary, so the model continues a real file mid-way. Past one code
+    prompt per held-out file (64 of them), later prompts are further windows of the same files, each
+    from its own random line (a batch of 64 sequences, chapter 11, needs 64 beside the tuning set).
     """
     if kind not in ("code", "prose"):
         raise ValueError(f"kind must be 'code' or 'prose', not {kind!r}")
@@ -71,7 +73,7 @@ def heldout_prompts(kind: str = "code", n: int = 8, chars: int = 400, seed: int 
     prompts: list[str] = []
     pool = heldout[:]
     rng.shuffle(pool)
-    for text in pool:
+    for text in pool + (pool * 3 if kind == "code" else []):  # the first pass's prompts never change
         if len(prompts) == n:
             break
         if kind == "prose":

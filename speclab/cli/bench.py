@@ -109,7 +109,8 @@ def bench_batches(args) -> dict:
     cal = batching.calibrate(target, draft, methods, calibration, sizes, ks, context, args.max_new_tokens)
     predicted = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == "draft model" else None, ks)
                  for m in methods}
-    policy = {m: batching.k_policy(predicted[m]) for m in methods}
+    modelled = {m: batching.k_policy(predicted[m]) for m in methods}
+    policy = cal.policy
     bandwidth, gflops = gemv_bandwidth_gbs(device), batching.matmul_gflops(device)
     weight_bytes = parameter_bytes(target)
     params = weight_bytes / target.dtype.itemsize
@@ -122,8 +123,9 @@ def bench_batches(args) -> dict:
             for w, ms in cal.target_ms[b].items()) +
             (f"; draft step {cal.draft_ms[b]:.1f}" if cal.draft_ms else ""))
     for m in methods:
-        print(f"  {m}: alpha {cal.alpha[m]:.2f} (batch 1, tuning prompts); predicted best K by batch "
-              + ", ".join(f"{b}: {k}" for b, k in policy[m].items()))
+        print(f"  {m}: alpha {cal.alpha[m]:.2f} (batch 1, tuning prompts); best K by batch size, predicted: "
+              + ", ".join(f"{b}: {k}" for b, k in modelled[m].items()) + "; measured on the tuning prompts (the "
+              "policy): " + ", ".join(f"{b}: {k}" for b, k in policy[m].items()))
     ratio = batching.one_against_a_batch_of_one(target, prompts[0], args.max_new_tokens)
     print(f"batch of one against one prompt alone (target-only): {ratio:.3f}x the time")
     table = batching.sweep(target, draft, prompts, [(m, k) for m in methods for k in ks], sizes,
@@ -137,7 +139,7 @@ def bench_batches(args) -> dict:
     return dict(device=str(device), cpu=cpu_name(), threads=torch.get_num_threads(), torch=torch.__version__,
                 fast=mode, workload=args.workload, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                 batch_sizes=sizes, ks=ks, context=context, target_pass_ms=cal.target_ms, draft_step_ms=cal.draft_ms,
-                alpha=cal.alpha, predicted=predicted, policy=policy, bandwidth_gbs=bandwidth, gflops=gflops,
+                alpha=cal.alpha, predicted=predicted, modelled_policy=modelled, policy=policy, bandwidth_gbs=bandwidth, gflops=gflops,
                 weight_bytes=weight_bytes, batch_of_one_ratio=ratio, rows=batching.rows_to_dicts(table),
                 summary=result)
 

@@ -8,10 +8,16 @@ latency: a round's time shared by the tokens it produced (a round of m tokens th
 the previous one counts m gaps of d / m), the first round (time to first token, the prefill's) left out;
 the mean and the 95th percentile over every gap of every sequence.
 
+Times are the batch's decode time, after its prefill (the same work with or without speculation). A
+batch runs until its slowest sequence is done: `tail` says how many more rounds that took than its
+sequences needed on average (the sequences left in a batch's tail run at a smaller batch size).
+
 The model behind the crossover (`predict`): a round costs K draft steps and one verify pass over
 B x (K + 1) tokens, each measured as a function of the batch (`pass_costs`); acceptance per method comes
-from batch 1. theory.speedup then gives the speedup at each batch size, and `k_policy` the K it
-predicts best (0: speculation off), vLLM's num_speculative_tokens_per_batch_size as a rule.
+from batch 1. theory.speedup then gives the speedup at each batch size, and `k_policy` the K it predicts
+best (0: speculation off). The policy the sweep is measured against is tuned instead, as a deployment
+would tune vLLM's num_speculative_tokens_per_batch_size: the fastest K at each batch size in a sweep of
+the tuning prompts (`measured_policy`), never of the prompts it is then timed on.
 """
 from __future__ import annotations
 
@@ -47,17 +53,18 @@ class BatchRow:
     k: int
     batch: int
     new_tokens: int
-    wall_s: float
+    decode_s: float  # the batch's time after its prefill (the prefill is the same work for every row)
     itl_mean_ms: float
     itl_p95_ms: float
     tokens_per_round: float = 0.0  # per sequence (1 for target-only)
     alpha: float = 0.0
     equal_rows: int = 0  # rows whose greedy tokens equal target-only's in the same batch
+    tail: float = 1.0  # rounds the batch ran over the rounds its sequences needed on average
     speedup: float = float("nan")  # tokens/s over target-only's at this batch size
 
     @property
     def tokens_per_s(self) -> float:
-        return self.new_tokens / self.wall_s
+        return self.new_tokens / self.decode_s
 
 
 def itl_gaps(token_s: Sequence[float]) -> list[float]:
@@ -82,14 +89,13 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def decode(target: torch.nn.Module, draft: torch.nn.Module | None, method: str, k: int,
            prompts: list[torch.Tensor], max_new_tokens: int) -> tuple[float, list[GenerationResult]]:
-    """(wall seconds, one result per prompt) of one batched greedy decode; K 0 or target-only: the target
-    alone."""
-    with timer(model_device(target)) as t:
-        if method == TARGET_ONLY or k == 0:
-            rows = generate(target, prompts, max_new_tokens=max_new_tokens)
-        else:
-            rows = speculative_generate(target, DRAFTERS[method](draft), prompts, k=k, max_new_tokens=max_new_tokens)
-    return t["seconds"], rows
+    """(decode seconds: the batch's wall time after its prefill, one result per prompt) of one batched greedy
+    decode; K 0 or target-only: the target alone."""
+    if method == TARGET_ONLY or k == 0:
+        rows = generate(target, prompts, max_new_tokens=max_new_tokens)
+    else:
+        rows = speculative_generate(target, DRAFTERS[method](draft), prompts, k=k, max_new_tokens=max_new_tokens)
+    return rows[0].stats.wall_s - rows[0].stats.prefill_s, rows
 
 
 def summarise(method: str, k: int, walls: list[float], rows: list[GenerationResult],
@@ -102,11 +108,15 @@ def summarise(method: str, k: int, walls: list[float], rows: list[GenerationResu
     return BatchRow(method, k, len(rows), sum(r.stats.new_tokens for r in rows), statistics.median(walls),
                     1000 * statistics.fmean(gaps) if gaps else float("nan"), 1000 * percentile(gaps, 95),
                     sum(r.stats.new_tokens for r in rows) / rounds if rounds else 0.0,
-                    accepted / tested if tested else 0.0, equal)
+                    accepted / tested if tested else 0.0, equal,
+                    max(r.stats.rounds for r in rows) / (rounds / len(rows)) if rounds else 1.0)
 
 
-def batch_prompts(prompts: list[torch.Tensor], batch: int) -> list[torch.Tensor]:
-    """The first `batch` prompts (every batch size decodes the same prompts, the larger ones more of them)."""
+def batch_prompts(prompts: list[torch.Tensor], batch: int, cycle: bool = False) -> list[torch.Tensor]:
+    """The first `batch` prompts (every batch size decodes the same prompts, the larger ones more of them);
+    with `cycle`, a small set repeated to fill the batch (calibration on the tuning prompts)."""
+    if cycle:
+        return [prompts[i % len(prompts)] for i in range(batch)]
     if batch > len(prompts):
         raise ValueError(f"batch {batch} needs {batch} prompts and {len(prompts)} were given: pass more prompts "
                          "(--num-prompts) or smaller batch sizes")
@@ -115,7 +125,7 @@ def batch_prompts(prompts: list[torch.Tensor], batch: int) -> list[torch.Tensor]
 
 def sweep(target: torch.nn.Module, draft: torch.nn.Module | None, prompts: list[torch.Tensor],
           runs: Sequence[tuple[str, int]], batch_sizes: Sequence[int] = BATCH_SIZES, max_new_tokens: int = 64,
-          repeats: int = 2, log: Callable[[str], None] = print) -> list[BatchRow]:
+          repeats: int = 2, log: Callable[[str], None] = print, cycle: bool = False) -> list[BatchRow]:
     """Every (method, K) of `runs` at every batch size, greedy, EOS ignored. At each batch size the runs are
     interleaved: each repeat takes them in an order rotated from the last, so a slow stretch of the machine
     slows every run alike. Each row's ratio is to target-only at the same batch size."""
@@ -124,7 +134,7 @@ def sweep(target: torch.nn.Module, draft: torch.nn.Module | None, prompts: list[
         plan = [(TARGET_ONLY, 0)] + [r for r in runs if r != (TARGET_ONLY, 0)]
         walls: dict[int, list[float]] = {i: [] for i in range(len(plan))}
         outputs: dict[int, list[GenerationResult]] = {}
-        group = batch_prompts(prompts, batch)
+        group = batch_prompts(prompts, batch, cycle)
         for repeat in range(repeats):
             for shift in range(len(plan)):
                 i = (repeat + shift) % len(plan)
@@ -141,7 +151,7 @@ def sweep(target: torch.nn.Module, draft: torch.nn.Module | None, prompts: list[
             table.append(row)
             log(f"batch {batch:3d}  {method:32s} K={k}  {row.tokens_per_s:8.1f} tok/s  {row.speedup:5.2f}x  "
                 f"ITL {row.itl_mean_ms:6.1f} ms (p95 {row.itl_p95_ms:6.1f})  {row.tokens_per_round:4.2f} tok/round  "
-                f"equal {row.equal_rows}/{batch}")
+                f"tail {row.tail:4.2f}  equal {row.equal_rows}/{batch}")
     return table
 
 
@@ -218,14 +228,16 @@ class Calibration:
     target_ms: dict[int, dict[int, float]]
     draft_ms: dict[int, float] | None
     alpha: dict[str, float] = field(default_factory=dict)
+    policy: dict[str, dict[int, int]] = field(default_factory=dict)  # measured_policy on the tuning prompts
 
 
 # ---------------------------------------------------------------- the whole measurement
 def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, methods: Sequence[str],
               prompts: list[torch.Tensor], batch_sizes: Sequence[int], ks: Sequence[int], context: int,
               max_new_tokens: int, k: int = 4) -> Calibration:
-    """The model's inputs, measured on other prompts than the sweep's (the tuning set): pass costs by batch
-    size and width, and each method's acceptance at batch 1 with K = k."""
+    """Measured on other prompts than the sweep's (the tuning set): pass costs by batch size and width and
+    each method's acceptance at batch 1 with K = k, for the model; and a sweep of the tuning prompts
+    (repeated to fill each batch) whose best K at each batch size is the policy (`measured_policy`)."""
     widths = sorted({1, *(kk + 1 for kk in ks)})
     target_ms = pass_costs(target, batch_sizes, widths, context)
     draft_ms = None
@@ -237,7 +249,22 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, methods: S
                 for p in prompts]
         accepted = sum(r.stats.accepted for r in runs)
         alpha[method] = accepted / max(1, accepted + sum(r.stats.rejections for r in runs))
-    return Calibration(target_ms, draft_ms, alpha)
+    tuning = sweep(target, draft, prompts, [(m, kk) for m in methods for kk in ks], batch_sizes, max_new_tokens,
+                   repeats=1, log=lambda line: None, cycle=True)
+    return Calibration(target_ms, draft_ms, alpha, measured_policy(tuning, methods))
+
+
+def measured_policy(table: list[BatchRow], methods: Sequence[str]) -> dict[str, dict[int, int]]:
+    """Each method's fastest K at each batch size in a sweep; 0 where no K beat target-only (speculation
+    off): the per-batch-size K that vLLM's num_speculative_tokens_per_batch_size writes down by hand."""
+    policy: dict[str, dict[int, int]] = {}
+    for method in methods:
+        rows = [r for r in table if r.method == method]
+        policy[method] = {}
+        for b in sorted({r.batch for r in rows}):
+            best = max((r for r in rows if r.batch == b), key=lambda r: r.speedup)
+            policy[method][b] = best.k if best.speedup > 1 else 0
+    return policy
 
 
 def one_against_a_batch_of_one(target: torch.nn.Module, prompt: torch.Tensor, max_new_tokens: int,

@@ -73,3 +73,12 @@ def test_pass_costs_time_each_batch_and_width(batch_pair):
 def test_pass_costs_need_the_fast_path():
     with pytest.raises(ValueError, match="enable_fast_path"):
         batching.pass_costs(tiny_model("llama", layers=1), [1], [1], context=4)
+
+
+def test_the_measured_policy_takes_the_fastest_k_and_turns_speculation_off_where_none_pays():
+    def row(method, k, batch, speedup):
+        return batching.BatchRow(method, k, batch, 1, 1.0, 0.0, 0.0, speedup=speedup)
+
+    table = [row("target-only", 0, 1, 1.0), row("m", 2, 1, 1.4), row("m", 4, 1, 1.6),
+             row("target-only", 0, 32, 1.0), row("m", 2, 32, 0.9), row("m", 4, 32, 0.7)]
+    assert batching.measured_policy(table, ["m"]) == {"m": {1: 4, 32: 0}}
