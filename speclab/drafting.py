@@ -173,7 +173,8 @@ class Drafter(ABC):
         """Refuse a batch this drafter cannot draft for, saying which drafters can."""
         if size > 1 and not self.batched:
             raise ValueError(f"the {self.name} drafter drafts for one sequence at a time; a batch of {size} prompts "
-                             "needs a drafter that drafts batches: draft_model, ngram (prompt lookup), or decode "
+                             "needs a drafter that drafts batches: draft_model, ngram (prompt lookup), eagle or eagle3 "
+                             "with tree='chain', mtp, layer_skip; or decode "
                              "the prompts one at a time")
 
     def start_rows(self, rows: list[int], prompts: list[torch.Tensor]) -> None:

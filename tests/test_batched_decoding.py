@@ -133,6 +133,40 @@ def test_the_compiled_path_pads_the_batch_and_decodes_the_same_tokens(pair, alon
         off_fast_path(target, draft)
 
 
+def feature_drafters(target):
+    """EAGLE-1's and EAGLE-3's heads drafting chains, and an MTP module chained twice: random weights, the
+    target's own shapes."""
+    from speclab.methods.eagle import EagleDrafter
+    from speclab.methods.mtp import MtpDrafter
+    from tests.methods.test_eagle import random_head, random_head3
+    from tests.methods.test_mtp import random_module
+    return {"eagle chain": lambda: EagleDrafter(random_head(target), target, tree="chain"),
+            "eagle-3 chain": lambda: EagleDrafter(random_head3(target), target, tree="chain"),
+            "mtp x2": lambda: MtpDrafter(random_module(target), target, num_tokens=2)}
+
+
+@pytest.mark.parametrize("method", ["eagle chain", "eagle-3 chain", "mtp x2"])
+def test_feature_drafters_draft_each_row_as_they_draft_it_alone(batch_pair, alone, method):
+    """A batch of chains from a head on the target's features: every row's drafts, round by round, are
+    the ones the same head drafts for that prompt alone, and the tokens are target-only's."""
+    target, _ = batch_pair
+    make = feature_drafters(target)[method]
+    assert make().batched
+    rows = speculative_generate(target, make(), PROMPTS, k=3, max_new_tokens=20)
+    assert [r.tokens.tolist() for r in rows] == alone
+    for prompt, row in zip(PROMPTS, rows):
+        single = speculative_generate(target, make(), prompt, k=3, max_new_tokens=20)
+        assert [r.drafted for r in row.trace] == [r.drafted for r in single.trace]
+
+
+def test_eagle2s_dynamic_tree_drafts_one_sequence_at_a_time(batch_pair):
+    from speclab.methods.eagle import EagleDrafter
+    from tests.methods.test_eagle import random_head
+    target, _ = batch_pair
+    with pytest.raises(ValueError, match="one sequence at a time.*decode the prompts one at a time"):
+        speculative_generate(target, EagleDrafter(random_head(target), target), PROMPTS, k=3, max_new_tokens=4)
+
+
 # ---------------------------------------------------------------- sampling: lossless per row
 SMALL_PROMPTS = [torch.tensor([3, 1, 4, 1, 5]), torch.tensor([2, 7]), torch.tensor([6, 0, 6, 0, 6, 0])]
 

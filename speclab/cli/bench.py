@@ -19,7 +19,7 @@ from speclab.measure.bench import (FAST, METHODS, default_methods, format_table,
 from speclab.measure import batching
 from speclab.measure.profiling import (cost_ratio, draft_step_ms, forward_ms_by_positions, gemv_bandwidth_gbs,
                                        parameter_bytes)
-from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count, tuning_prompts
+from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
 from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
 from speclab.runner import FAST_MODES, context_length, enable_fast_path, fast_paths
@@ -86,8 +86,12 @@ def bench_batches(args) -> dict:
     if min(sizes) < 1 or min(ks) < 1:
         raise SystemExit("--batch-sizes and --k-sweep take integers >= 1")
     target, draft, tok, device = load(args)
-    prompts = [p.to(device) for p in prompts_for(args, tok, args.workload, max(sizes))]
-    calibration = [tok(t, return_tensors="pt").input_ids[0].to(device) for t in tuning_prompts(4)]
+    # the sweep's prompts, then as many others for calibration (the model's inputs and the K policy)
+    pool = [p.to(device) for p in prompts_for(args, tok, args.workload, 2 * max(sizes))]
+    if len(pool) < 2 * max(sizes):
+        raise SystemExit(f"the {args.workload!r} workload has {len(pool)} prompts; a sweep to batch {max(sizes)} needs "
+                         f"{2 * max(sizes)} (half to time, half to calibrate): use --workload code")
+    prompts, calibration = pool[:max(sizes)], pool[max(sizes):]
     room = (context_length(target) or 4096) - args.max_new_tokens - max(ks) - 1  # a prompt's share of the context
     if room < 1:
         raise SystemExit(f"{args.max_new_tokens} new tokens leave no room for a prompt in the target's context of "
@@ -101,12 +105,13 @@ def bench_batches(args) -> dict:
     models = [m for m in (target, draft) if m is not None]
     for model in models:
         enable_fast_path(model, mode, max_len=longest, max_batch=max(sizes))
-    methods = [m for m in batching.DRAFTERS if m != "draft model" or draft is not None]
+    drafters = batching.make_drafters(target, draft, [m for m in batching.DRAFTERS if m != "draft model" or draft is not None])
+    methods = list(drafters)
     context = int(statistics.mean(len(p) for p in prompts)) + args.max_new_tokens // 2
     print(f"device {device} ({cpu_name()}), threads {torch.get_num_threads()}, torch {torch.__version__}, fast path "
           f"{mode}; {len(prompts)} {args.workload} prompts, {args.max_new_tokens} new tokens, greedy, median of "
           f"{args.repeats} interleaved repeats; batch sizes {sizes}, K {ks}")
-    cal = batching.calibrate(target, draft, methods, calibration, sizes, ks, context, args.max_new_tokens)
+    cal = batching.calibrate(target, draft, drafters, calibration, sizes, ks, context, args.max_new_tokens)
     predicted = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == "draft model" else None, ks)
                  for m in methods}
     modelled = {m: batching.k_policy(predicted[m]) for m in methods}
@@ -123,12 +128,12 @@ def bench_batches(args) -> dict:
             for w, ms in cal.target_ms[b].items()) +
             (f"; draft step {cal.draft_ms[b]:.1f}" if cal.draft_ms else ""))
     for m in methods:
-        print(f"  {m}: alpha {cal.alpha[m]:.2f} (batch 1, tuning prompts); best K by batch size, predicted: "
-              + ", ".join(f"{b}: {k}" for b, k in modelled[m].items()) + "; measured on the tuning prompts (the "
+        print(f"  {m}: alpha {cal.alpha[m]:.2f} (batch 1, calibration prompts); best K by batch size, predicted: "
+              + ", ".join(f"{b}: {k}" for b, k in modelled[m].items()) + "; measured on the calibration prompts (the "
               "policy): " + ", ".join(f"{b}: {k}" for b, k in policy[m].items()))
     ratio = batching.one_against_a_batch_of_one(target, prompts[0], args.max_new_tokens)
     print(f"batch of one against one prompt alone (target-only): {ratio:.3f}x the time")
-    table = batching.sweep(target, draft, prompts, [(m, k) for m in methods for k in ks], sizes,
+    table = batching.sweep(target, drafters, prompts, [(m, k) for m in methods for k in ks], sizes,
                            args.max_new_tokens, args.repeats)
     result = batching.summary(table, predicted, policy)
     for m, s in result.items():

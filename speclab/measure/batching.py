@@ -17,7 +17,7 @@ B x (K + 1) tokens, each measured as a function of the batch (`pass_costs`); acc
 from batch 1. theory.speedup then gives the speedup at each batch size, and `k_policy` the K it predicts
 best (0: speculation off). The policy the sweep is measured against is tuned instead, as a deployment
 would tune vLLM's num_speculative_tokens_per_batch_size: the fastest K at each batch size in a sweep of
-the tuning prompts (`measured_policy`), never of the prompts it is then timed on.
+other held-out prompts (`calibrate`, `measured_policy`), never of the prompts it is then timed on.
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ import torch
 from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
+from speclab.drafting import Drafter
+from speclab.methods import load_drafter
 from speclab.methods.draft_model import ModelDrafter
 from speclab.methods.ngram import PromptLookupDrafter
 from speclab.runner import Pass, fast_path_of, model_device, runner_for
@@ -38,11 +40,25 @@ from speclab.stats import GenerationResult
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 KS = (1, 2, 4, 8)
 TARGET_ONLY = "target-only"
-# the chain drafters that draft batches, by the name the sweep's rows use
-DRAFTERS: dict[str, Callable[[torch.nn.Module | None], object]] = {
-    "draft model": lambda draft: ModelDrafter(draft),
-    "prompt lookup": lambda draft: PromptLookupDrafter(),
+# the chain drafters the sweep times, by the names its rows use: (target, draft model) -> a drafter, built once
+DRAFTERS: dict[str, Callable[[torch.nn.Module, torch.nn.Module | None], Drafter]] = {
+    "draft model": lambda target, draft: ModelDrafter(draft),
+    "prompt lookup": lambda target, draft: PromptLookupDrafter(),
+    "eagle chain": lambda target, draft: load_drafter("eagle", target, tree="chain"),
 }
+
+
+def make_drafters(target: torch.nn.Module, draft: torch.nn.Module | None, methods: Sequence[str],
+                  log: Callable[[str], None] = print) -> dict[str, Drafter]:
+    """One drafter per method, reused by every decode (each starts afresh with its batch). A method whose
+    trained weights do not ship for this target is left out, and said."""
+    drafters = {}
+    for method in methods:
+        try:
+            drafters[method] = DRAFTERS[method](target, draft)
+        except FileNotFoundError as missing:
+            log(f"left out {method}: {missing}")
+    return drafters
 
 
 @dataclass
@@ -87,14 +103,14 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def decode(target: torch.nn.Module, draft: torch.nn.Module | None, method: str, k: int,
-           prompts: list[torch.Tensor], max_new_tokens: int) -> tuple[float, list[GenerationResult]]:
+def decode(target: torch.nn.Module, drafter: Drafter | None, k: int, prompts: list[torch.Tensor],
+           max_new_tokens: int) -> tuple[float, list[GenerationResult]]:
     """(decode seconds: the batch's wall time after its prefill, one result per prompt) of one batched greedy
     decode; K 0 or target-only: the target alone."""
-    if method == TARGET_ONLY or k == 0:
+    if drafter is None or k == 0:
         rows = generate(target, prompts, max_new_tokens=max_new_tokens)
     else:
-        rows = speculative_generate(target, DRAFTERS[method](draft), prompts, k=k, max_new_tokens=max_new_tokens)
+        rows = speculative_generate(target, drafter, prompts, k=k, max_new_tokens=max_new_tokens)
     return rows[0].stats.wall_s - rows[0].stats.prefill_s, rows
 
 
@@ -112,20 +128,17 @@ def summarise(method: str, k: int, walls: list[float], rows: list[GenerationResu
                     max(r.stats.rounds for r in rows) / (rounds / len(rows)) if rounds else 1.0)
 
 
-def batch_prompts(prompts: list[torch.Tensor], batch: int, cycle: bool = False) -> list[torch.Tensor]:
-    """The first `batch` prompts (every batch size decodes the same prompts, the larger ones more of them);
-    with `cycle`, a small set repeated to fill the batch (calibration on the tuning prompts)."""
-    if cycle:
-        return [prompts[i % len(prompts)] for i in range(batch)]
+def batch_prompts(prompts: list[torch.Tensor], batch: int) -> list[torch.Tensor]:
+    """The first `batch` prompts (every batch size decodes the same prompts, the larger ones more of them)."""
     if batch > len(prompts):
         raise ValueError(f"batch {batch} needs {batch} prompts and {len(prompts)} were given: pass more prompts "
                          "(--num-prompts) or smaller batch sizes")
     return prompts[:batch]
 
 
-def sweep(target: torch.nn.Module, draft: torch.nn.Module | None, prompts: list[torch.Tensor],
+def sweep(target: torch.nn.Module, drafters: dict[str, Drafter], prompts: list[torch.Tensor],
           runs: Sequence[tuple[str, int]], batch_sizes: Sequence[int] = BATCH_SIZES, max_new_tokens: int = 64,
-          repeats: int = 2, log: Callable[[str], None] = print, cycle: bool = False) -> list[BatchRow]:
+          repeats: int = 2, log: Callable[[str], None] = print) -> list[BatchRow]:
     """Every (method, K) of `runs` at every batch size, greedy, EOS ignored. At each batch size the runs are
     interleaved: each repeat takes them in an order rotated from the last, so a slow stretch of the machine
     slows every run alike. Each row's ratio is to target-only at the same batch size."""
@@ -134,12 +147,12 @@ def sweep(target: torch.nn.Module, draft: torch.nn.Module | None, prompts: list[
         plan = [(TARGET_ONLY, 0)] + [r for r in runs if r != (TARGET_ONLY, 0)]
         walls: dict[int, list[float]] = {i: [] for i in range(len(plan))}
         outputs: dict[int, list[GenerationResult]] = {}
-        group = batch_prompts(prompts, batch, cycle)
+        group = batch_prompts(prompts, batch)
         for repeat in range(repeats):
             for shift in range(len(plan)):
                 i = (repeat + shift) % len(plan)
                 method, k = plan[i]
-                wall, rows = decode(target, draft, method, k, group, max_new_tokens)
+                wall, rows = decode(target, drafters.get(method), k, group, max_new_tokens)
                 walls[i].append(wall)
                 outputs[i] = rows
         reference = [r.tokens.tolist() for r in outputs[0]]
@@ -228,30 +241,31 @@ class Calibration:
     target_ms: dict[int, dict[int, float]]
     draft_ms: dict[int, float] | None
     alpha: dict[str, float] = field(default_factory=dict)
-    policy: dict[str, dict[int, int]] = field(default_factory=dict)  # measured_policy on the tuning prompts
+    policy: dict[str, dict[int, int]] = field(default_factory=dict)  # measured_policy on the calibration prompts
 
 
 # ---------------------------------------------------------------- the whole measurement
-def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, methods: Sequence[str],
+def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: dict[str, Drafter],
               prompts: list[torch.Tensor], batch_sizes: Sequence[int], ks: Sequence[int], context: int,
               max_new_tokens: int, k: int = 4) -> Calibration:
-    """Measured on other prompts than the sweep's (the tuning set): pass costs by batch size and width and
-    each method's acceptance at batch 1 with K = k, for the model; and a sweep of the tuning prompts
-    (repeated to fill each batch) whose best K at each batch size is the policy (`measured_policy`)."""
+    """Measured on other prompts than the sweep's (calibration prompts): pass costs by batch size and width
+    and each method's acceptance at batch 1 with K = k, for the model; and a sweep of the calibration
+    prompts whose best K at each batch size is the policy (`measured_policy`)."""
+    methods = list(drafters)
     widths = sorted({1, *(kk + 1 for kk in ks)})
     target_ms = pass_costs(target, batch_sizes, widths, context)
     draft_ms = None
-    if draft is not None and "draft model" in methods:
+    if draft is not None and "draft model" in drafters:
         draft_ms = {b: by_width[1] for b, by_width in pass_costs(draft, batch_sizes, [1], context).items()}
     alpha = {}
     for method in methods:
-        runs = [speculative_generate(target, DRAFTERS[method](draft), p, k=k, max_new_tokens=max_new_tokens)
-                for p in prompts]
+        runs = [speculative_generate(target, drafters[method], p, k=k, max_new_tokens=max_new_tokens)
+                for p in prompts[:4]]
         accepted = sum(r.stats.accepted for r in runs)
         alpha[method] = accepted / max(1, accepted + sum(r.stats.rejections for r in runs))
-    tuning = sweep(target, draft, prompts, [(m, kk) for m in methods for kk in ks], batch_sizes, max_new_tokens,
-                   repeats=1, log=lambda line: None, cycle=True)
-    return Calibration(target_ms, draft_ms, alpha, measured_policy(tuning, methods))
+    tuned = sweep(target, drafters, prompts, [(m, kk) for m in methods for kk in ks], batch_sizes, max_new_tokens,
+                   repeats=1, log=lambda line: None)
+    return Calibration(target_ms, draft_ms, alpha, measured_policy(tuned, methods))
 
 
 def measured_policy(table: list[BatchRow], methods: Sequence[str]) -> dict[str, dict[int, int]]:

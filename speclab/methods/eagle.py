@@ -44,7 +44,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 from speclab.adaptive import stops_here
 from speclab.drafting import ChainDrafter, Draft
 from speclab.artifacts import check_fits, fingerprint, load_weights, save_weights
-from speclab.methods.layer_step import FastHeadStep, LayerStep, RowCache
+from speclab.methods.layer_step import BatchRowCache, FastHeadStep, LayerStep, RowCache
 from speclab.sampling import SamplingParams, check_finite, pick, sample
 from speclab.runner import fast_path_of
 
@@ -543,6 +543,7 @@ class EagleDrafter(ChainDrafter):
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
         self.forward_calls = 0
+        self.chain_limit: int | None = None  # at most this many drafts a round (MTP's num_tokens)
         self.last_expansion: dict | None = None
         self.compiled_head: FastHeadStep | None = None  # built the first time the target runs compiled
         self.start(torch.empty(0, dtype=torch.long))
@@ -554,12 +555,100 @@ class EagleDrafter(ChainDrafter):
                              "with tree='chain'")
         super().set_confidence_threshold(threshold)
 
+    @property
+    def batched(self) -> bool:
+        """A chain drafts batches (each sequence its row of a BatchRowCache), where LayerStep runs the head's
+        layer; EAGLE-2's dynamic tree drafts one sequence at a time."""
+        return self.tree == "chain" and self.head.layer_step is not None and \
+            all(getattr(type(self), hook) is getattr(EagleDrafter, hook) for hook in ("start", "propose"))
+
     def start(self, prompt: torch.Tensor) -> None:
+        self.batch_cache: BatchRowCache | None = None  # set by start_rows for a batch
         self.fast = self._fast_head()
         self.cache = self.head.drafting_cache() if self.fast is None else self.fast.cache
         self.true_pairs = 0                          # pairs in the head's cache computed from true features
         self.pending: list[torch.Tensor] = []        # true features handed over, not yet in the cache
         self.forward_calls = 0
+
+    # ------------------------------------------------------------ a batch of sequences (chapter 11): chains
+    # Each sequence keeps the single-sequence bookkeeping (true pairs, pending features) in its own row of
+    # a BatchRowCache; a round's catch-up is one head pass over every drafting sequence (padded to the
+    # longest catch-up), and each draft step one pass over those still drafting. The head runs as it is
+    # (LayerStep), uncompiled, on either path of the target.
+    def start_rows(self, rows: list[int], prompts: list[torch.Tensor]) -> None:
+        self.start(prompts[0])
+        if rows == [0]:
+            return
+        path = fast_path_of(self.target)
+        capacity = path.network.max_len if path is not None else max(len(p) for p in prompts) + 4096
+        self.fast = None
+        self.batch_cache = BatchRowCache(max(rows) + 1, capacity)
+        self.row_pairs = {row: 0 for row in rows}
+        self.row_pending: dict[int, list[torch.Tensor]] = {row: [] for row in rows}
+
+    def take_features_rows(self, rows: list[int], features: list[torch.Tensor]) -> None:
+        if self.batch_cache is None:
+            return super().take_features_rows(rows, features)
+        for row, f in zip(rows, features):
+            self.row_pending[row].append(f)
+
+    def propose_rows(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
+                     generator: torch.Generator | None = None) -> list[Draft]:
+        if self.batch_cache is None:
+            return super().propose_rows(rows, ids, ks, sampling, generator)
+        return self._chain_rows(rows, ids, [min(k, self.chain_limit or k) for k in ks], sampling, generator)
+
+    def _batch_step(self, rows: list[int], tokens: torch.Tensor, features: torch.Tensor, widths: list[int]
+                    ) -> torch.Tensor:
+        """The head over (B, n) tokens and their features, each row after its own cached pairs: (B, n, H)."""
+        positions, visible = self.batch_cache.begin(rows, tokens.shape[1], tokens.device)
+        self.forward_calls += 1
+        out = self.head(self.embed(tokens), features, self.batch_cache, positions, visible)
+        self.batch_cache.advance(rows, widths)
+        return out
+
+    @torch.inference_mode()
+    def _chain_rows(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
+                    generator: torch.Generator | None) -> list[Draft]:
+        drafts = [Draft(seq.new_empty(0)) for seq in ids]
+        active = [i for i, row in enumerate(rows) if self.row_pending[row] and ks[i] > 0]
+        if not active:
+            return drafts
+        tokens, features = [], []  # catch-up: roll back the guesses, feed the true pairs handed over since
+        for i in active:
+            row = rows[i]
+            self.batch_cache.rollback(row, self.row_pairs[row])
+            fused = self.head.fuse(torch.cat(self.row_pending[row]))
+            tokens.append(ids[i][self.row_pairs[row] + 1:self.row_pairs[row] + 1 + len(fused)])
+            features.append(fused)
+            self.row_pairs[row] += len(fused)
+            self.row_pending[row] = []
+        widths = [len(t) for t in tokens]
+        padded = torch.zeros(len(active), max(widths), dtype=torch.long, device=tokens[0].device)
+        feats = features[0].new_zeros(len(active), max(widths), features[0].shape[-1])
+        for b, (t, f) in enumerate(zip(tokens, features)):
+            padded[b, :len(t)], feats[b, :len(f)] = t, f
+        h = self._batch_step([rows[i] for i in active], padded, feats, widths)
+        h = h[torch.arange(len(active)), torch.tensor(widths) - 1]  # each row's output at its pending token
+        drafted: list[list[torch.Tensor]] = [[] for _ in active]
+        probs: list[list[torch.Tensor]] = [[] for _ in active]
+        live = list(range(len(active)))
+        while live:
+            logits = self._logits(h[live])
+            for j, b in enumerate(live):
+                token, q = pick(logits[j], sampling, generator)
+                drafted[b].append(token)
+                probs[b].append(q)
+                if stops_here(logits[j], self.confidence_threshold):
+                    ks[active[b]] = len(drafted[b])
+            live = [b for b in live if len(drafted[b]) < ks[active[b]]]
+            if live:  # the next step for the sequences still drafting: their own outputs as features
+                step_tokens = torch.stack([drafted[b][-1] for b in live]).view(-1, 1)
+                h[live] = self._batch_step([rows[active[b]] for b in live], step_tokens, h[live][:, None],
+                                           [1] * len(live))[:, 0]
+        for b, i in enumerate(active):
+            drafts[i] = Draft(torch.stack(drafted[b]), None if sampling.greedy else torch.stack(probs[b]))
+        return drafts
 
     def _fast_head(self) -> FastHeadStep | None:
         """On the target's compiled fast path, the head compiled beside it on a static cache (built once,
@@ -607,6 +696,7 @@ class EagleDrafter(ChainDrafter):
         h = self._catch_up(ids)
         if self.tree == "dynamic":
             return self._dynamic_tree(h, k, ids.device, sampling, generator)
+        k = min(k, self.chain_limit or k)
         drafted, probs = [], []
         for i in range(k):
             logits = self._logits(h)

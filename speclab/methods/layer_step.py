@@ -214,6 +214,51 @@ class LayerStep:
         return x[0] if single else x
 
 
+class BatchRowCache:
+    """The head's cache for a batch of sequences (chapter 11): per layer one preallocated (rows, kv_heads,
+    capacity, head_dim) buffer pair, a row per sequence with its own length. `begin(rows, width)` names
+    the rows the next step feeds, each `width` tokens (padded to the widest), and returns their positions
+    and what each token sees; `update` (what LayerStep calls) writes them by position and returns those
+    rows' keys and values up to the furthest slot in use; `advance` counts each row's real tokens in."""
+
+    def __init__(self, rows: int, capacity: int, layers: int = 1):
+        self.keys: list[torch.Tensor | None] = [None] * layers
+        self.values: list[torch.Tensor | None] = [None] * layers
+        self.lengths = [0] * rows
+        self.capacity = capacity
+        self.step: tuple[torch.Tensor, torch.Tensor, int] | None = None
+
+    def begin(self, rows: list[int], width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(positions (B, width): each row's next slots, visible (B, 1, width, end) bool: causal in each row)."""
+        starts = torch.tensor([self.lengths[r] for r in rows], device=device)
+        slots = starts[:, None] + torch.arange(width, device=device)
+        end = int(starts.max()) + width
+        if end > self.capacity:
+            raise ValueError(f"the head's batch cache holds {self.capacity} positions and this step needs {end}: "
+                             "ask for fewer tokens, or a larger max_len on the target's fast path")
+        self.step = (torch.tensor(rows, device=device), slots, end)
+        visible = torch.arange(end, device=device)[None, None, :] <= slots[:, :, None]
+        return slots, visible[:, None]
+
+    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, slots, end = self.step
+        if self.keys[layer_idx] is None:
+            shape = (len(self.lengths), keys.shape[1], self.capacity, keys.shape[-1])
+            self.keys[layer_idx] = keys.new_zeros(shape)
+            self.values[layer_idx] = values.new_zeros(shape)
+        self.keys[layer_idx][rows[:, None], :, slots] = keys.transpose(1, 2)
+        self.values[layer_idx][rows[:, None], :, slots] = values.transpose(1, 2)
+        return (self.keys[layer_idx][:, :, :end].index_select(0, rows),
+                self.values[layer_idx][:, :, :end].index_select(0, rows))
+
+    def advance(self, rows: list[int], widths: list[int]) -> None:
+        for row, width in zip(rows, widths):
+            self.lengths[row] += width
+
+    def rollback(self, row: int, length: int) -> None:
+        self.lengths[row] = min(self.lengths[row], length)
+
+
 class SlotCache:
     """The head's cache on the compiled fast path (FastHeadStep): one preallocated (1, kv_heads, max_len,
     head_dim) buffer pair per layer, a step's rows written at the `slots` it names (index_copy_, in

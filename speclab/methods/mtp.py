@@ -22,11 +22,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from speclab.methods.eagle import EagleDrafter, EagleHead
-from speclab.sampling import SamplingParams
 
 NAME = "mtp"  # the method's name in the registry (vLLM's)
 
@@ -72,12 +70,8 @@ class MtpDrafter(EagleDrafter):
         if not isinstance(num_tokens, int) or num_tokens < 1:
             raise ValueError(f"num_tokens (MTP drafts per round) must be an integer >= 1, got {num_tokens!r}")
         super().__init__(module, target, tree="chain")
-        self.num_tokens = num_tokens
+        self.num_tokens = self.chain_limit = num_tokens
         self.name = "mtp" if num_tokens == 1 else f"mtp x{num_tokens}"
-
-    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
-                generator: torch.Generator | None = None):
-        return super().propose(ids, min(k, self.num_tokens), sampling, generator)
 
 
 def load_mtp(target: nn.Module, module: str | Path | MtpModule, num_tokens: int = 1) -> MtpDrafter:

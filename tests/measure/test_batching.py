@@ -54,14 +54,15 @@ def test_a_sweep_times_every_row_and_checks_it_against_target_only(batch_pair):
     target, draft = batch_pair
     prompts = [torch.tensor([5, 17, 42, 8, 23]), torch.tensor([3, 9, 4]), torch.tensor([11, 2, 33]),
                torch.tensor([7, 7, 7, 7])]
-    table = batching.sweep(target, draft, prompts, [("draft model", 2), ("prompt lookup", 1)], [1, 4], 6, repeats=1,
-                           log=lambda line: None)
+    drafters = batching.make_drafters(target, draft, ["draft model", "prompt lookup"])
+    table = batching.sweep(target, drafters, prompts, [("draft model", 2), ("prompt lookup", 1)], [1, 4], 6,
+                           repeats=1, log=lambda line: None)
     assert [(r.method, r.batch) for r in table] == [
         (m, b) for b in (1, 4) for m in ("target-only", "draft model", "prompt lookup")]
     assert all(r.equal_rows == r.batch and r.new_tokens == 6 * r.batch for r in table)
     assert all(r.speedup == 1.0 for r in table if r.method == "target-only")
     with pytest.raises(ValueError, match="batch 8 needs 8 prompts"):
-        batching.sweep(target, draft, prompts, [], [8], 6, repeats=1)
+        batching.sweep(target, drafters, prompts, [], [8], 6, repeats=1)
 
 
 def test_pass_costs_time_each_batch_and_width(batch_pair):
