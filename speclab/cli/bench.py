@@ -112,8 +112,10 @@ def bench_batches(args) -> dict:
           f"{mode}; {len(prompts)} {args.workload} prompts, {args.max_new_tokens} new tokens, greedy, median of "
           f"{args.repeats} interleaved repeats; batch sizes {sizes}, K {ks}")
     cal = batching.calibrate(target, draft, drafters, calibration, sizes, ks, context, args.max_new_tokens)
-    predicted = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == "draft model" else None, ks)
-                 for m in methods}
+    # the naive model: batch-1 acceptance, no tail; the model: the calibration sweep's rounds, the cost grid
+    naive = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == "draft model" else None, ks)
+             for m in methods}
+    predicted = batching.predict_from_rounds(cal.rows, cal.target_ms)
     modelled = {m: batching.k_policy(predicted[m]) for m in methods}
     policy = cal.policy
     bandwidth, gflops = gemv_bandwidth_gbs(device), batching.matmul_gflops(device)
@@ -135,16 +137,18 @@ def bench_batches(args) -> dict:
     print(f"batch of one against one prompt alone (target-only): {ratio:.3f}x the time")
     table = batching.sweep(target, drafters, prompts, [(m, k) for m in methods for k in ks], sizes,
                            args.max_new_tokens, args.repeats)
-    result = batching.summary(table, predicted, policy)
+    result = batching.summary(table, predicted, policy, naive)
     for m, s in result.items():
-        print(f"{m}: crossover measured {s['crossover_measured']}, predicted {s['crossover_predicted']}; best K "
+        print(f"{m}: crossover measured {s['crossover_measured']}, predicted {s['crossover_predicted']} (batch-1 "
+              f"acceptance, no tail: {s['crossover_naive']}); best K "
               + ", ".join(f"{b}: {k}" for b, k in s["best_k"].items()) + "; policy / best fixed / K=4: "
               + ", ".join(f"{b}: {s['policy_speedup'][b]:.2f}/{s['best_speedup'][b]:.2f}/{s['k4_speedup'].get(b, float('nan')):.2f}"
                           for b in s["best_k"]))
     return dict(device=str(device), cpu=cpu_name(), threads=torch.get_num_threads(), torch=torch.__version__,
                 fast=mode, workload=args.workload, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                 batch_sizes=sizes, ks=ks, context=context, target_pass_ms=cal.target_ms, draft_step_ms=cal.draft_ms,
-                alpha=cal.alpha, predicted=predicted, modelled_policy=modelled, policy=policy, bandwidth_gbs=bandwidth, gflops=gflops,
+                alpha=cal.alpha, naive=naive, predicted=predicted, modelled_policy=modelled, policy=policy,
+                calibration_rows=batching.rows_to_dicts(cal.rows), bandwidth_gbs=bandwidth, gflops=gflops,
                 weight_bytes=weight_bytes, batch_of_one_ratio=ratio, rows=batching.rows_to_dicts(table),
                 summary=result)
 

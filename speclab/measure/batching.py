@@ -76,6 +76,8 @@ class BatchRow:
     alpha: float = 0.0
     equal_rows: int = 0  # rows whose greedy tokens equal target-only's in the same batch
     tail: float = 1.0  # rounds the batch ran over the rounds its sequences needed on average
+    draft_ms: float = 0.0  # drafting time of a round (the whole batch's)
+    verify_ms: float = 0.0  # the verify pass of a round (the whole batch's)
     speedup: float = float("nan")  # tokens/s over target-only's at this batch size
 
     @property
@@ -125,7 +127,16 @@ def summarise(method: str, k: int, walls: list[float], rows: list[GenerationResu
                     1000 * statistics.fmean(gaps) if gaps else float("nan"), 1000 * percentile(gaps, 95),
                     sum(r.stats.new_tokens for r in rows) / rounds if rounds else 0.0,
                     accepted / tested if tested else 0.0, equal,
-                    max(r.stats.rounds for r in rows) / (rounds / len(rows)) if rounds else 1.0)
+                    max(r.stats.rounds for r in rows) / (rounds / len(rows)) if rounds else 1.0,
+                    *per_round_ms(rows))
+
+
+def per_round_ms(rows: list[GenerationResult]) -> tuple[float, float]:
+    """(drafting, verifying) ms of a batch's round: the longest-running sequence's stats carry every round's
+    pass times (each sequence's stats hold the batch's times for the rounds it was in)."""
+    longest = max(rows, key=lambda r: r.stats.rounds).stats
+    return (1000 * longest.draft_s / longest.rounds, 1000 * longest.target_s / longest.rounds) \
+        if longest.rounds else (0.0, 0.0)
 
 
 def batch_prompts(prompts: list[torch.Tensor], batch: int) -> list[torch.Tensor]:
@@ -214,6 +225,22 @@ def predict(alpha: float, target_ms: dict[int, dict[int, float]], draft_ms: dict
     return out
 
 
+def predict_from_rounds(calibration_rows: list[BatchRow], target_ms: dict[int, dict[int, float]]
+                        ) -> dict[str, dict[int, dict[int, float]]]:
+    """Predicted speedup, {method: {B: {K: speedup}}}, from parts measured apart from the timed sweep: a
+    round yields the tokens a sequence got a round in the calibration sweep, over its tail (the batch runs
+    as long as its slowest sequence), and costs the verify pass over B x (K + 1) tokens from the cost grid
+    plus the drafting time the calibration rounds took; target-only costs one step a token."""
+    out: dict[str, dict[int, dict[int, float]]] = {}
+    for r in calibration_rows:
+        if r.method == TARGET_ONLY:
+            continue
+        step = target_ms[r.batch][1]
+        speedup = (r.tokens_per_round / r.tail) * step / (target_ms[r.batch][r.k + 1] + r.draft_ms)
+        out.setdefault(r.method, {}).setdefault(r.batch, {})[r.k] = speedup
+    return out
+
+
 def k_policy(predicted: dict[int, dict[int, float]]) -> dict[int, int]:
     """The K each batch size is predicted to do best with; 0 where no K is predicted to beat the target
     alone (speculation off, as vLLM's K = 0)."""
@@ -242,6 +269,7 @@ class Calibration:
     draft_ms: dict[int, float] | None
     alpha: dict[str, float] = field(default_factory=dict)
     policy: dict[str, dict[int, int]] = field(default_factory=dict)  # measured_policy on the calibration prompts
+    rows: list[BatchRow] = field(default_factory=list)  # the calibration sweep
 
 
 # ---------------------------------------------------------------- the whole measurement
@@ -265,7 +293,7 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: 
         alpha[method] = accepted / max(1, accepted + sum(r.stats.rejections for r in runs))
     tuned = sweep(target, drafters, prompts, [(m, kk) for m in methods for kk in ks], batch_sizes, max_new_tokens,
                    repeats=1, log=lambda line: None)
-    return Calibration(target_ms, draft_ms, alpha, measured_policy(tuned, methods))
+    return Calibration(target_ms, draft_ms, alpha, measured_policy(tuned, methods), tuned)
 
 
 def measured_policy(table: list[BatchRow], methods: Sequence[str]) -> dict[str, dict[int, int]]:
@@ -282,7 +310,7 @@ def measured_policy(table: list[BatchRow], methods: Sequence[str]) -> dict[str, 
 
 
 def one_against_a_batch_of_one(target: torch.nn.Module, prompt: torch.Tensor, max_new_tokens: int,
-                               repeats: int = 3) -> float:
+                               repeats: int = 5) -> float:
     """Target-only time of one prompt passed alone over the same prompt as a batch of one (a list): the
     batched path's cost at batch 1 against the single-sequence call (interleaved, medians)."""
     alone, listed = [], []
@@ -294,8 +322,8 @@ def one_against_a_batch_of_one(target: torch.nn.Module, prompt: torch.Tensor, ma
     return statistics.median(listed) / statistics.median(alone)
 
 
-def summary(table: list[BatchRow], predicted: dict[str, dict[int, dict[int, float]]], policy: dict[str, dict[int, int]]
-            ) -> dict[str, dict]:
+def summary(table: list[BatchRow], predicted: dict[str, dict[int, dict[int, float]]], policy: dict[str, dict[int, int]],
+            naive: dict[str, dict[int, dict[int, float]]] | None = None) -> dict[str, dict]:
     """Per method: the measured speedup at each batch size with the best fixed K and that K, the measured and
     predicted crossovers, and the K policy's speedup (the fixed-K row its K names; K 0: target-only, 1.0)
     beside the best fixed K's and K = 4's."""
@@ -311,7 +339,11 @@ def summary(table: list[BatchRow], predicted: dict[str, dict[int, dict[int, floa
             "best_speedup": {b: best[b].speedup for b in sizes},
             "crossover_measured": crossover({b: best[b].speedup for b in sizes}),
             "predicted_best": {b: max(predicted[method][b].values()) for b in sizes},
+            "predicted_k": {b: max(predicted[method][b], key=predicted[method][b].get) for b in sizes},
             "crossover_predicted": crossover({b: max(predicted[method][b].values()) for b in sizes}),
+            **({} if naive is None else {
+                "naive_best": {b: max(naive[method][b].values()) for b in sizes},
+                "crossover_naive": crossover({b: max(naive[method][b].values()) for b in sizes})}),
             "policy_k": {b: by_batch[b] for b in sizes},
             "policy_speedup": chosen,
             "k4_speedup": {r.batch: r.speedup for r in fixed if r.k == 4},
@@ -336,3 +368,20 @@ def roofline_ms(weight_bytes: float, params: float, tokens: int, bandwidth_gbs: 
     """A pass over `tokens` tokens (B x width) as the roofline has it: every weight read once, or two FLOPs per
     weight per token at the compute roof, whichever takes longer (attention and overhead left out)."""
     return 1000 * max(weight_bytes / (bandwidth_gbs * 1e9), 2 * params * tokens / (gflops * 1e9))
+
+
+# ---------------------------------------------------------------- rows that differ from their own run
+@torch.inference_mode()
+def first_difference(target: torch.nn.Module, prompt: torch.Tensor, a: Sequence[int], b: Sequence[int]
+                     ) -> tuple[int, float] | None:
+    """Where two greedy decodings of `prompt` part (the index of the first differing token) and the target's
+    logit margin there, between its two most likely tokens, computed afresh in float32 on the common prefix
+    (a margin within float rounding says the two runs met a near-tie and each took one side); None when they
+    agree wherever both have tokens."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            ids = torch.cat([prompt.cpu(), torch.tensor(list(a[:i]), dtype=torch.long)]).view(1, -1)
+            logits = target(ids.to(model_device(target))).logits[0, -1].float()
+            top = logits.topk(2).values
+            return i, float(top[0] - top[1])
+    return None

@@ -83,3 +83,11 @@ def test_the_measured_policy_takes_the_fastest_k_and_turns_speculation_off_where
     table = [row("target-only", 0, 1, 1.0), row("m", 2, 1, 1.4), row("m", 4, 1, 1.6),
              row("target-only", 0, 32, 1.0), row("m", 2, 32, 0.9), row("m", 4, 32, 0.7)]
     assert batching.measured_policy(table, ["m"]) == {"m": {1: 4, 32: 0}}
+
+
+def test_the_rounds_model_prices_a_round_with_its_tail_and_its_drafting():
+    """3 tokens a round, but the batch ran 1.5x the rounds its sequences needed: 2 tokens a round for the
+    batch, in a 12 ms pass plus 3 ms of drafting, against 10 ms a token alone: 1.33x."""
+    row = batching.BatchRow("m", 2, 8, 1, 1.0, 0.0, 0.0, tokens_per_round=3.0, tail=1.5, draft_ms=3.0)
+    predicted = batching.predict_from_rounds([row], {8: {1: 10.0, 3: 12.0}})
+    assert predicted == {"m": {8: {2: pytest.approx(2 * 10 / 15)}}}
