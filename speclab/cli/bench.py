@@ -87,11 +87,12 @@ def bench_batches(args) -> dict:
         raise SystemExit("--batch-sizes and --k-sweep take integers >= 1")
     target, draft, tok, device = load(args)
     # the sweep's prompts, then as many others for calibration (the model's inputs and the K policy)
-    pool = [p.to(device) for p in prompts_for(args, tok, args.workload, 2 * max(sizes))]
-    if len(pool) < 2 * max(sizes):
+    per_half = max(max(sizes), batching.MIN_PROMPTS)
+    pool = [p.to(device) for p in prompts_for(args, tok, args.workload, 2 * per_half)]
+    if len(pool) < 2 * per_half:
         raise SystemExit(f"the {args.workload!r} workload has {len(pool)} prompts; a sweep to batch {max(sizes)} needs "
-                         f"{2 * max(sizes)} (half to time, half to calibrate): use --workload code")
-    prompts, calibration = pool[:max(sizes)], pool[max(sizes):]
+                         f"{2 * per_half} (half to time, half to calibrate): use --workload code")
+    prompts, calibration = pool[:per_half], pool[per_half:]
     room = (context_length(target) or 4096) - args.max_new_tokens - max(ks) - 1  # a prompt's share of the context
     if room < 1:
         raise SystemExit(f"{args.max_new_tokens} new tokens leave no room for a prompt in the target's context of "

@@ -1,8 +1,8 @@
 """Speculation under load (chapter 11): batched decoding measured over batch sizes and K, side by side in
 one process, and the K a batch size calls for.
 
-Every row decodes the same B held-out prompts as one batch (speclab.decoding: a list of prompts) for the
-same number of new tokens, EOS ignored. A row reports total tokens/s (every sequence's new tokens over the
+Every row decodes the same held-out prompts in batches of B (speclab.decoding: a list of prompts), at least
+MIN_PROMPTS of them (batch 1: eight batches of one), for the same number of new tokens, EOS ignored. A row reports total tokens/s (every sequence's new tokens over the
 batch's wall time), its ratio to target-only at the same batch size, and each sequence's inter-token
 latency: a round's time shared by the tokens it produced (a round of m tokens that came d seconds after
 the previous one counts m gaps of d / m), the first round (time to first token, the prefill's) left out;
@@ -74,7 +74,7 @@ class BatchRow:
     itl_p95_ms: float
     tokens_per_round: float = 0.0  # per sequence (1 for target-only)
     alpha: float = 0.0
-    equal_rows: int = 0  # rows whose greedy tokens equal target-only's in the same batch
+    equal_rows: int = 0  # sequences whose greedy tokens equal target-only's in the same batches
     tail: float = 1.0  # rounds the batch ran over the rounds its sequences needed on average
     draft_ms: float = 0.0  # drafting time of a round (the whole batch's)
     verify_ms: float = 0.0  # the verify pass of a round (the whole batch's)
@@ -116,19 +116,22 @@ def decode(target: torch.nn.Module, drafter: Drafter | None, k: int, prompts: li
     return rows[0].stats.wall_s - rows[0].stats.prefill_s, rows
 
 
-def summarise(method: str, k: int, walls: list[float], rows: list[GenerationResult],
+def summarise(method: str, k: int, batch: int, walls: list[float], batches: list[list[GenerationResult]],
               reference: list[list[int]] | None) -> BatchRow:
+    """One row from the median of its repeats' times and the last repeat's batches of results."""
+    rows = [r for group in batches for r in group]
     gaps = [g for r in rows for g in itl_gaps(r.stats.token_s)]
     accepted = sum(r.stats.accepted for r in rows)
     rounds = sum(r.stats.rounds for r in rows)
     tested = accepted + sum(r.stats.rejections for r in rows)
     equal = sum(r.tokens.tolist() == ref for r, ref in zip(rows, reference)) if reference is not None else len(rows)
-    return BatchRow(method, k, len(rows), sum(r.stats.new_tokens for r in rows), statistics.median(walls),
+    tails = [max(r.stats.rounds for r in g) / (sum(r.stats.rounds for r in g) / len(g)) for g in batches]
+    draft_ms, verify_ms = zip(*(per_round_ms(g) for g in batches))
+    return BatchRow(method, k, batch, sum(r.stats.new_tokens for r in rows), statistics.median(walls),
                     1000 * statistics.fmean(gaps) if gaps else float("nan"), 1000 * percentile(gaps, 95),
                     sum(r.stats.new_tokens for r in rows) / rounds if rounds else 0.0,
-                    accepted / tested if tested else 0.0, equal,
-                    max(r.stats.rounds for r in rows) / (rounds / len(rows)) if rounds else 1.0,
-                    *per_round_ms(rows))
+                    accepted / tested if tested else 0.0, equal, statistics.fmean(tails),
+                    statistics.fmean(draft_ms), statistics.fmean(verify_ms))
 
 
 def per_round_ms(rows: list[GenerationResult]) -> tuple[float, float]:
@@ -139,17 +142,23 @@ def per_round_ms(rows: list[GenerationResult]) -> tuple[float, float]:
         if longest.rounds else (0.0, 0.0)
 
 
-def batch_prompts(prompts: list[torch.Tensor], batch: int) -> list[torch.Tensor]:
-    """The first `batch` prompts (every batch size decodes the same prompts, the larger ones more of them)."""
-    if batch > len(prompts):
-        raise ValueError(f"batch {batch} needs {batch} prompts and {len(prompts)} were given: pass more prompts "
+MIN_PROMPTS = 8  # every batch size decodes at least this many prompts (batch 1: eight batches of one)
+
+
+def batches_of(prompts: list[torch.Tensor], batch: int, min_prompts: int = MIN_PROMPTS) -> list[list[torch.Tensor]]:
+    """The prompts a batch size decodes, in batches of `batch`: the first max(batch, min_prompts). Prompts
+    differ more than anything else measured here (one accepts 4 tokens a round, the next 2), so a small
+    batch size is timed on several batches in turn, never on its first prompt alone."""
+    count = max(batch, min_prompts)
+    if count > len(prompts):
+        raise ValueError(f"batch {batch} needs {count} prompts and {len(prompts)} were given: pass more prompts "
                          "(--num-prompts) or smaller batch sizes")
-    return prompts[:batch]
+    return [prompts[i:i + batch] for i in range(0, count - count % batch, batch)]
 
 
 def sweep(target: torch.nn.Module, drafters: dict[str, Drafter], prompts: list[torch.Tensor],
           runs: Sequence[tuple[str, int]], batch_sizes: Sequence[int] = BATCH_SIZES, max_new_tokens: int = 64,
-          repeats: int = 2, log: Callable[[str], None] = print) -> list[BatchRow]:
+          repeats: int = 2, log: Callable[[str], None] = print, min_prompts: int = MIN_PROMPTS) -> list[BatchRow]:
     """Every (method, K) of `runs` at every batch size, greedy, EOS ignored. At each batch size the runs are
     interleaved: each repeat takes them in an order rotated from the last, so a slow stretch of the machine
     slows every run alike. Each row's ratio is to target-only at the same batch size."""
@@ -157,25 +166,25 @@ def sweep(target: torch.nn.Module, drafters: dict[str, Drafter], prompts: list[t
     for batch in batch_sizes:
         plan = [(TARGET_ONLY, 0)] + [r for r in runs if r != (TARGET_ONLY, 0)]
         walls: dict[int, list[float]] = {i: [] for i in range(len(plan))}
-        outputs: dict[int, list[GenerationResult]] = {}
-        group = batch_prompts(prompts, batch)
+        outputs: dict[int, list[list[GenerationResult]]] = {}
+        groups = batches_of(prompts, batch, min_prompts)
         for repeat in range(repeats):
             for shift in range(len(plan)):
                 i = (repeat + shift) % len(plan)
                 method, k = plan[i]
-                wall, rows = decode(target, drafters.get(method), k, group, max_new_tokens)
-                walls[i].append(wall)
-                outputs[i] = rows
-        reference = [r.tokens.tolist() for r in outputs[0]]
+                timed = [decode(target, drafters.get(method), k, group, max_new_tokens) for group in groups]
+                walls[i].append(sum(seconds for seconds, _ in timed))
+                outputs[i] = [rows for _, rows in timed]
+        reference = [r.tokens.tolist() for group in outputs[0] for r in group]
         base = None
         for i, (method, k) in enumerate(plan):
-            row = summarise(method, k, walls[i], outputs[i], reference)
+            row = summarise(method, k, batch, walls[i], outputs[i], reference)
             base = base or row.tokens_per_s
             row.speedup = row.tokens_per_s / base
             table.append(row)
             log(f"batch {batch:3d}  {method:32s} K={k}  {row.tokens_per_s:8.1f} tok/s  {row.speedup:5.2f}x  "
                 f"ITL {row.itl_mean_ms:6.1f} ms (p95 {row.itl_p95_ms:6.1f})  {row.tokens_per_round:4.2f} tok/round  "
-                f"tail {row.tail:4.2f}  equal {row.equal_rows}/{batch}")
+                f"tail {row.tail:4.2f}  equal {row.equal_rows}/{len(reference)}")
     return table
 
 

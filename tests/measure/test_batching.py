@@ -56,11 +56,13 @@ def test_a_sweep_times_every_row_and_checks_it_against_target_only(batch_pair):
                torch.tensor([7, 7, 7, 7])]
     drafters = batching.make_drafters(target, draft, ["draft model", "prompt lookup"])
     table = batching.sweep(target, drafters, prompts, [("draft model", 2), ("prompt lookup", 1)], [1, 4], 6,
-                           repeats=1, log=lambda line: None)
+                           repeats=1, log=lambda line: None, min_prompts=4)
     assert [(r.method, r.batch) for r in table] == [
         (m, b) for b in (1, 4) for m in ("target-only", "draft model", "prompt lookup")]
-    assert all(r.equal_rows == r.batch and r.new_tokens == 6 * r.batch for r in table)
+    # batch 1 decodes the four prompts one at a time, batch 4 all at once: the same 24 tokens
+    assert all(r.equal_rows == 4 and r.new_tokens == 6 * 4 for r in table)
     assert all(r.speedup == 1.0 for r in table if r.method == "target-only")
+    assert [len(g) for g in batching.batches_of(prompts, 1, 4)] == [1, 1, 1, 1]
     with pytest.raises(ValueError, match="batch 8 needs 8 prompts"):
         batching.sweep(target, drafters, prompts, [], [8], 6, repeats=1)
 
