@@ -251,3 +251,14 @@ def test_a_drafter_that_drafts_one_sequence_refuses_a_batch(batch_pair):
     target, draft = batch_pair
     with pytest.raises(ValueError, match="one sequence at a time"):
         speculative_generate(target, Changed(draft), PROMPTS, k=2, max_new_tokens=4)
+
+
+def test_layer_skipping_drafts_a_batch_on_a_view_of_the_target(batch_pair, alone):
+    """The view of the target's first layers follows it onto a fast path of the same batch size."""
+    from speclab.methods.layer_skip import LayerSkipDrafter
+    target, _ = batch_pair
+    drafter = LayerSkipDrafter(target, 1)
+    assert drafter.batched
+    rows = speculative_generate(target, drafter, PROMPTS, k=3, max_new_tokens=20)
+    assert [r.tokens.tolist() for r in rows] == alone
+    assert [shape[2] for shape in drafter.view_paths] == [4]  # max_batch follows the target's
