@@ -31,7 +31,7 @@ from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.drafting import Drafter
-from speclab.methods import load_drafter
+from speclab.methods import eagle, load_drafter
 from speclab.methods.draft_model import ModelDrafter
 from speclab.methods.ngram import PromptLookupDrafter
 from speclab.runner import Pass, fast_path_of, model_device, runner_for
@@ -44,7 +44,7 @@ TARGET_ONLY = "target-only"
 DRAFTERS: dict[str, Callable[[torch.nn.Module, torch.nn.Module | None], Drafter]] = {
     "draft model": lambda target, draft: ModelDrafter(draft),
     "prompt lookup": lambda target, draft: PromptLookupDrafter(),
-    "eagle chain": lambda target, draft: load_drafter("eagle", target, tree="chain"),
+    "eagle chain": lambda target, draft: load_drafter(eagle.NAME, target, tree="chain"),  # EAGLE-1's head
 }
 
 
