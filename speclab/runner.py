@@ -202,6 +202,10 @@ class FastPath:
         """The width a pass of n rows runs at: compiled, graph_width(n); else n."""
         return graph_width(n) if self.compiled else n
 
+    def verify_width(self, n: int) -> int:
+        """The width a verify pass of n rows runs at: padded to a cheaper measured width, or the graph's."""
+        return self.pad_to.get(n) or self.graph_width(n)
+
     def set_width_costs(self, ms: dict[int, float]) -> None:
         """Pad each verify pass to the cheapest measured width at least as wide (speclab.measure.profiling
         .tune_verify_widths measures them): on some CPUs a 2- or 3-row matrix product costs more than a
@@ -388,6 +392,8 @@ class StaticRunner:
         widths = [p.width for p in passes]
         w = max(widths) if width is None else width
         starts = [self.lengths[r] for r in rows]
+        if max(starts) + w > network.max_len:  # no room at the cache's end to pad: the pass runs unpadded
+            w = max(widths)
         end = max(starts) + w
         if end > network.max_len:
             raise ValueError(f"the {self.who}'s static cache holds {network.max_len} positions and this pass needs "
@@ -471,7 +477,7 @@ class StaticRunner:
                                                 side.depths if side is not None else ())[0]
             passes.append(p)
         widest = max(p.width for p in passes)
-        return self.run_rows(passes, feature_layers, width=self.path.pad_to.get(widest) or self.path.graph_width(widest))
+        return self.run_rows(passes, feature_layers, width=self.path.verify_width(widest))
 
     def verify_pass(self, ids: torch.Tensor, parents: Sequence[int] | None = None,
                     feature_layers: Sequence[int] = (), side=None, row: int = 0

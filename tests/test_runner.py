@@ -188,3 +188,15 @@ def test_compiled_passes_run_at_a_few_widths():
     assert [compiled.graph_width(n) for n in (1, 5, 8, 9, 13, 33, 64)] == [1, 5, 8, 12, 16, 48, 64]
     assert compiled.graph_width(COMPILED_MAX_WIDTH + 1) == COMPILED_MAX_WIDTH + 1  # prefills: uncompiled
     assert all(static.graph_width(n) == n for n in (1, 9, 33))
+
+
+def test_a_pass_at_the_end_of_the_cache_runs_unpadded(fast_pair, prompt):
+    """Padding a verify pass to a cheaper width needs room past the sequence: at the static cache's end
+    there is none, and the pass runs at its own width instead of failing."""
+    target, draft = fast_pair
+    path = fast_path_of(target)
+    path.set_width_costs({1: 1.0, 2: 3.0, 3: 3.0, 4: 2.0, 5: 1.5, 9: 1.0})  # everything pads to 9 wide
+    max_len = path.network.max_len
+    reference = generate(target, prompt, max_new_tokens=max_len - len(prompt)).tokens.tolist()
+    out = speculative_generate(target, ModelDrafter(draft), prompt, k=2, max_new_tokens=max_len - len(prompt))
+    assert out.tokens.tolist() == reference

@@ -74,8 +74,8 @@ def pass_ms(model: torch.nn.Module, passes: list[tuple[int, list[int] | None]], 
     between passes, which are what the chapters read."""
     device = model_device(model)
     path = fast_path_of(model)
-    if path is not None:  # the static cache holds the prefix and the widest pass
-        context = min(context, path.network.max_len - max(n for n, _ in passes))
+    if path is not None:  # the static cache holds the prefix and the widest pass, as padded
+        context = min(context, path.network.max_len - max(path.verify_width(n) for n, _ in passes))
     prefix, new = random_ids(model, context, max(n for n, _ in passes), seed=seed)
     runner = runner_for(model)
     runner.forward(prefix, last_only=True)
@@ -140,8 +140,8 @@ def draft_step_ms(target: torch.nn.Module, draft: torch.nn.Module, context: int 
     where the target's weights have just streamed through the caches and pushed the draft's out."""
     for model in (target, draft):
         path = fast_path_of(model)
-        if path is not None:  # the static cache holds the prefix and the widest pass
-            context = min(context, path.network.max_len - width)
+        if path is not None:  # the static cache holds the prefix and the widest pass, as padded
+            context = min(context, path.network.max_len - max(width, path.verify_width(width)))
     prefix, new = random_ids(target, context, width, seed=seed)
     runners = runner_for(target), runner_for(draft)
     for runner in runners:
