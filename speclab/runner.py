@@ -334,7 +334,7 @@ def runner_for(model: torch.nn.Module, who: str = "model") -> ModelRunner | Stat
 class Pass:
     """One sequence's share of a batched pass: its cache row, its tokens (1-D), their positions and which
     of the pass's own tokens each one sees (n, n) bool; every token sees the row's whole cached prefix.
-    `parents` None and `side` None: a causal chain (built in bulk, without a matrix per sequence)."""
+    positions and sees_own None: a causal chain (built in bulk, without a matrix per sequence)."""
 
     row: int
     ids: torch.Tensor
@@ -349,8 +349,8 @@ class Pass:
 class StaticRunner:
     """ModelRunner's methods on the fast path: tokens are written to the static cache by position, a
     pass's mask says which slots each row sees, and rolling back sets a length. A verify pass narrower
-    than a width measured to cost less (FastPath.set_width_costs) is padded up to it: the padding rows see only
-    the prefix and themselves, their outputs are dropped, and their slots lie past the length.
+    than a width measured to cost less (FastPath.set_width_costs) is padded up to it: no real row sees the
+    padding rows, their outputs are dropped, and their slots lie past the length.
 
     Batched (chapter 11): the cache holds `max_batch` sequences, one row each with its own length
     (`lengths`), and `run_rows` feeds several sequences' tokens in one pass, each padded to the widest. The
