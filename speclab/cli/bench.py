@@ -73,10 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.add_argument("--batch-sizes", type=int_list, default=None, metavar="B,B,...",
-                   help="measure batched decoding instead (chapter 11): target-only, the draft model and prompt "
-                   "lookup at each K of --k-sweep (default 1,2,4,8) on batches of these sizes (the first B prompts "
-                   "of the workload), on the fast path (--fast, default static); tokens/s, inter-token latency, "
-                   "the crossover measured and predicted, and the K a batch size calls for")
+                   help="measure batched decoding instead (chapter 11): target-only, the draft model, prompt "
+                   "lookup and EAGLE's chain at each K of --k-sweep (default 1,2,4,8) on batches of these sizes (the "
+                   "workload's first max(B, 8) prompts in batches of B; as many other prompts calibrate the model and "
+                   "the K policy), on the fast path (--fast, default static); tokens/s, inter-token latency, the "
+                   "crossover measured and predicted, and the K a batch size calls for")
     return b
 
 
