@@ -18,7 +18,7 @@ from speclab.measure.bench import (FAST, METHODS, default_methods, format_table,
                                    run_bench)
 from speclab.measure import batching
 from speclab.measure.profiling import (cost_ratio, draft_step_ms, forward_ms_by_positions, gemv_bandwidth_gbs,
-                                       parameter_bytes)
+                                       matmul_gflops, parameter_bytes)
 from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
 from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
@@ -120,7 +120,7 @@ def bench_batches(args) -> dict:
     predicted = batching.predict_from_rounds(cal.rows, cal.target_ms)
     modelled = {m: batching.k_policy(predicted[m]) for m in methods}
     policy = cal.policy
-    bandwidth, gflops = gemv_bandwidth_gbs(device), batching.matmul_gflops(device)
+    bandwidth, gflops = gemv_bandwidth_gbs(device), matmul_gflops(device)
     weight_bytes = parameter_bytes(target)
     params = weight_bytes / target.dtype.itemsize
     print(f"roofline: {bandwidth:.1f} GB/s (a matrix-vector product), {gflops:.0f} GFLOP/s (a 2048^2 product); target "

@@ -34,6 +34,7 @@ from speclab.drafting import Drafter
 from speclab.methods import eagle, load_drafter
 from speclab.methods.draft_model import ModelDrafter
 from speclab.methods.ngram import PromptLookupDrafter
+from speclab.measure.profiling import attainable_tflops
 from speclab.runner import Pass, fast_path_of, model_device, runner_for
 from speclab.stats import GenerationResult
 
@@ -361,22 +362,13 @@ def summary(table: list[BatchRow], predicted: dict[str, dict[int, dict[int, floa
 
 
 # ---------------------------------------------------------------- the roofline
-def matmul_gflops(device: torch.device | str, n: int = 2048, repeats: int = 5) -> float:
-    """The float32 GFLOP/s a large matrix product reaches here: the compute roof."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        with timer(device) as t:
-            a @ b
-        best = min(best, t["seconds"])
-    return 2 * n ** 3 / best / 1e9
-
-
 def roofline_ms(weight_bytes: float, params: float, tokens: int, bandwidth_gbs: float, gflops: float) -> float:
-    """A pass over `tokens` tokens (B x width) as the roofline has it: every weight read once, or two FLOPs per
-    weight per token at the compute roof, whichever takes longer (attention and overhead left out)."""
-    return 1000 * max(weight_bytes / (bandwidth_gbs * 1e9), 2 * params * tokens / (gflops * 1e9))
+    """A pass over `tokens` tokens (B x width) as the roofline has it (profiling.attainable_tflops): two FLOPs per
+    weight per token, every weight read once, so the pass's intensity is its FLOPs over the weights' bytes;
+    attention and overhead are left out. Below the ridge that is the weights' read time, above it the FLOPs
+    at the compute peak."""
+    flops = 2 * params * tokens
+    return 1000 * flops / (attainable_tflops(flops / weight_bytes, gflops / 1000, bandwidth_gbs) * 1e12)
 
 
 # ---------------------------------------------------------------- rows that differ from their own run

@@ -198,6 +198,19 @@ def gemv_bandwidth_gbs(device: torch.device | str, megabytes: int = 64, repeats:
     return weights.numel() * 4 / statistics.median(samples[1:]) / 1e9
 
 
+def matmul_gflops(device: torch.device | str, n: int = 2048, repeats: int = 5) -> float:
+    """The float32 GFLOP/s a large matrix product reaches here (best of `repeats`): the compute roof that
+    gemv_bandwidth_gbs's bandwidth roof meets at the ridge."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        with timer(device) as t:
+            a @ b
+        best = min(best, t["seconds"])
+    return 2 * n ** 3 / best / 1e9
+
+
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "mkl::_mkl_linear",
               "mkldnn::_linear_pointwise")  # the last two: inductor's frozen, prepacked linears on a CPU
 
