@@ -74,9 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.add_argument("--batch-sizes", type=int_list, default=None, metavar="B,B,...",
                    help="measure batched decoding instead (chapter 11): target-only, the draft model, prompt "
-                   "lookup and EAGLE's chain at each K of --k-sweep (default 1,2,4,8) on batches of these sizes (the "
-                   "workload's first max(B, 8) prompts in batches of B; as many other prompts calibrate the model and "
-                   "the K policy), on the fast path (--fast, default static); tokens/s, inter-token latency, the "
+                   "lookup and EAGLE's chain at each K of --k-sweep (default 1,2,4,8) on batches of these sizes "
+                   f"(the workload's first max(B, {batching.MIN_PROMPTS}) prompts in batches of B; as many other "
+                   "prompts calibrate the model and the K policy), on the fast path (--fast, default static); tokens/s, inter-token latency, the "
                    "crossover measured and predicted, and the K a batch size calls for")
     return b
 
@@ -145,7 +145,8 @@ def bench_batches(args) -> dict:
               f"acceptance, no tail: {s['crossover_naive']}); best K "
               + ", ".join(f"{b}: {k}" for b, k in s["best_k"].items()) + "; policy / best fixed / K=4: "
               + ", ".join(f"{b}: {s['policy_speedup'][b]:.2f}/{s['best_speedup'][b]:.2f}/{s['k4_speedup'].get(b, float('nan')):.2f}"
-                          for b in s["best_k"]))
+                          for b in s["best_k"]) + "; repeats moved rows by "
+              + ", ".join(f"{b}: {100 * x:.0f}%" for b, x in s["spread"].items()))
     return dict(device=str(device), cpu=cpu_name(), threads=torch.get_num_threads(), torch=torch.__version__,
                 fast=mode, workload=args.workload, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                 batch_sizes=sizes, ks=ks, context=context, target_pass_ms=cal.target_ms, draft_step_ms=cal.draft_ms,

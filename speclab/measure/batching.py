@@ -2,8 +2,8 @@
 one process, and the K a batch size calls for.
 
 Every row decodes the same held-out prompts in batches of B (speclab.decoding: a list of prompts), at least
-MIN_PROMPTS of them (batch 1: eight batches of one), for the same number of new tokens, EOS ignored. A row reports total tokens/s (every sequence's new tokens over the
-batch's wall time), its ratio to target-only at the same batch size, and each sequence's inter-token
+MIN_PROMPTS of them (batch 1: thirty-two batches of one), for the same number of new tokens, EOS ignored.
+A row reports total tokens/s (every sequence's new tokens over the batch's wall time), its ratio to target-only at the same batch size, and each sequence's inter-token
 latency: a round's time shared by the tokens it produced (a round of m tokens that came d seconds after
 the previous one counts m gaps of d / m), the first round (time to first token, the prefill's) left out;
 the mean and the 95th percentile over every gap of every sequence.
@@ -17,7 +17,8 @@ B x (K + 1) tokens, each measured as a function of the batch (`pass_costs`); acc
 from batch 1. theory.speedup then gives the speedup at each batch size, and `k_policy` the K it predicts
 best (0: speculation off). The policy the sweep is measured against is tuned instead, as a deployment
 would tune vLLM's num_speculative_tokens_per_batch_size: the fastest K at each batch size in a sweep of
-other held-out prompts (`calibrate`, `measured_policy`), never of the prompts it is then timed on.
+other held-out prompts (`calibrate`, `measured_policy`), never of the prompts it is then timed on, the
+smallest K within TIE of the fastest winning a near-tie (K 0, off, counts as 1.0x).
 """
 from __future__ import annotations
 
@@ -80,6 +81,7 @@ class BatchRow:
     draft_ms: float = 0.0  # drafting time of a round (the whole batch's)
     verify_ms: float = 0.0  # the verify pass of a round (the whole batch's)
     speedup: float = float("nan")  # tokens/s over target-only's at this batch size
+    spread: float = 0.0  # (slowest - fastest repeat) / median: how far the machine moved this row's time
 
     @property
     def tokens_per_s(self) -> float:
@@ -132,7 +134,8 @@ def summarise(method: str, k: int, batch: int, walls: list[float], batches: list
                     1000 * statistics.fmean(gaps) if gaps else float("nan"), 1000 * percentile(gaps, 95),
                     sum(r.stats.new_tokens for r in rows) / rounds if rounds else 0.0,
                     accepted / tested if tested else 0.0, equal, statistics.fmean(tails),
-                    statistics.fmean(draft_ms), statistics.fmean(verify_ms))
+                    statistics.fmean(draft_ms), statistics.fmean(verify_ms),
+                    spread=(max(walls) - min(walls)) / statistics.median(walls))
 
 
 def per_round_ms(rows: list[GenerationResult]) -> tuple[float, float]:
@@ -143,14 +146,18 @@ def per_round_ms(rows: list[GenerationResult]) -> tuple[float, float]:
         if longest.rounds else (0.0, 0.0)
 
 
-MIN_PROMPTS = 8  # every batch size decodes at least this many prompts (batch 1: eight batches of one)
+# every batch size decodes at least this many prompts (batch 1: thirty-two batches of one). Eight were too
+# few: at batches 1-8 the same eight prompts decided every row, and the calibration set's eight accepted
+# 1.6 tokens a round with prompt lookup at K=1 where the timed set's accepted 1.3 (record of 2026-11-27)
+MIN_PROMPTS = 32
 
 
-def batches_of(prompts: list[torch.Tensor], batch: int, min_prompts: int = MIN_PROMPTS) -> list[list[torch.Tensor]]:
-    """The prompts a batch size decodes, in batches of `batch`: the first max(batch, min_prompts). Prompts
-    differ more than anything else measured here (one accepts 4 tokens a round, the next 2), so a small
-    batch size is timed on several batches in turn, never on its first prompt alone."""
-    count = max(batch, min_prompts)
+def batches_of(prompts: list[torch.Tensor], batch: int, min_prompts: int | None = None) -> list[list[torch.Tensor]]:
+    """The prompts a batch size decodes, in batches of `batch`: the first max(batch, min_prompts), by
+    default MIN_PROMPTS. Prompts differ more than anything else measured here (one accepts 4 tokens a
+    round, the next 2), so a small batch size is timed on several batches in turn, never on its first
+    prompt alone."""
+    count = max(batch, MIN_PROMPTS if min_prompts is None else min_prompts)
     if count > len(prompts):
         raise ValueError(f"batch {batch} needs {count} prompts and {len(prompts)} were given: pass more prompts "
                          "(--num-prompts) or smaller batch sizes")
@@ -159,7 +166,7 @@ def batches_of(prompts: list[torch.Tensor], batch: int, min_prompts: int = MIN_P
 
 def sweep(target: torch.nn.Module, drafters: dict[str, Drafter], prompts: list[torch.Tensor],
           runs: Sequence[tuple[str, int]], batch_sizes: Sequence[int] = BATCH_SIZES, max_new_tokens: int = 64,
-          repeats: int = 2, log: Callable[[str], None] = print, min_prompts: int = MIN_PROMPTS) -> list[BatchRow]:
+          repeats: int = 2, log: Callable[[str], None] = print, min_prompts: int | None = None) -> list[BatchRow]:
     """Every (method, K) of `runs` at every batch size, greedy, EOS ignored. At each batch size the runs are
     interleaved: each repeat takes them in an order rotated from the last, so a slow stretch of the machine
     slows every run alike. Each row's ratio is to target-only at the same batch size."""
@@ -306,16 +313,26 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: 
     return Calibration(target_ms, draft_ms, alpha, measured_policy(tuned, methods), tuned)
 
 
-def measured_policy(table: list[BatchRow], methods: Sequence[str]) -> dict[str, dict[int, int]]:
-    """Each method's fastest K at each batch size in a sweep; 0 where no K beat target-only (speculation
-    off): the per-batch-size K that vLLM's num_speculative_tokens_per_batch_size writes down by hand."""
+# Two K whose speedups differ by less than this are a tie: repeats of one row move by 2-10% on these
+# hosts, and a K that is too large costs more than one too small when the prompts it meets accept less
+# than the calibration prompts did (a rejected draft wastes K steps and a wider verify pass)
+TIE = 0.03
+
+
+def measured_policy(table: list[BatchRow], methods: Sequence[str], tie: float = TIE) -> dict[str, dict[int, int]]:
+    """Each method's K at each batch size from a sweep: the smallest K whose speedup is within `tie` of the
+    fastest, where K 0 (speculation off, as vLLM's K = 0) counts as 1.0x: the per-batch-size K that vLLM's
+    num_speculative_tokens_per_batch_size writes down by hand."""
+    if tie < 0:
+        raise ValueError(f"tie is a fraction of a speedup, >= 0; got {tie}")
     policy: dict[str, dict[int, int]] = {}
     for method in methods:
         rows = [r for r in table if r.method == method]
         policy[method] = {}
         for b in sorted({r.batch for r in rows}):
-            best = max((r for r in rows if r.batch == b), key=lambda r: r.speedup)
-            policy[method][b] = best.k if best.speedup > 1 else 0
+            speedups = {0: 1.0, **{r.k: r.speedup for r in rows if r.batch == b}}
+            fastest = max(speedups.values())
+            policy[method][b] = min(k for k, x in speedups.items() if x >= fastest - tie)
     return policy
 
 
@@ -357,6 +374,8 @@ def summary(table: list[BatchRow], predicted: dict[str, dict[int, dict[int, floa
             "policy_k": {b: by_batch[b] for b in sizes},
             "policy_speedup": chosen,
             "k4_speedup": {r.batch: r.speedup for r in fixed if r.k == 4},
+            # how far repeats moved the method's rows at each batch size (median of their spreads)
+            "spread": {b: statistics.median(r.spread for r in fixed if r.batch == b) for b in sizes},
         }
     return out
 

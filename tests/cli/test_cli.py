@@ -8,6 +8,7 @@ import torch
 from speclab.cli.main import main
 from speclab.cli.options import load as load_from_args
 from speclab.devices import cpu_name
+from speclab.measure import batching
 from speclab.measure.bench import METHODS as BENCH_METHODS
 from speclab.methods.eagle import EagleHead
 from speclab.methods.medusa import MedusaHeads
@@ -101,8 +102,10 @@ def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path
     assert "bandwidth floor:" in capsys.readouterr().out
 
 
-def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_policy(micro, tmp_path, capsys):
+def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_policy(micro, tmp_path, capsys,
+                                                                                   monkeypatch):
     capsys.readouterr()
+    monkeypatch.setattr(batching, "MIN_PROMPTS", 8)  # a small sweep: 8 prompts timed, 8 calibrating
     main(["bench", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--batch-sizes", "1,2",
           "--k-sweep", "1,2", "--max-new-tokens", "4", "--repeats", "1", "--device", "cpu",
           "--json", str(tmp_path / "batch.json")])

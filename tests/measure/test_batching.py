@@ -63,7 +63,7 @@ def test_a_sweep_times_every_row_and_checks_it_against_target_only(batch_pair):
     assert all(r.equal_rows == 4 and r.new_tokens == 6 * 4 for r in table)
     assert all(r.speedup == 1.0 for r in table if r.method == "target-only")
     assert [len(g) for g in batching.batches_of(prompts, 1, 4)] == [1, 1, 1, 1]
-    with pytest.raises(ValueError, match="batch 8 needs 8 prompts"):
+    with pytest.raises(ValueError, match=f"batch 8 needs {batching.MIN_PROMPTS} prompts"):
         batching.sweep(target, drafters, prompts, [], [8], 6, repeats=1)
 
 
@@ -85,6 +85,19 @@ def test_the_measured_policy_takes_the_fastest_k_and_turns_speculation_off_where
     table = [row("target-only", 0, 1, 1.0), row("m", 2, 1, 1.4), row("m", 4, 1, 1.6),
              row("target-only", 0, 32, 1.0), row("m", 2, 32, 0.9), row("m", 4, 32, 0.7)]
     assert batching.measured_policy(table, ["m"]) == {"m": {1: 4, 32: 0}}
+
+
+def test_a_near_tie_goes_to_the_smaller_k_and_speculation_that_barely_pays_goes_off():
+    def row(k, batch, speedup):
+        return batching.BatchRow("m", k, batch, 1, 1.0, 0.0, 0.0, speedup=speedup)
+
+    table = [row(2, 1, 1.45), row(4, 1, 1.47), row(8, 1, 1.40),  # K=2 within 0.03 of K=4
+             row(1, 8, 1.02), row(2, 8, 1.01),                    # within 0.03 of off (1.0x)
+             row(1, 16, 1.10), row(2, 16, 1.20)]                  # 0.10 apart: the faster
+    assert batching.measured_policy(table, ["m"]) == {"m": {1: 2, 8: 0, 16: 2}}
+    assert batching.measured_policy(table, ["m"], tie=0.0) == {"m": {1: 4, 8: 1, 16: 2}}
+    with pytest.raises(ValueError, match="tie"):
+        batching.measured_policy(table, ["m"], tie=-0.1)
 
 
 def test_the_rounds_model_prices_a_round_with_its_tail_and_its_drafting():
