@@ -45,9 +45,9 @@ def all_checks(lab: str) -> Lab:
     return checker
 
 
-def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_ten():
+def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_eleven():
     assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
-    assert {"lab06", "lab07", "lab08", "lab09", "lab10"} <= set(LABS)
+    assert {"lab06", "lab07", "lab08", "lab09", "lab10", "lab11"} <= set(LABS)
 
 
 # ---------------------------------------------------------------- in process: every case can pass and can fail
@@ -469,6 +469,118 @@ MISTAKES = [
     ('lab10', 'q6', 'every K pays', 'def max_paying_k(alpha, draft_ms, target_ms, k_max):\n'
      '    return max([k for k in range(1, k_max) if theory.expected_tokens(alpha, k) * target_ms(1)\n'
      '                / (k * draft_ms + target_ms(k + 1)) > 1], default=0)  # stops before k_max'),
+    ("lab11", "q1", "its own choices", "def accepted_counts(drafts, widths, choices):\n"
+     "    counts = []\n    for b, width in enumerate(widths):\n        n = 0\n"
+     "        while n < width and int(drafts[b, n]) == int(choices[0, n]):  # row 0's choices for every row\n"
+     "            n += 1\n        counts.append(n)\n    return counts"),
+    ("lab11", "q1", "every draft before it", "def accepted_counts(drafts, widths, choices):\n"
+     "    return [int((drafts[b, :w] == choices[b, :w]).sum()) for b, w in enumerate(widths)]  # every match"),
+    ("lab11", "q1", "the same position", "def accepted_counts(drafts, widths, choices):\n"
+     "    counts = []\n    for b, width in enumerate(widths):\n        n = 0\n"
+     "        while n < width and int(drafts[b, n]) == int(choices[b, n + 1]):  # one position late\n"
+     "            n += 1\n        counts.append(n)\n    return counts"),
+    ("lab11", "q1", "padding past a row's width", "def accepted_counts(drafts, widths, choices):\n"
+     "    counts = []\n    for b in range(len(widths)):\n        n = 0\n"
+     "        while n < drafts.shape[1] and int(drafts[b, n]) == int(choices[b, n]):  # the padding too\n"
+     "            n += 1\n        counts.append(n)\n    return counts"),
+    ("lab11", "q2", "the new cache length", "def settle_rows(lengths, accepted, drafts, choices, produced, "
+     "max_new_tokens, eos_id=None):\n"
+     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
+     "        new = (drafts[b, :a].tolist() + [int(choices[b, a])])[:max_new_tokens - produced[b]]\n"
+     "        stopped = eos_id is not None and eos_id in new\n"
+     "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
+     "        tokens.append(new)\n        new_lengths.append(lengths[b] + a)  # forgets the pending token\n"
+     "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
+     "    return tokens, new_lengths, finished"),
+    ("lab11", "q2", "the new cache length", "def settle_rows(lengths, accepted, drafts, choices, produced, "
+     "max_new_tokens, eos_id=None):\n"
+     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
+     "        new = (drafts[b, :a].tolist() + [int(choices[b, a])])[:max_new_tokens - produced[b]]\n"
+     "        stopped = eos_id is not None and eos_id in new\n"
+     "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
+     "        tokens.append(new)\n        new_lengths.append(lengths[b] + 2 + a)  # counts the target's choice\n"
+     "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
+     "    return tokens, new_lengths, finished"),
+    ("lab11", "q2", "the target's next choice", "def settle_rows(lengths, accepted, drafts, choices, produced, "
+     "max_new_tokens, eos_id=None):\n"
+     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
+     "        bonus = [int(choices[b, a])] if a < drafts.shape[1] else []  # no bonus when all were kept\n"
+     "        new = (drafts[b, :a].tolist() + bonus)[:max_new_tokens - produced[b]]\n"
+     "        stopped = eos_id is not None and eos_id in new\n"
+     "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
+     "        tokens.append(new)\n        new_lengths.append(lengths[b] + 1 + a)\n"
+     "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
+     "    return tokens, new_lengths, finished"),
+    ("lab11", "q2", "the budget", "def settle_rows(lengths, accepted, drafts, choices, produced, "
+     "max_new_tokens, eos_id=None):\n"
+     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
+     "        new = (drafts[b, :a].tolist() + [int(choices[b, a])])[:max_new_tokens - produced[b]]\n"
+     "        stopped = eos_id is not None and eos_id in new\n"
+     "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
+     "        tokens.append(new)\n        new_lengths.append(lengths[b] + 1 + a)\n"
+     "        finished.append(stopped or produced[b] + len(new) > max_new_tokens)  # > instead of >=\n"
+     "    return tokens, new_lengths, finished"),
+    ("lab11", "q2", "a stop token ends the row", "def settle_rows(lengths, accepted, drafts, choices, produced, "
+     "max_new_tokens, eos_id=None):\n"
+     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
+     "        new = (drafts[b, :a].tolist() + [int(choices[b, a])])[:max_new_tokens - produced[b]]\n"
+     "        stopped = eos_id is not None and eos_id in new\n"
+     "        new = new[:new.index(eos_id)] if stopped else new  # drops the stop token itself\n"
+     "        tokens.append(new)\n        new_lengths.append(lengths[b] + 1 + a)\n"
+     "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
+     "    return tokens, new_lengths, finished"),
+    ("lab11", "q3", "land in its own cache row", "def batched_attention(cache, q, k, v, lengths):\n"
+     "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
+     "    for b in range(batch):  # every row written at row 0's length\n"
+     "        cache['keys'][b, :, lengths[0]:lengths[0] + n] = k[b]\n"
+     "        cache['values'][b, :, lengths[0]:lengths[0] + n] = v[b]\n"
+     "    last = torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]\n"
+     "    sees = torch.arange(max_len)[None, None, :] <= last[:, :, None]\n"
+     "    scores = (q @ cache['keys'].transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees[:, None], float('-inf'))\n"
+     "    return torch.softmax(scores, dim=-1) @ cache['values']"),
+    ("lab11", "q3", "never reads another row's cache", "def batched_attention(cache, q, k, v, lengths):\n"
+     "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
+     "    for b in range(batch):\n"
+     "        cache['keys'][b, :, lengths[b]:lengths[b] + n] = k[b]\n"
+     "        cache['values'][b, :, lengths[b]:lengths[b] + n] = v[b]\n"
+     "    last = torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]\n"
+     "    sees = torch.arange(max_len)[None, None, :] <= last[:, :, None]\n"
+     "    keys, values = cache['keys'][:1], cache['values'][:1]  # row 0's cache, broadcast to every row\n"
+     "    scores = (q @ keys.transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees[:, None], float('-inf'))\n"
+     "    return torch.softmax(scores, dim=-1) @ values"),
+    ("lab11", "q3", "sees its own length", "def batched_attention(cache, q, k, v, lengths):\n"
+     "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
+     "    for b in range(batch):\n"
+     "        cache['keys'][b, :, lengths[b]:lengths[b] + n] = k[b]\n"
+     "        cache['values'][b, :, lengths[b]:lengths[b] + n] = v[b]\n"
+     "    last = max(lengths) + torch.arange(n)  # one length for the batch: the longest row's\n"
+     "    sees = torch.arange(max_len)[None, :] <= last[:, None]\n"
+     "    scores = (q @ cache['keys'].transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees, float('-inf'))\n"
+     "    return torch.softmax(scores, dim=-1) @ cache['values']"),
+    ("lab11", "q3", "one sequence", "def batched_attention(cache, q, k, v, lengths):\n"
+     "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
+     "    for b in range(batch):\n"
+     "        cache['keys'][b, :, lengths[b]:lengths[b] + n] = k[b]\n"
+     "        cache['values'][b, :, lengths[b]:lengths[b] + n] = v[b]\n"
+     "    last = torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]\n"
+     "    sees = torch.arange(max_len)[None, None, :] < last[:, :, None]  # < : not its own key\n"
+     "    scores = (q @ cache['keys'].transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees[:, None], float('-inf'))\n"
+     "    return torch.softmax(scores, dim=-1) @ cache['values']"),
+    ("lab11", "q4", "the same batch size", "def predicted_speedups(pass_ms, draft_ms, tokens_per_round, k):\n"
+     "    return {b: tokens_per_round[b] * pass_ms[1][1] / (k * draft_ms[b] + c[k + 1])  # batch 1's step\n"
+     "            for b, c in pass_ms.items()}"),
+    ("lab11", "q4", "K + 1 positions", "def predicted_speedups(pass_ms, draft_ms, tokens_per_round, k):\n"
+     "    return {b: tokens_per_round[b] * c[1] / (k * draft_ms[b] + c[k]) for b, c in pass_ms.items()}"),
+    ("lab11", "q4", "K draft steps", "def predicted_speedups(pass_ms, draft_ms, tokens_per_round, k):\n"
+     "    return {b: tokens_per_round[b] * c[1] / (draft_ms[b] + c[k + 1]) for b, c in pass_ms.items()}"),
+    ("lab11", "q5", "a dip that recovers", "def crossover(speedups):\n"
+     "    return next((b for b in sorted(speedups) if speedups[b] <= 1), None)  # the first dip"),
+    ("lab11", "q5", "exactly 1", "def crossover(speedups):\n    sizes = sorted(speedups)\n"
+     "    return next((b for i, b in enumerate(sizes) if all(speedups[c] < 1 for c in sizes[i:])), None)"),
+    ("lab11", "q5", "any order", "def crossover(speedups):\n    sizes = list(speedups)  # not sorted\n"
+     "    return next((b for i, b in enumerate(sizes) if all(speedups[c] <= 1 for c in sizes[i:])), None)"),
+    ("lab11", "q5", "None", "def crossover(speedups):\n    sizes = sorted(speedups)\n"
+     "    return next((b for i, b in enumerate(sizes) if all(speedups[c] <= 1 for c in sizes[i:])), 0)"),
 ]
 
 
@@ -573,6 +685,46 @@ RULES = [
      next(m[3] for m in MISTAKES if m[2] == "may pay again")),
     ("lab10", "q6", "from 1 to `k_max`", "every K pays",
      next(m[3] for m in MISTAKES if m[0] == "lab10" and m[2] == "every K pays")),
+    ("lab11", "q1", "reading only row $b$'s own drafts and choices", "each row counts against its own choices",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "row 0's choices for every row" in m[3])),
+    ("lab11", "q1", "**at the same position**", "draft i is checked against choices[b, i]",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "one position late" in m[3])),
+    ("lab11", "q1", "never more than `widths[b]`", "padding past a row's width",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "the padding too" in m[3])),
+    ("lab11", "q1", "every draft before it was kept", "a draft counts only if every draft before it",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "# every match" in m[3])),
+    ("lab11", "q2", "then the target's choice after them, `choices[b, a_b]`", "the target's next choice",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "no bonus when all were kept" in m[3])),
+    ("lab11", "q2", "its new length is `lengths[b] + 1 + a_b`", "the new cache length",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "forgets the pending token" in m[3])),
+    ("lab11", "q2", "The token the target chose is not in the cache yet", "the new cache length",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "counts the target's choice" in m[3])),
+    ("lab11", "q2", "it has `max_new_tokens` tokens now", "the budget",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "> instead of >=" in m[3])),
+    ("lab11", "q2", "end with the first `eos_id`, inclusive", "a stop token ends the row",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "drops the stop token itself" in m[3])),
+    ("lab11", "q3", "at **its** length, `lengths[b]`", "land in its own cache row",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "written at row 0's length" in m[3])),
+    ("lab11", "q3", "up to and including `lengths[b] + i`", "one sequence",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "not its own key" in m[3])),
+    ("lab11", "q3", "not the slots past it", "sees its own length",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "the longest row's" in m[3])),
+    ("lab11", "q3", "not any slot of another row", "never reads another row's cache",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "broadcast to every row" in m[3])),
+    ("lab11", "q4", "**at the same batch size**", "the same batch size",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "batch 1's step" in m[3])),
+    ("lab11", "q4", "one verify pass over $K + 1$ positions a row", "K + 1 positions",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "K + 1 positions")),
+    ("lab11", "q4", "$K$ draft steps for the batch", "K draft steps",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "K draft steps")),
+    ("lab11", "q5", "A speedup of exactly 1 gains nothing", "exactly 1 does not pay",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "exactly 1")),
+    ("lab11", "q5", "A single dip that recovers at a larger batch size is not the crossover", "a dip that recovers",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "a dip that recovers")),
+    ("lab11", "q5", "its keys in any order", "batch sizes in any order",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "any order")),
+    ("lab11", "q5", "return `None`", "still paying at the largest batch size",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "None")),
 ]
 
 
