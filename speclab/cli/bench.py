@@ -153,6 +153,7 @@ def bench_batches(args) -> dict:
                 alpha=cal.alpha, naive=naive, predicted=predicted, modelled_policy=modelled, policy=policy,
                 calibration_rows=batching.rows_to_dicts(cal.rows), bandwidth_gbs=bandwidth, gflops=gflops,
                 weight_bytes=weight_bytes, batch_of_one_ratio=ratio, rows=batching.rows_to_dicts(table),
+                min_prompts=batching.MIN_PROMPTS, tie=batching.TIE,
                 summary=result)
 
 

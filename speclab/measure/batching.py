@@ -308,8 +308,10 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: 
                 for p in prompts[:4]]
         accepted = sum(r.stats.accepted for r in runs)
         alpha[method] = accepted / max(1, accepted + sum(r.stats.rejections for r in runs))
+    # two interleaved repeats, as the timed sweep: with one, a single slow stretch of the host (5-13% between
+    # repeats here) decides which of two close K the policy takes
     tuned = sweep(target, drafters, prompts, [(m, kk) for m in methods for kk in ks], batch_sizes, max_new_tokens,
-                   repeats=1, log=lambda line: None)
+                  repeats=2, log=lambda line: None)
     return Calibration(target_ms, draft_ms, alpha, measured_policy(tuned, methods), tuned)
 
 
