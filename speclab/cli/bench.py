@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure batched decoding instead (chapter 11): target-only, the draft model, prompt "
                    "lookup and EAGLE's chain at each K of --k-sweep (default 1,2,4,8) on batches of these sizes "
                    f"(the workload's first max(B, {batching.MIN_PROMPTS}) prompts in batches of B; as many other "
-                   "prompts calibrate the model and the K policy), on the fast path (--fast, default static); tokens/s, inter-token latency, the "
-                   "crossover measured and predicted, and the K a batch size calls for")
+                   "prompts calibrate the model and the K policy), on the fast path (--fast, default static); "
+                   "tokens/s, inter-token latency, the crossover measured and predicted, and the K a batch size "
+                   "calls for")
     return b
 
 

@@ -3,10 +3,11 @@ one process, and the K a batch size calls for.
 
 Every row decodes the same held-out prompts in batches of B (speclab.decoding: a list of prompts), at least
 MIN_PROMPTS of them (batch 1: thirty-two batches of one), for the same number of new tokens, EOS ignored.
-A row reports total tokens/s (every sequence's new tokens over the batch's wall time), its ratio to target-only at the same batch size, and each sequence's inter-token
-latency: a round's time shared by the tokens it produced (a round of m tokens that came d seconds after
-the previous one counts m gaps of d / m), the first round (time to first token, the prefill's) left out;
-the mean and the 95th percentile over every gap of every sequence.
+A row reports total tokens/s (every sequence's new tokens over the batch's wall time), its ratio to
+target-only at the same batch size, and each sequence's inter-token latency: a round's time shared by
+the tokens it produced (a round of m tokens that came d seconds after the previous one counts m gaps of
+d / m), the first round (time to first token, the prefill's) left out; the mean and the 95th percentile
+over every gap of every sequence.
 
 Times are the batch's decode time, after its prefill (the same work with or without speculation). A
 batch runs until its slowest sequence is done: `tail` says how many more rounds that took than its
@@ -308,14 +309,14 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: 
                 for p in prompts[:4]]
         accepted = sum(r.stats.accepted for r in runs)
         alpha[method] = accepted / max(1, accepted + sum(r.stats.rejections for r in runs))
-    # two interleaved repeats, as the timed sweep: with one, a single slow stretch of the host (5-13% between
-    # repeats here) decides which of two close K the policy takes
+    # two interleaved repeats, as the timed sweep: with one, a single slow stretch of the host (repeats of a
+    # row differ by up to ~20% on these 2-core hosts) decides which of two close K the policy takes
     tuned = sweep(target, drafters, prompts, [(m, kk) for m in methods for kk in ks], batch_sizes, max_new_tokens,
                   repeats=2, log=lambda line: None)
     return Calibration(target_ms, draft_ms, alpha, measured_policy(tuned, methods), tuned)
 
 
-# Two K whose speedups differ by less than this are a tie: repeats of one row move by 2-10% on these
+# Two K whose speedups differ by less than this are a tie: repeats of one row move by 2-20% on these
 # hosts, and a K that is too large costs more than one too small when the prompts it meets accept less
 # than the calibration prompts did (a rejected draft wastes K steps and a wider verify pass)
 TIE = 0.03
