@@ -67,6 +67,38 @@ def test_every_check_passes_on_the_solutions_and_fails_on_the_stubs(lab):
         assert all(c.message for c in bad.cases)
 
 
+# Lab 11's answers with one line wrong: each mistake below starts from the solution's shape.
+LAB11_SETTLE = ("def settle_rows(lengths, accepted, drafts, choices, produced, max_new_tokens, eos_id=None):\n"
+                "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
+                "        bonus = [int(choices[b, a])]\n"
+                "        new = (drafts[b, :a].tolist() + bonus)[:max_new_tokens - produced[b]]\n"
+                "        stopped = eos_id is not None and eos_id in new\n"
+                "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
+                "        tokens.append(new)\n        new_lengths.append(lengths[b] + 1 + a)\n"
+                "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
+                "    return tokens, new_lengths, finished")
+LAB11_ATTENTION = ("def batched_attention(cache, q, k, v, lengths):\n"
+                   "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
+                   "    for b in range(batch):\n"
+                   "        cache['keys'][b, :, lengths[b]:lengths[b] + n] = k[b]\n"
+                   "        cache['values'][b, :, lengths[b]:lengths[b] + n] = v[b]\n"
+                   "    keys, values = cache['keys'], cache['values']\n"
+                   "    last = torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]\n"
+                   "    sees = torch.arange(max_len)[None, None, :] <= last[:, :, None]\n"
+                   "    scores = (q @ keys.transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees[:, None], float('-inf'))\n"
+                   "    return torch.softmax(scores, dim=-1) @ values")
+
+
+def settle_rows_but(old: str, new: str) -> str:
+    assert old in LAB11_SETTLE, old
+    return LAB11_SETTLE.replace(old, new, 1)
+
+
+def batched_attention_but(old: str, new: str) -> str:
+    assert old in LAB11_ATTENTION, old
+    return LAB11_ATTENTION.replace(old, new, 1)
+
+
 # Plausible mistakes, each with the case that must catch it. Each replaces one answer of the solved lab.
 MISTAKES = [
     ("lab01", "q1", "tied embeddings", "def weight_bytes(model):\n"
@@ -483,89 +515,31 @@ MISTAKES = [
      "    counts = []\n    for b in range(len(widths)):\n        n = 0\n"
      "        while n < drafts.shape[1] and int(drafts[b, n]) == int(choices[b, n]):  # the padding too\n"
      "            n += 1\n        counts.append(n)\n    return counts"),
-    ("lab11", "q2", "the new cache length", "def settle_rows(lengths, accepted, drafts, choices, produced, "
-     "max_new_tokens, eos_id=None):\n"
-     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
-     "        new = (drafts[b, :a].tolist() + [int(choices[b, a])])[:max_new_tokens - produced[b]]\n"
-     "        stopped = eos_id is not None and eos_id in new\n"
-     "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
-     "        tokens.append(new)\n        new_lengths.append(lengths[b] + a)  # forgets the pending token\n"
-     "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
-     "    return tokens, new_lengths, finished"),
-    ("lab11", "q2", "the new cache length", "def settle_rows(lengths, accepted, drafts, choices, produced, "
-     "max_new_tokens, eos_id=None):\n"
-     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
-     "        new = (drafts[b, :a].tolist() + [int(choices[b, a])])[:max_new_tokens - produced[b]]\n"
-     "        stopped = eos_id is not None and eos_id in new\n"
-     "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
-     "        tokens.append(new)\n        new_lengths.append(lengths[b] + 2 + a)  # counts the target's choice\n"
-     "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
-     "    return tokens, new_lengths, finished"),
-    ("lab11", "q2", "the target's next choice", "def settle_rows(lengths, accepted, drafts, choices, produced, "
-     "max_new_tokens, eos_id=None):\n"
-     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
-     "        bonus = [int(choices[b, a])] if a < drafts.shape[1] else []  # no bonus when all were kept\n"
-     "        new = (drafts[b, :a].tolist() + bonus)[:max_new_tokens - produced[b]]\n"
-     "        stopped = eos_id is not None and eos_id in new\n"
-     "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
-     "        tokens.append(new)\n        new_lengths.append(lengths[b] + 1 + a)\n"
-     "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
-     "    return tokens, new_lengths, finished"),
-    ("lab11", "q2", "the budget", "def settle_rows(lengths, accepted, drafts, choices, produced, "
-     "max_new_tokens, eos_id=None):\n"
-     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
-     "        new = (drafts[b, :a].tolist() + [int(choices[b, a])])[:max_new_tokens - produced[b]]\n"
-     "        stopped = eos_id is not None and eos_id in new\n"
-     "        new = new[:new.index(eos_id) + 1] if stopped else new\n"
-     "        tokens.append(new)\n        new_lengths.append(lengths[b] + 1 + a)\n"
-     "        finished.append(stopped or produced[b] + len(new) > max_new_tokens)  # > instead of >=\n"
-     "    return tokens, new_lengths, finished"),
-    ("lab11", "q2", "a stop token ends the row", "def settle_rows(lengths, accepted, drafts, choices, produced, "
-     "max_new_tokens, eos_id=None):\n"
-     "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
-     "        new = (drafts[b, :a].tolist() + [int(choices[b, a])])[:max_new_tokens - produced[b]]\n"
-     "        stopped = eos_id is not None and eos_id in new\n"
-     "        new = new[:new.index(eos_id)] if stopped else new  # drops the stop token itself\n"
-     "        tokens.append(new)\n        new_lengths.append(lengths[b] + 1 + a)\n"
-     "        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)\n"
-     "    return tokens, new_lengths, finished"),
-    ("lab11", "q3", "land in its own cache row", "def batched_attention(cache, q, k, v, lengths):\n"
-     "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
-     "    for b in range(batch):  # every row written at row 0's length\n"
-     "        cache['keys'][b, :, lengths[0]:lengths[0] + n] = k[b]\n"
-     "        cache['values'][b, :, lengths[0]:lengths[0] + n] = v[b]\n"
-     "    last = torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]\n"
-     "    sees = torch.arange(max_len)[None, None, :] <= last[:, :, None]\n"
-     "    scores = (q @ cache['keys'].transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees[:, None], float('-inf'))\n"
-     "    return torch.softmax(scores, dim=-1) @ cache['values']"),
-    ("lab11", "q3", "never reads another row's cache", "def batched_attention(cache, q, k, v, lengths):\n"
-     "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
-     "    for b in range(batch):\n"
-     "        cache['keys'][b, :, lengths[b]:lengths[b] + n] = k[b]\n"
-     "        cache['values'][b, :, lengths[b]:lengths[b] + n] = v[b]\n"
-     "    last = torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]\n"
-     "    sees = torch.arange(max_len)[None, None, :] <= last[:, :, None]\n"
-     "    keys, values = cache['keys'][:1], cache['values'][:1]  # row 0's cache, broadcast to every row\n"
-     "    scores = (q @ keys.transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees[:, None], float('-inf'))\n"
-     "    return torch.softmax(scores, dim=-1) @ values"),
-    ("lab11", "q3", "sees its own length", "def batched_attention(cache, q, k, v, lengths):\n"
-     "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
-     "    for b in range(batch):\n"
-     "        cache['keys'][b, :, lengths[b]:lengths[b] + n] = k[b]\n"
-     "        cache['values'][b, :, lengths[b]:lengths[b] + n] = v[b]\n"
-     "    last = max(lengths) + torch.arange(n)  # one length for the batch: the longest row's\n"
-     "    sees = torch.arange(max_len)[None, :] <= last[:, None]\n"
-     "    scores = (q @ cache['keys'].transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees, float('-inf'))\n"
-     "    return torch.softmax(scores, dim=-1) @ cache['values']"),
-    ("lab11", "q3", "one sequence", "def batched_attention(cache, q, k, v, lengths):\n"
-     "    batch, _, n, d = q.shape\n    max_len = cache['keys'].shape[2]\n"
-     "    for b in range(batch):\n"
-     "        cache['keys'][b, :, lengths[b]:lengths[b] + n] = k[b]\n"
-     "        cache['values'][b, :, lengths[b]:lengths[b] + n] = v[b]\n"
-     "    last = torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]\n"
-     "    sees = torch.arange(max_len)[None, None, :] < last[:, :, None]  # < : not its own key\n"
-     "    scores = (q @ cache['keys'].transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees[:, None], float('-inf'))\n"
-     "    return torch.softmax(scores, dim=-1) @ cache['values']"),
+    ("lab11", "q2", "the new cache length",
+     settle_rows_but("lengths[b] + 1 + a)", "lengths[b] + a)  # forgets the pending token")),
+    ("lab11", "q2", "the new cache length",
+     settle_rows_but("lengths[b] + 1 + a)", "lengths[b] + 2 + a)  # counts the target's choice")),
+    ("lab11", "q2", "the target's next choice",
+     settle_rows_but("bonus = [int(choices[b, a])]",
+                     "bonus = [int(choices[b, a])] if a < drafts.shape[1] else []  # no bonus when all were kept")),
+    ("lab11", "q2", "the budget",
+     settle_rows_but("len(new) >= max_new_tokens)", "len(new) > max_new_tokens)  # > instead of >=")),
+    ("lab11", "q2", "a stop token ends the row",
+     settle_rows_but("new.index(eos_id) + 1] if stopped else new",
+                     "new.index(eos_id)] if stopped else new  # drops the stop token itself")),
+    ("lab11", "q3", "land in its own cache row",
+     batched_attention_but("lengths[b]:lengths[b] + n] = k[b]\n        cache['values'][b, :, lengths[b]:lengths[b] + n]",
+                           "lengths[0]:lengths[0] + n] = k[b]  # every row at row 0's length\n"
+                           "        cache['values'][b, :, lengths[0]:lengths[0] + n]")),
+    ("lab11", "q3", "never reads another row's cache",
+     batched_attention_but("keys, values = cache['keys'], cache['values']",
+                           "keys, values = cache['keys'][:1], cache['values'][:1]  # row 0's cache, broadcast to every row")),
+    ("lab11", "q3", "sees its own length",
+     batched_attention_but("last = torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]",
+                           "last = max(lengths) + 0 * torch.tensor(lengths)[:, None] + torch.arange(n)[None, :]"
+                           "  # the longest row's length for every row")),
+    ("lab11", "q3", "one sequence",
+     batched_attention_but("<= last[:, :, None]", "< last[:, :, None]  # < : not its own key")),
     ("lab11", "q4", "the same batch size", "def predicted_speedups(pass_ms, draft_ms, tokens_per_round, k):\n"
      "    return {b: tokens_per_round[b] * pass_ms[1][1] / (k * draft_ms[b] + c[k + 1])  # batch 1's step\n"
      "            for b, c in pass_ms.items()}"),
@@ -704,7 +678,7 @@ RULES = [
     ("lab11", "q2", "end with the first `eos_id`, inclusive", "a stop token ends the row",
      next(m[3] for m in MISTAKES if m[0] == "lab11" and "drops the stop token itself" in m[3])),
     ("lab11", "q3", "at **its** length, `lengths[b]`", "land in its own cache row",
-     next(m[3] for m in MISTAKES if m[0] == "lab11" and "written at row 0's length" in m[3])),
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "every row at row 0's length" in m[3])),
     ("lab11", "q3", "up to and including `lengths[b] + i`", "one sequence",
      next(m[3] for m in MISTAKES if m[0] == "lab11" and "not its own key" in m[3])),
     ("lab11", "q3", "not the slots past it", "sees its own length",
