@@ -68,6 +68,10 @@ def test_every_check_passes_on_the_solutions_and_fails_on_the_stubs(lab):
 
 
 # Lab 11's answers with one line wrong: each mistake below starts from the solution's shape.
+LAB11_COUNTS = ("def accepted_counts(drafts, widths, choices):\n"
+                "    counts = []\n    for b, width in enumerate(widths):\n        n = 0\n"
+                "        while n < width and int(drafts[b, n]) == int(choices[b, n]):\n"
+                "            n += 1\n        counts.append(n)\n    return counts")
 LAB11_SETTLE = ("def settle_rows(lengths, accepted, drafts, choices, produced, max_new_tokens, eos_id=None):\n"
                 "    tokens, new_lengths, finished = [], [], []\n    for b, a in enumerate(accepted):\n"
                 "        bonus = [int(choices[b, a])]\n"
@@ -87,6 +91,11 @@ LAB11_ATTENTION = ("def batched_attention(cache, q, k, v, lengths):\n"
                    "    sees = torch.arange(max_len)[None, None, :] <= last[:, :, None]\n"
                    "    scores = (q @ keys.transpose(-1, -2) / math.sqrt(d)).masked_fill(~sees[:, None], float('-inf'))\n"
                    "    return torch.softmax(scores, dim=-1) @ values")
+
+
+def accepted_counts_but(old: str, new: str) -> str:
+    assert old in LAB11_COUNTS, old
+    return LAB11_COUNTS.replace(old, new, 1)
 
 
 def settle_rows_but(old: str, new: str) -> str:
@@ -501,20 +510,15 @@ MISTAKES = [
     ('lab10', 'q6', 'every K pays', 'def max_paying_k(alpha, draft_ms, target_ms, k_max):\n'
      '    return max([k for k in range(1, k_max) if theory.expected_tokens(alpha, k) * target_ms(1)\n'
      '                / (k * draft_ms + target_ms(k + 1)) > 1], default=0)  # stops before k_max'),
-    ("lab11", "q1", "its own choices", "def accepted_counts(drafts, widths, choices):\n"
-     "    counts = []\n    for b, width in enumerate(widths):\n        n = 0\n"
-     "        while n < width and int(drafts[b, n]) == int(choices[0, n]):  # row 0's choices for every row\n"
-     "            n += 1\n        counts.append(n)\n    return counts"),
+    ("lab11", "q1", "its own choices",
+     accepted_counts_but("int(choices[b, n]):", "int(choices[0, n]):  # row 0's choices for every row")),
     ("lab11", "q1", "every draft before it", "def accepted_counts(drafts, widths, choices):\n"
      "    return [int((drafts[b, :w] == choices[b, :w]).sum()) for b, w in enumerate(widths)]  # every match"),
-    ("lab11", "q1", "the same position", "def accepted_counts(drafts, widths, choices):\n"
-     "    counts = []\n    for b, width in enumerate(widths):\n        n = 0\n"
-     "        while n < width and int(drafts[b, n]) == int(choices[b, n + 1]):  # one position late\n"
-     "            n += 1\n        counts.append(n)\n    return counts"),
-    ("lab11", "q1", "padding past a row's width", "def accepted_counts(drafts, widths, choices):\n"
-     "    counts = []\n    for b in range(len(widths)):\n        n = 0\n"
-     "        while n < drafts.shape[1] and int(drafts[b, n]) == int(choices[b, n]):  # the padding too\n"
-     "            n += 1\n        counts.append(n)\n    return counts"),
+    ("lab11", "q1", "the same position",
+     accepted_counts_but("int(choices[b, n]):", "int(choices[b, n + 1]):  # one position late")),
+    ("lab11", "q1", "padding past a row's width",
+     accepted_counts_but("while n < width", "while n < drafts.shape[1]")
+     .replace("int(choices[b, n]):", "int(choices[b, n]):  # the padding too")),
     ("lab11", "q2", "the new cache length",
      settle_rows_but("lengths[b] + 1 + a)", "lengths[b] + a)  # forgets the pending token")),
     ("lab11", "q2", "the new cache length",

@@ -12,6 +12,7 @@ import math
 import random
 import torch
 from speclab.checks import expect, expect_allclose, expect_close, expect_equal, plain, show, unfinished
+from speclab.measure.batching import crossover as reference_crossover
 
 
 def because(why):
@@ -87,14 +88,6 @@ def reference_batched_attention(cache, q, k, v, lengths):
 
 def reference_speedups(pass_ms, draft_ms, tokens_per_round, k):
     return {b: tokens_per_round[b] * pass_ms[b][1] / (k * draft_ms[b] + pass_ms[b][k + 1]) for b in pass_ms}
-
-
-def reference_crossover(speedups):
-    sizes = sorted(speedups)
-    for i, b in enumerate(sizes):
-        if all(speedups[c] <= 1 for c in sizes[i:]):
-            return b
-    return None
 
 
 # TESTS q1
