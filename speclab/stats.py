@@ -34,6 +34,7 @@ class GenerationStats:
     accepted: int = 0
     verified_positions: int = 0  # positions in the verify passes: pending + nodes + side tokens (lookahead)
     rejections: int = 0         # rounds that ended with a draft refused (a tree: the path stopped above a leaf)
+    empty_rounds: int = 0       # rounds whose drafter proposed nothing (prompt lookup without a match)
     accepted_lengths: list[int] = field(default_factory=list)  # histogram: rounds that kept 0, 1, ..., K drafts
     prefill_s: float = 0.0
     draft_s: float = 0.0        # time in the drafter after the prefill (its forward passes and sampling)
@@ -52,6 +53,7 @@ class GenerationStats:
         self.rounds += 1
         self.target_calls += 1
         self.drafted += drafted
+        self.empty_rounds += int(drafted == 0)
         self.accepted += len(path)
         self.verified_positions += drafted + 1 + side
         # a refusal: some node was offered below the path's end (for a chain, the next draft)
@@ -102,7 +104,7 @@ class GenerationStats:
             if (s.method, s.k) != (total.method, total.k):
                 raise ValueError(f"cannot combine runs of {s.method!r} (K={s.k}) with {total.method!r} (K={total.k})")
             for name in ("new_tokens", "target_calls", "draft_calls", "rounds", "drafted", "accepted", "rejections",
-                         "verified_positions",
+                         "empty_rounds", "verified_positions",
                          "prefill_s", "draft_s", "target_s", "wall_s"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             total.accepted_lengths = [a + b for a, b in zip(total.accepted_lengths, s.accepted_lengths)]

@@ -12,6 +12,7 @@ DEFERRED = {
                                                "not on Colab, where glue does nothing",
     ("speclab/measure/vllm_cpu.py", "vllm"): "vLLM lives in its own environment (its pins differ from the "
                                              "course's); the module says so when it is missing",
+    ("speclab/serving/vllm_engine.py", "vllm"): "the same: run in the serving environment (requirements-serving.txt)",
 }
 
 

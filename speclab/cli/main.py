@@ -32,6 +32,11 @@
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 
+  export     a method's trained weights for a pair's target in the layout vLLM or SGLang loads
+             (python -m speclab export eagle3 --format vllm --out DIR), with serving.json: the
+             target's directory and the engine's settings; --table: how vLLM, SGLang, TensorRT-LLM,
+             llama.cpp and transformers name every method's settings (speclab.serving)
+
 In vLLM's own environment, python -m speclab.measure.vllm_cpu puts speclab's fast path beside vLLM's
 CPU engine (chapter 10; its docstring has the install line).
 
@@ -62,6 +67,8 @@ COMMANDS = {
     "train": ("train", "python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
                        "train medusa|eagle|eagle3|mtp|exit --target DIR --out DIR"),
     "labs": ("labs", "python -m speclab labs build | grade DIR --out scores.csv"),
+    "export": ("export", "a method's weights in vLLM's or SGLang's layout, with the engine's settings; "
+                         "--table: every engine's settings for every method"),
 }
 
 

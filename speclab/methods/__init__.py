@@ -25,6 +25,7 @@ import torch
 from speclab.drafting import Drafter
 from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram, shipped
 from speclab.models import BUNDLED_DIR, load_pair
+from speclab.serving import checkpoints
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,18 @@ def shipped_weights(name: str, target: torch.nn.Module | None) -> Path | None:
     return shipped.find_shipped(m.bundled, target) if m.bundled else None
 
 
+def _engine_head(m: Method, directory: Path, target: torch.nn.Module | None, engine: str | None):
+    """A head exported for (or published in the layout of) vLLM or SGLang, read into speclab's head."""
+    held = checkpoints.engine_method(directory)
+    if held != m.name:
+        raise ValueError(f"{directory} holds a {held} head in an engine's layout; load it with "
+                         f"load_drafter({held!r}, target, {m.weights}=...)")
+    if target is None:
+        raise ValueError(f"a head in an engine's layout is read for a target: pass the target model "
+                         f"(load_drafter({m.name!r}, target, {m.weights}=...))")
+    return checkpoints.read_head(directory, target, engine)
+
+
 def load_drafter(method_name: str, target: torch.nn.Module | None = None, **options) -> Drafter:
     """A drafter by method name (vLLM's names), for `target` (None: the bundled target). Trained weights
     not given are those shipped for `target`, in any pair's folder, found by the target fingerprint they
@@ -171,11 +184,21 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     layer_skip   the target's first exit_layer= E layers draft (1..L-1); adapter=False (no new
                  weights), True (the exit adapters shipped for the bundled target) or a directory
                  written by train exit
+
+    A weights directory in vLLM's or SGLang's layout (speclab.serving.checkpoints: what `python -m
+    speclab export` writes, or a head published for a hub target) is read into speclab's head;
+    engine="vllm" or "sglang" says how to read its EAGLE-3 layer ids where the layout leaves them open.
     """
     m = method(method_name)
     options = rename_aliases(options, m.aliases)
     if m.on_target and target is None:
         target = load_pair(device="cpu").target
+    engine = options.pop("engine", None)
+    if m.weights and isinstance(options.get(m.weights), (str, Path)) and checkpoints.engine_method(options[m.weights]):
+        options[m.weights] = _engine_head(m, Path(options[m.weights]), target, engine)
+    elif engine is not None:
+        raise ValueError(f"engine= says how to read a head in an engine's layout (vllm or sglang); "
+                         f"{options.get(m.weights)!r} is not one")
     if m.weights and options.get(m.weights) is None:
         options[m.weights] = shipped_weights(m.name, target)
         if options[m.weights] is None:

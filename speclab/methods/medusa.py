@@ -149,20 +149,25 @@ class MedusaDrafter(Drafter):
         return Draft(tokens, None, None if self.is_chain else self.parents)
 
 
-def load_medusa(target: torch.nn.Module | None, heads: str | Path, tree: str | list | None = None) -> MedusaDrafter:
-    """Medusa heads for `target` from `heads` (a directory written by train medusa); refused with a clear
-    error when they were trained for another model. tree: "chain", medusa_choices, or None: the tree
-    chosen for the heads (their tree.json), else the chain."""
-    directory = Path(heads)
+def load_medusa(target: torch.nn.Module | None, heads: str | Path | MedusaHeads,
+                tree: str | list | None = None) -> MedusaDrafter:
+    """Medusa heads for `target` from `heads` (a directory written by train medusa, or loaded heads);
+    refused with a clear error when they were trained for another model. tree: "chain", medusa_choices,
+    or None: the tree chosen for the heads (their tree.json), else the chain."""
     device = model_device(target) if target is not None else torch.device("cpu")
     # Like a draft model, the heads only propose: their rounding can change what is accepted, never
     # what is emitted. On a CPU their four vocabulary projections are a quarter of the bundled
     # target's bytes, so half precision halves what every round reads (as devices.draft_dtype says).
     dtype = draft_dtype(device, target.dtype if target is not None else torch.float32)
-    loaded = MedusaHeads.load(directory, device, dtype)
+    if isinstance(heads, MedusaHeads):
+        loaded, directory = heads.to(device=device, dtype=dtype).eval(), None
+    else:
+        directory = Path(heads)
+        loaded = MedusaHeads.load(directory, device, dtype)
     if target is not None:
         loaded.check_fits(target)
     if tree is None:
-        record = directory / "tree.json"
-        tree = [tuple(c) for c in json.loads(record.read_text())["choices"]] if record.exists() else "chain"
+        record = directory / "tree.json" if directory is not None else None
+        tree = ([tuple(c) for c in json.loads(record.read_text())["choices"]] if record is not None and record.exists()
+                else "chain")
     return MedusaDrafter(loaded, tree)

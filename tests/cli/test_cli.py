@@ -258,3 +258,20 @@ def test_dtype_sets_the_targets_precision_and_the_drafts_unless_it_is_given():
     assert target.dtype == torch.bfloat16 and draft.dtype == torch.bfloat16
     target, draft, _, _ = load_from_args(Namespace(**{**vars(args), "draft_dtype": "float32"}))
     assert target.dtype == torch.bfloat16 and draft.dtype == torch.float32
+
+
+def test_export_writes_the_bundled_eagle3_head_for_vllm_with_its_settings(tmp_path, capsys):
+    main(["export", "eagle3", "--format", "vllm", "--out", str(tmp_path / "e3"), "--k", "2"])
+    record = json.loads((tmp_path / "e3" / "serving.json").read_text())
+    assert record["settings"] == {"method": "eagle3", "model": str((tmp_path / "e3").resolve()),
+                                  "num_speculative_tokens": 2}
+    assert record["target"].endswith("pairs/stdlib/target") and (tmp_path / "e3" / "model.safetensors").exists()
+    main(["export", "ngram", "--format", "sglang", "--out", str(tmp_path / "ng")])
+    assert json.loads((tmp_path / "ng" / "serving.json").read_text())["settings"]["--speculative-algorithm"] == "NGRAM"
+    capsys.readouterr()
+    main(["export", "--table", "--k", "4"])
+    table = capsys.readouterr().out
+    assert "== medusa" in table and "sglang        — no Medusa heads" in table
+    with pytest.raises(SystemExit) as stop:
+        main(["export", "mtp", "--out", str(tmp_path / "mtp")])
+    assert stop.value.code == 2 and "inside the target's checkpoint" in capsys.readouterr().err

@@ -765,9 +765,10 @@ def test_the_readme_links_every_lab_on_colab_from_the_configured_repository():
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """Every learner version, and every learner version with the solutions filled in (what a learner who
-    got everything right hands in), run by the grader, two at a time. (The instructor sources themselves
-    run under nbval, their checks' outputs compared: grading them too would only repeat the solved
-    versions.)"""
+    got everything right hands in), run by the grader, two at a time. This is where the instructor labs
+    run in the suite (not under nbval as well): a solved version is its source with the hidden test cells
+    handed to the judge, so every cell of every source runs here, and every check's output is compared
+    below (each must pass)."""
     tmp = tmp_path_factory.mktemp("labs")
     subs = tmp / "submissions"
     subs.mkdir()

@@ -1,0 +1,10 @@
+"""From speclab to a serving engine (part III, chapter 12).
+
+    settings     one source for engine settings: a speclab method and its options as vLLM's
+                 speculative_config, SGLang's and llama.cpp's flags, TensorRT-LLM's decoding config and
+                 transformers' generate() arguments, or the reason an engine cannot express them
+    checkpoints  heads in the layouts the engines load (vLLM's and SGLang's EAGLE-1 and EAGLE-3, vLLM's
+                 Medusa): written from speclab's heads, and read back into them
+    export       `python -m speclab export`: a method's trained weights written for an engine, with the
+                 settings that serve them
+"""

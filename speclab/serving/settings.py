@@ -1,0 +1,312 @@
+"""One source for engine settings: a speclab method and its options, written the way each serving engine
+takes them (chapter 12's mapping table is printed from here).
+
+    vllm          the `speculative_config` dict (LLM(speculative_config=...), --speculative-config JSON)
+    sglang        `python -m sglang.launch_server` flags
+    tensorrt-llm  the LLM API's decoding config: `decoding_type` (the config class) and its fields
+    llama.cpp     `llama-server` flags
+    transformers  `model.generate()` arguments
+
+Each engine names the same knobs differently, and counts some of them differently (SGLang's verify
+budget counts the pending token, speclab's tree size does not; TensorRT-LLM's K schedule is keyed by the
+last batch size of each range). Where an engine has no setting for what was asked (a dynamic tree in vLLM,
+EAGLE-1 in TensorRT-LLM's PyTorch backend, a K schedule in transformers), `engine_settings` raises
+`Unsupported` with the reason instead of dropping it: a setting that silently disappears is a different
+method, measured as if it were the same. Sources: ../shared/part3-anchors.md §1 (each engine's docs and
+code at the commits cited there); vLLM's names are checked against the installed vLLM by constructing its
+SpeculativeConfig (tests/serving/test_settings.py).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram
+
+ENGINES = ("speclab", "vllm", "sglang", "tensorrt-llm", "llama.cpp", "transformers")
+
+
+class Unsupported(ValueError):
+    """The engine has no setting for what was asked; the message says why and what it offers instead."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """A method's settings in speclab's words (the defaults are speclab's).
+
+    k            tokens drafted a round (an EAGLE or Medusa chain's depth)
+    path         the draft model's or head's directory, as the engine should read it
+    max_ngram, min_ngram   prompt lookup's n-gram sizes
+    tree         "chain", "dynamic" (EAGLE-2's tree: top_k, depth = k, total_tokens) or a static tree
+                 as a list of paths (speclab.trees' medusa_choices)
+    k_by_batch   K by batch size: ((first, last, K), ...) in order, covering 1..last; K 0 switches
+                 speculation off (chapter 11's policy)
+    exit_layer   layer skip's drafting layers
+    confidence_threshold   stop a round's draft below this confidence (None: draft k tokens)
+    """
+
+    k: int = 4
+    path: str | None = None
+    max_ngram: int = 3
+    min_ngram: int = 1
+    tree: str | Sequence[Sequence[int]] = "chain"
+    top_k: int = 1
+    total_tokens: int | None = None
+    k_by_batch: Sequence[tuple[int, int, int]] | None = None
+    exit_layer: int | None = None
+    confidence_threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    engine: str
+    method: str
+    settings: dict
+
+    def text(self) -> str:
+        """The settings as one writes them for that engine: JSON for vLLM's speculative_config, a command
+        line's flags for SGLang and llama.cpp, keyword arguments for TensorRT-LLM and transformers."""
+        if self.engine == "vllm":
+            return json.dumps(self.settings)
+        if self.engine in ("sglang", "llama.cpp"):
+            return " ".join(f"{flag} {value}" for flag, value in self.settings.items())
+        return ", ".join(f"{key}={value!r}" for key, value in self.settings.items())
+
+
+def engine_settings(method: str, engine: str, options: Options | None = None, **changes) -> EngineSettings:
+    """`method` (speclab's registry name, which is vLLM's) with `options` (or Options(**changes)) as
+    `engine` takes it. Raises Unsupported where the engine cannot express it, ValueError for a method or
+    engine speclab does not know, or settings that make no sense (K < 1, a schedule with gaps)."""
+    options = Options(**changes) if options is None else options
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES}")
+    if method not in WRITERS:
+        raise ValueError(f"unknown method {method!r}; choose from {tuple(WRITERS)}")
+    _check(options)
+    return EngineSettings(engine, method, WRITERS[method](engine, options))
+
+
+def _check(o: Options) -> None:
+    if not isinstance(o.k, int) or o.k < 1:
+        raise ValueError(f"k must be a whole number of draft tokens, at least 1; got {o.k!r}")
+    if not 1 <= o.min_ngram <= o.max_ngram:
+        raise ValueError(f"n-gram sizes need 1 <= min_ngram <= max_ngram, got {o.min_ngram} and {o.max_ngram}")
+    if o.k_by_batch is not None:
+        expected = 1
+        for first, last, k in o.k_by_batch:
+            if first != expected or last < first or k < 0:
+                raise ValueError(f"k_by_batch must be (first, last, K) ranges from batch size 1 up, without gaps "
+                                 f"and K >= 0; got {list(o.k_by_batch)}")
+            expected = last + 1
+
+
+def _no(engine: str, what: str) -> Unsupported:
+    return Unsupported(f"{engine}: {what}")
+
+
+def _tree_is(o: Options, *kinds: str) -> bool:
+    return (o.tree if isinstance(o.tree, str) else "static") in kinds
+
+
+def _common(engine: str, o: Options) -> dict:
+    """K by batch size, for the engines that have it; the same for every method."""
+    if o.k_by_batch is None:
+        return {}
+    ranges = [list(r) for r in o.k_by_batch]
+    if engine in ("vllm", "speclab"):
+        return {"num_speculative_tokens_per_batch_size" if engine == "vllm" else "k_by_batch": ranges}
+    if engine == "tensorrt-llm":
+        # {last batch size of a range: K}; batch sizes past the last key run without speculation, so K 0
+        # can only be the last range
+        on = [r for r in ranges if r[2] > 0]
+        if any(r[2] == 0 for r in ranges[:len(on)]) or len(on) < len(ranges) - 1:
+            raise _no(engine, "draft_len_schedule turns speculation off only above its last batch size; "
+                              f"a K of 0 in the middle of {ranges} cannot be written")
+        return {"draft_len_schedule": {r[1]: r[2] for r in on}}
+    raise _no(engine, {"sglang": "no fixed K by batch size: --speculative-adaptive follows the acceptance "
+                                 "length, and auto-spec picks among step sets per batch-size bucket",
+                       "llama.cpp": "serves one draft length: --spec-draft-auto tunes it by measured speed, "
+                                    "--spec-draft-ctx-step by context length, not by batch size",
+                       "transformers": "assisted generation runs batch size 1 only"}[engine])
+
+
+def _draft_model(engine: str, o: Options) -> dict:
+    path = o.path or "DRAFT_DIR"
+    if engine == "speclab":
+        return {"method": draft_model.NAME, "draft": path, "k": o.k, **_confidence(o), **_common(engine, o)}
+    if engine == "vllm":
+        _no_confidence(engine, o)
+        return {"method": draft_model.NAME, "model": path, "num_speculative_tokens": o.k, **_common(engine, o)}
+    if engine == "sglang":
+        _no_confidence(engine, o)
+        _common(engine, o)
+        return {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": path,
+                "--speculative-num-steps": o.k, "--speculative-eagle-topk": 1, "--speculative-num-draft-tokens": o.k + 1}
+    if engine == "tensorrt-llm":
+        _no_confidence(engine, o)
+        return {"decoding_type": "DraftTarget", "max_draft_len": o.k, "speculative_model": path, **_common(engine, o)}
+    if engine == "llama.cpp":
+        _common(engine, o)
+        # llama.cpp's p_min stops the draft below the draft's own probability (speclab's confidence stop)
+        return {"--spec-type": "draft-simple", "--model-draft": path, "--spec-draft-n-max": o.k,
+                "--spec-draft-n-min": 0, "--spec-draft-p-min": o.confidence_threshold or 0.0}
+    _common(engine, o)
+    # transformers' defaults (20 tokens, a 0.4 confidence stop) are not speclab's: both written out
+    return {"assistant_model": path, "num_assistant_tokens": o.k, "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": o.confidence_threshold or 0.0}
+
+
+def _confidence(o: Options) -> dict:
+    return {} if o.confidence_threshold is None else {"confidence_threshold": o.confidence_threshold}
+
+
+def _no_confidence(engine: str, o: Options) -> None:
+    if o.confidence_threshold is not None:
+        raise _no(engine, "no confidence stop for a draft model's chain: it always drafts K tokens")
+
+
+def _ngram(engine: str, o: Options) -> dict:
+    if engine == "speclab":
+        return {"method": ngram.NAME, "k": o.k, "max_ngram": o.max_ngram, "min_ngram": o.min_ngram,
+                **_common(engine, o)}
+    if engine == "vllm":
+        return {"method": ngram.NAME, "num_speculative_tokens": o.k, "prompt_lookup_max": o.max_ngram,
+                "prompt_lookup_min": o.min_ngram, **_common(engine, o)}
+    if engine == "sglang":
+        _common(engine, o)
+        # a chain: one branch at every level; SGLang's budget counts the pending token
+        return {"--speculative-algorithm": "NGRAM", "--speculative-ngram-min-match-window-size": o.min_ngram,
+                "--speculative-ngram-max-match-window-size": o.max_ngram, "--speculative-ngram-max-bfs-breadth": 1,
+                "--speculative-num-draft-tokens": o.k + 1}
+    if engine == "tensorrt-llm":
+        if o.min_ngram != 1:
+            raise _no(engine, f"NGram matches every size up to max_matching_ngram_size; no minimum "
+                              f"(min_ngram {o.min_ngram})")
+        return {"decoding_type": "NGram", "max_draft_len": o.k, "max_matching_ngram_size": o.max_ngram,
+                **_common(engine, o)}
+    if engine == "llama.cpp":
+        _common(engine, o)
+        if o.min_ngram != o.max_ngram:
+            raise _no(engine, "ngram-simple looks up one n-gram size (--spec-ngram-size-n); set "
+                              f"min_ngram = max_ngram (got {o.min_ngram}..{o.max_ngram})")
+        return {"--spec-type": "ngram-simple", "--spec-ngram-size-n": o.max_ngram, "--spec-ngram-size-m": o.k}
+    _common(engine, o)
+    if o.min_ngram != 1:
+        raise _no(engine, f"prompt lookup tries every size from max_matching_ngram_size down to 1; no minimum "
+                          f"(min_ngram {o.min_ngram})")
+    return {"prompt_lookup_num_tokens": o.k, "max_matching_ngram_size": o.max_ngram}
+
+
+def _eagle(version: int):
+    name = eagle.NAME if version == 1 else eagle.NAME3
+
+    def write(engine: str, o: Options) -> dict:
+        path = o.path or "HEAD_DIR"
+        dynamic, static = _tree_is(o, "dynamic"), _tree_is(o, "static")
+        total = o.total_tokens if o.total_tokens is not None else o.k * o.top_k
+        if dynamic and not o.top_k * o.k >= total >= o.k:
+            raise ValueError(f"a dynamic tree of depth {o.k} and top_k {o.top_k} holds {o.k} to "
+                             f"{o.k * o.top_k} tokens; total_tokens {total} is outside that")
+        if engine == "speclab":
+            tree = {"tree": "chain"} if _tree_is(o, "chain") else {"tree": o.tree} if static else {
+                "tree": "dynamic", "top_k": o.top_k, "depth": o.k, "total_tokens": total}
+            return {"method": name, "head": path, **({"depth": o.k} if _tree_is(o, "chain") else {}), **tree,
+                    **_common(engine, o)}
+        if engine == "vllm":
+            if dynamic:
+                raise _no(engine, "no dynamic (EAGLE-2) tree: a chain, or a static tree through "
+                                  "speculative_token_tree")
+            tree = {} if not static else {"speculative_token_tree": str([tuple(p) for p in o.tree])}
+            return {"method": name, "model": path, "num_speculative_tokens": o.k, **tree, **_common(engine, o)}
+        if engine == "sglang":
+            _common(engine, o)
+            if static:
+                raise _no(engine, "no static tree: SGLang grows EAGLE-2's dynamic tree from topk and steps")
+            top_k, budget = (1, o.k + 1) if not dynamic else (o.top_k, total + 1)
+            return {"--speculative-algorithm": "EAGLE" if version == 1 else "EAGLE3",
+                    "--speculative-draft-model-path": path, "--speculative-num-steps": o.k,
+                    "--speculative-eagle-topk": top_k, "--speculative-num-draft-tokens": budget}
+        if engine == "tensorrt-llm":
+            if version == 1:
+                raise _no(engine, "the PyTorch backend runs EAGLE-3 heads only; EAGLE-1 and -2 checkpoints "
+                                  "are incompatible")
+            tree = ({} if _tree_is(o, "chain") else {"eagle_choices": [list(p) for p in o.tree]} if static else
+                    {"use_dynamic_tree": True, "dynamic_tree_max_topK": o.top_k, "max_total_draft_tokens": total})
+            return {"decoding_type": "Eagle3", "max_draft_len": o.k, "speculative_model": path, **tree,
+                    **_common(engine, o)}
+        if engine == "llama.cpp":
+            _common(engine, o)
+            if version == 1 or not _tree_is(o, "chain"):
+                raise _no(engine, "draft-eagle3 drafts an EAGLE-3 chain (a GGUF converted with "
+                                  "--target-model-dir); no EAGLE-1, no tree")
+            return {"--spec-type": "draft-eagle3", "--model-draft": path, "--spec-draft-n-max": o.k}
+        raise _no(engine, "generate() has no EAGLE drafter (assistant models, prompt lookup and early exit only)")
+    return write
+
+
+def _medusa(engine: str, o: Options) -> dict:
+    path = o.path or "HEADS_DIR"
+    if engine == "speclab":
+        return {"method": medusa.NAME, "heads": path, "tree": o.tree if not isinstance(o.tree, str) else "chain",
+                **_common(engine, o)}
+    if engine != "vllm":
+        raise _no(engine, "no Medusa heads (vLLM serves them)")
+    if not _tree_is(o, "chain"):
+        raise _no(engine, "Medusa proposes each head's top-1 token only: a chain, no tree")
+    return {"method": medusa.NAME, "model": path, "num_speculative_tokens": o.k, **_common(engine, o)}
+
+
+def _mtp(engine: str, o: Options) -> dict:
+    if engine == "speclab":
+        return {"method": mtp.NAME, "module": o.path or "MODULE_DIR", "num_tokens": o.k, **_common(engine, o)}
+    if engine == "vllm":
+        # the MTP layers are read from the target's own checkpoint (no separate model)
+        return {"method": mtp.NAME, "num_speculative_tokens": o.k, **_common(engine, o)}
+    if engine == "sglang":
+        _common(engine, o)
+        return {"--speculative-algorithm": "NEXTN", "--speculative-num-steps": o.k, "--speculative-eagle-topk": 1,
+                "--speculative-num-draft-tokens": o.k + 1}
+    if engine == "tensorrt-llm":
+        return {"decoding_type": "MTP", "num_nextn_predict_layers": 1, "max_draft_len": o.k, **_common(engine, o)}
+    if engine == "llama.cpp":
+        _common(engine, o)
+        return {"--spec-type": "draft-mtp", "--spec-draft-n-max": o.k}
+    raise _no(engine, "generate() has no MTP drafter")
+
+
+def _layer_skip(engine: str, o: Options) -> dict:
+    if o.exit_layer is None:
+        raise ValueError("layer skip needs exit_layer, the last layer that drafts")
+    if engine == "speclab":
+        return {"method": layer_skip.NAME, "exit_layer": o.exit_layer, "k": o.k, **_common(engine, o)}
+    if engine != "transformers":
+        raise _no(engine, "no self-drafting from the target's first layers (transformers' assistant_early_exit "
+                          "has it)")
+    _common(engine, o)
+    return {"assistant_early_exit": o.exit_layer, "num_assistant_tokens": o.k,
+            "num_assistant_tokens_schedule": "constant"}
+
+
+def _lookahead(engine: str, o: Options) -> dict:
+    if engine == "speclab":
+        return {"method": lookahead.NAME, "k": o.k, **_common(engine, o)}
+    raise _no(engine, "no lookahead decoding (hao-ai-lab/LookaheadDecoding runs it on transformers)")
+
+
+WRITERS = {draft_model.NAME: _draft_model, ngram.NAME: _ngram, eagle.NAME: _eagle(1), eagle.NAME3: _eagle(3),
+           medusa.NAME: _medusa, mtp.NAME: _mtp, layer_skip.NAME: _layer_skip, lookahead.NAME: _lookahead}
+
+
+def mapping_table(options: dict[str, Options], engines: Sequence[str] = ENGINES) -> list[dict[str, str]]:
+    """One row per method: each engine's settings as text, or "— " and the reason it has none."""
+    rows = []
+    for method_name, o in options.items():
+        row = {"method": method_name}
+        for engine in engines:
+            try:
+                row[engine] = engine_settings(method_name, engine, o).text()
+            except Unsupported as err:
+                row[engine] = "— " + str(err).split(": ", 1)[1]
+        rows.append(row)
+    return rows

@@ -1,0 +1,110 @@
+"""One source for engine settings: each engine's names and counts, refusals instead of dropped settings, and
+(in the serving environment, where vLLM is installed) vLLM's own config object built from them."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from speclab.methods import REGISTRY
+from speclab.serving.settings import ENGINES, WRITERS, Options, Unsupported, engine_settings, mapping_table
+
+
+def test_every_registered_method_has_its_settings_written():
+    assert set(WRITERS) == set(REGISTRY)
+
+
+def test_vllm_takes_speclabs_names_for_methods_and_its_own_for_knobs():
+    ngram = engine_settings("ngram", "vllm", k=4, max_ngram=3, min_ngram=2)
+    assert ngram.settings == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
+                              "prompt_lookup_min": 2}
+    assert ngram.text() == ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, '
+                            '"prompt_lookup_min": 2}')
+    eagle3 = engine_settings("eagle3", "vllm", k=3, path="/heads/e3")
+    assert eagle3.settings == {"method": "eagle3", "model": "/heads/e3", "num_speculative_tokens": 3}
+    tree = engine_settings("eagle3", "vllm", k=2, tree=[(0,), (1,), (0, 0)])
+    assert tree.settings["speculative_token_tree"] == "[(0,), (1,), (0, 0)]"
+
+
+def test_sglangs_verify_budget_counts_the_pending_token():
+    chain = engine_settings("eagle3", "sglang", k=4, path="H")
+    assert chain.settings["--speculative-num-steps"] == 4 and chain.settings["--speculative-eagle-topk"] == 1
+    assert chain.settings["--speculative-num-draft-tokens"] == 5
+    tree = engine_settings("eagle", "sglang", k=5, tree="dynamic", top_k=4, total_tokens=7, path="H")
+    assert (tree.settings["--speculative-algorithm"], tree.settings["--speculative-eagle-topk"],
+            tree.settings["--speculative-num-draft-tokens"]) == ("EAGLE", 4, 8)
+    assert tree.text().startswith("--speculative-algorithm EAGLE --speculative-draft-model-path H")
+
+
+def test_k_by_batch_size_in_each_engine_that_has_it():
+    schedule = ((1, 4, 4), (5, 16, 2), (17, 32, 1), (33, 256, 0))
+    vllm = engine_settings("draft_model", "vllm", k=4, path="D", k_by_batch=schedule).settings
+    assert vllm["num_speculative_tokens_per_batch_size"] == [[1, 4, 4], [5, 16, 2], [17, 32, 1], [33, 256, 0]]
+    trt = engine_settings("draft_model", "tensorrt-llm", k=4, path="D", k_by_batch=schedule).settings
+    assert trt["draft_len_schedule"] == {4: 4, 16: 2, 32: 1}  # past 32: no speculation
+    with pytest.raises(Unsupported, match="in the middle"):
+        engine_settings("draft_model", "tensorrt-llm", k=4, k_by_batch=((1, 4, 0), (5, 8, 2)))
+    for engine in ("sglang", "llama.cpp", "transformers"):
+        with pytest.raises(Unsupported, match=engine):
+            engine_settings("ngram", engine, k=4, k_by_batch=schedule)
+    with pytest.raises(ValueError, match="without gaps"):
+        engine_settings("ngram", "vllm", k=4, k_by_batch=((1, 4, 4), (6, 8, 2)))
+
+
+def test_what_an_engine_cannot_express_is_refused_with_the_reason():
+    cases = [("eagle", "vllm", dict(tree="dynamic", top_k=2, k=3), "no dynamic"),
+             ("eagle", "tensorrt-llm", {}, "EAGLE-3 heads only"),
+             ("medusa", "sglang", {}, "no Medusa"),
+             ("medusa", "vllm", dict(tree=[(0,), (1,)]), "top-1"),
+             ("ngram", "transformers", dict(min_ngram=2), "no minimum"),
+             ("eagle3", "transformers", {}, "no EAGLE"),
+             ("layer_skip", "vllm", dict(exit_layer=4), "assistant_early_exit"),
+             ("lookahead", "sglang", {}, "no lookahead"),
+             ("draft_model", "vllm", dict(confidence_threshold=0.5), "no confidence stop")]
+    for method, engine, options, reason in cases:
+        with pytest.raises(Unsupported, match=reason):
+            engine_settings(method, engine, **options)
+
+
+def test_transformers_defaults_are_overridden_to_speclabs():
+    s = engine_settings("draft_model", "transformers", k=5, path="D").settings
+    assert s == {"assistant_model": "D", "num_assistant_tokens": 5, "num_assistant_tokens_schedule": "constant",
+                 "assistant_confidence_threshold": 0.0}
+    assert engine_settings("layer_skip", "transformers", k=3, exit_layer=6).settings["assistant_early_exit"] == 6
+
+
+def test_bad_settings_are_errors():
+    with pytest.raises(ValueError, match="unknown engine"):
+        engine_settings("ngram", "tgi")
+    with pytest.raises(ValueError, match="unknown method"):
+        engine_settings("suffix", "vllm")
+    with pytest.raises(ValueError, match="at least 1"):
+        engine_settings("ngram", "vllm", k=0)
+    with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
+        engine_settings("ngram", "vllm", min_ngram=4, max_ngram=2)
+    with pytest.raises(ValueError, match="total_tokens 9"):
+        engine_settings("eagle3", "sglang", tree="dynamic", k=2, top_k=4, total_tokens=9)
+
+
+def test_the_mapping_table_has_every_engine_and_says_why_where_one_has_nothing():
+    rows = mapping_table({"ngram": Options(k=4), "eagle3": Options(k=3, path="H"), "medusa": Options(k=3)})
+    assert [r["method"] for r in rows] == ["ngram", "eagle3", "medusa"]
+    assert all(set(r) == {"method", *ENGINES} for r in rows)
+    assert rows[2]["sglang"].startswith("— no Medusa")
+    assert rows[1]["tensorrt-llm"] == "decoding_type='Eagle3', max_draft_len=3, speculative_model='H'"
+
+
+vllm_installed = importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.skipif(not vllm_installed, reason="vLLM lives in the serving environment (requirements-serving.txt)")
+def test_vllm_builds_its_own_config_from_the_settings():
+    """vLLM's SpeculativeConfig is the judge of its names: an unknown key or value is an error there."""
+    from vllm.config import SpeculativeConfig
+    schedule = ((1, 8, 3), (9, 64, 0))
+    config = SpeculativeConfig(**engine_settings("ngram", "vllm", k=3, max_ngram=4, min_ngram=2,
+                                                 k_by_batch=schedule).settings)
+    assert (config.method, config.num_speculative_tokens, config.prompt_lookup_max, config.prompt_lookup_min) == (
+        "ngram", 3, 4, 2)
+    with pytest.raises(Exception):
+        SpeculativeConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_maximum=4)
