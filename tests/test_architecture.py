@@ -13,6 +13,7 @@ DEFERRED = {
     ("speclab/measure/vllm_cpu.py", "vllm"): "vLLM lives in its own environment (its pins differ from the "
                                              "course's); the module says so when it is missing",
     ("speclab/serving/vllm_engine.py", "vllm"): "the same: run in the serving environment (requirements-serving.txt)",
+    ("speclab/serving/load_test.py", "aiohttp"): "the serving environment's HTTP client (vLLM's dependency)",
 }
 
 

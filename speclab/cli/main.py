@@ -37,8 +37,10 @@
              target's directory and the engine's settings; --table: how vLLM, SGLang, TensorRT-LLM,
              llama.cpp and transformers name every method's settings (speclab.serving)
 
-In vLLM's own environment, python -m speclab.measure.vllm_cpu puts speclab's fast path beside vLLM's
-CPU engine (chapter 10; its docstring has the install line).
+In the serving environment (requirements-serving.txt, README "Serving engines"), vLLM runs beside speclab:
+python -m speclab.measure.vllm_cpu (the fast path against vLLM's CPU engine, chapter 10),
+python -m speclab.serving.vllm_engine (speclab's exported heads in vLLM, chapter 12) and
+python -m speclab.serving.load_test (a vLLM server under Poisson load, chapter 12).
 
 python -m speclab COMMAND --help lists a command's options. Each command is a module of speclab.cli
 (speclab/cli/COMMAND.py, with build_parser() and main(argv)); this one imports none of them, nor torch,

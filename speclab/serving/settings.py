@@ -43,6 +43,7 @@ class Options:
     k_by_batch   K by batch size: ((first, last, K), ...) in order, covering 1..last; K 0 switches
                  speculation off (chapter 11's policy)
     exit_layer   layer skip's drafting layers
+    lookahead    lookahead decoding's window W, n-gram length N and pool G
     confidence_threshold   stop a round's draft below this confidence (None: draft k tokens)
     """
 
@@ -56,6 +57,7 @@ class Options:
     k_by_batch: Sequence[tuple[int, int, int]] | None = None
     exit_layer: int | None = None
     confidence_threshold: float | None = None
+    lookahead: tuple[int, int, int] = (4, 4, 4)
 
 
 @dataclass(frozen=True)
@@ -214,11 +216,12 @@ def _eagle(version: int):
             return {"method": name, "head": path, **({"depth": o.k} if _tree_is(o, "chain") else {}), **tree,
                     **_common(engine, o)}
         if engine == "vllm":
-            if dynamic:
-                raise _no(engine, "no dynamic (EAGLE-2) tree: a chain, or a static tree through "
-                                  "speculative_token_tree")
-            tree = {} if not static else {"speculative_token_tree": str([tuple(p) for p in o.tree])}
-            return {"method": name, "model": path, "num_speculative_tokens": o.k, **tree, **_common(engine, o)}
+            if not _tree_is(o, "chain"):
+                # some vLLM versions take a static tree (speculative_token_tree, TREE_ATTN); 0.32, pinned
+                # here, has no tree setting at all (vllm/config/speculative.py)
+                raise _no(engine, "drafts EAGLE chains only in 0.32 (no dynamic EAGLE-2 tree; a static tree "
+                                  "through speculative_token_tree in the versions that have it)")
+            return {"method": name, "model": path, "num_speculative_tokens": o.k, **_common(engine, o)}
         if engine == "sglang":
             _common(engine, o)
             if static:
@@ -251,7 +254,8 @@ def _medusa(engine: str, o: Options) -> dict:
         return {"method": medusa.NAME, "heads": path, "tree": o.tree if not isinstance(o.tree, str) else "chain",
                 **_common(engine, o)}
     if engine != "vllm":
-        raise _no(engine, "no Medusa heads (vLLM serves them)")
+        raise _no(engine, {"tensorrt-llm": "no Medusa among the PyTorch backend's decoding configs",
+                           "transformers": "generate() has no Medusa drafter"}.get(engine, "no Medusa heads"))
     if not _tree_is(o, "chain"):
         raise _no(engine, "Medusa proposes each head's top-1 token only: a chain, no tree")
     return {"method": medusa.NAME, "model": path, "num_speculative_tokens": o.k, **_common(engine, o)}
@@ -289,13 +293,36 @@ def _layer_skip(engine: str, o: Options) -> dict:
 
 
 def _lookahead(engine: str, o: Options) -> dict:
+    w, n, g = o.lookahead
     if engine == "speclab":
-        return {"method": lookahead.NAME, "k": o.k, **_common(engine, o)}
-    raise _no(engine, "no lookahead decoding (hao-ai-lab/LookaheadDecoding runs it on transformers)")
+        # LookaheadDrafter's own option names (window, ngram, pool)
+        return {"method": lookahead.NAME, **dict(window=w, ngram=n, pool=g), "k": o.k, **_common(engine, o)}
+    if engine == "tensorrt-llm":  # the LLM API's LookaheadDecodingConfig: W, N, G by their own names
+        return {"decoding_type": "Lookahead", "max_window_size": w, "max_ngram_size": n,
+                "max_verification_set_size": g, **_common(engine, o)}
+    raise _no(engine, "no lookahead decoding (hao-ai-lab/LookaheadDecoding runs it on transformers; "
+                      "TensorRT-LLM has it)")
 
 
 WRITERS = {draft_model.NAME: _draft_model, ngram.NAME: _ngram, eagle.NAME: _eagle(1), eagle.NAME3: _eagle(3),
            medusa.NAME: _medusa, mtp.NAME: _mtp, layer_skip.NAME: _layer_skip, lookahead.NAME: _lookahead}
+
+
+def k_by_batch(policy: dict[int, int], max_batch: int) -> tuple[tuple[int, int, int], ...]:
+    """Chapter 11's K by batch size (measured at some batch sizes: {B: K}) as ranges covering 1..max_batch:
+    each measured B's K holds up to the next measured B, and neighbours with the same K merge."""
+    sizes = sorted(int(b) for b in policy)
+    if not sizes or sizes[0] != 1 or sizes[-1] > max_batch:
+        raise ValueError(f"a policy must start at batch size 1 and stay within {max_batch}; got sizes {sizes}")
+    ranges: list[list[int]] = []
+    for i, b in enumerate(sizes):
+        last = sizes[i + 1] - 1 if i + 1 < len(sizes) else max_batch
+        k = int(policy[b] if b in policy else policy[str(b)])
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = last
+        else:
+            ranges.append([b, last, k])
+    return tuple(tuple(r) for r in ranges)
 
 
 def mapping_table(options: dict[str, Options], engines: Sequence[str] = ENGINES) -> list[dict[str, str]]:

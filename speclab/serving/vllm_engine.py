@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--k", type=int, default=3, help="tokens drafted a round (vLLM: num_speculative_tokens)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vllm-target-only", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time vLLM without speculation (--no-vllm-target-only: a quicker run, outputs "
+                        "still compared with speclab's target-only)")
     p.add_argument("--json", default=None, help="write the record here")
     args = p.parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
@@ -190,7 +193,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                 args.k, args.max_new_tokens)}
     del target
     gc.collect()
-    rows["target-only"]["vllm"] = vllm_decode(target_dir, prompts, None, args.max_new_tokens)
+    if args.vllm_target_only:
+        rows["target-only"]["vllm"] = vllm_decode(target_dir, prompts, None, args.max_new_tokens)
     for name in methods:
         rows[name]["vllm"] = vllm_decode(target_dir, prompts, records[name]["settings"], args.max_new_tokens)
     reference = rows["target-only"]["speclab"]["outputs"]

@@ -7,7 +7,8 @@ import importlib.util
 import pytest
 
 from speclab.methods import REGISTRY
-from speclab.serving.settings import ENGINES, WRITERS, Options, Unsupported, engine_settings, mapping_table
+from speclab.serving.settings import (ENGINES, WRITERS, Options, Unsupported, engine_settings, k_by_batch,
+                                      mapping_table)
 
 
 def test_every_registered_method_has_its_settings_written():
@@ -22,8 +23,8 @@ def test_vllm_takes_speclabs_names_for_methods_and_its_own_for_knobs():
                             '"prompt_lookup_min": 2}')
     eagle3 = engine_settings("eagle3", "vllm", k=3, path="/heads/e3")
     assert eagle3.settings == {"method": "eagle3", "model": "/heads/e3", "num_speculative_tokens": 3}
-    tree = engine_settings("eagle3", "vllm", k=2, tree=[(0,), (1,), (0, 0)])
-    assert tree.settings["speculative_token_tree"] == "[(0,), (1,), (0, 0)]"
+    with pytest.raises(Unsupported, match="chains only in 0.32"):  # the pinned vLLM has no tree setting
+        engine_settings("eagle3", "vllm", k=2, tree=[(0,), (1,), (0, 0)])
 
 
 def test_sglangs_verify_budget_counts_the_pending_token():
@@ -51,8 +52,17 @@ def test_k_by_batch_size_in_each_engine_that_has_it():
         engine_settings("ngram", "vllm", k=4, k_by_batch=((1, 4, 4), (6, 8, 2)))
 
 
+def test_chapter_11s_policy_becomes_ranges_of_batch_sizes():
+    assert k_by_batch({"1": 4, "2": 2, "4": 2, "8": 1, "16": 1}, 64) == ((1, 1, 4), (2, 7, 2), (8, 64, 1))
+    assert k_by_batch({1: 8, 2: 4, 8: 0, 16: 1, 32: 0}, 64) == ((1, 1, 8), (2, 7, 4), (8, 15, 0), (16, 31, 1),
+                                                                  (32, 64, 0))
+    with pytest.raises(ValueError, match="start at batch size 1"):
+        k_by_batch({2: 4}, 64)
+
+
 def test_what_an_engine_cannot_express_is_refused_with_the_reason():
     cases = [("eagle", "vllm", dict(tree="dynamic", top_k=2, k=3), "no dynamic"),
+             ("eagle3", "tensorrt-llm", dict(tree="dynamic", top_k=2, k=3, total_tokens=4), None),
              ("eagle", "tensorrt-llm", {}, "EAGLE-3 heads only"),
              ("medusa", "sglang", {}, "no Medusa"),
              ("medusa", "vllm", dict(tree=[(0,), (1,)]), "top-1"),
@@ -60,8 +70,13 @@ def test_what_an_engine_cannot_express_is_refused_with_the_reason():
              ("eagle3", "transformers", {}, "no EAGLE"),
              ("layer_skip", "vllm", dict(exit_layer=4), "assistant_early_exit"),
              ("lookahead", "sglang", {}, "no lookahead"),
+             ("lookahead", "tensorrt-llm", dict(lookahead=(5, 3, 2)), None),
              ("draft_model", "vllm", dict(confidence_threshold=0.5), "no confidence stop")]
     for method, engine, options, reason in cases:
+        if reason is None:  # where the engine has it
+            written = engine_settings(method, engine, **options).settings
+            assert written.get("use_dynamic_tree") is True or written.get("max_window_size") == 5, written
+            continue
         with pytest.raises(Unsupported, match=reason):
             engine_settings(method, engine, **options)
 
