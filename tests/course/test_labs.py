@@ -45,9 +45,9 @@ def all_checks(lab: str) -> Lab:
     return checker
 
 
-def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_eleven():
+def test_there_is_one_lab_per_chapter_of_part_one_and_one_each_for_chapters_six_to_twelve():
     assert LABS[:5] == ["lab01", "lab02", "lab03", "lab04", "lab05"]
-    assert {"lab06", "lab07", "lab08", "lab09", "lab10", "lab11"} <= set(LABS)
+    assert {"lab06", "lab07", "lab08", "lab09", "lab10", "lab11", "lab12"} <= set(LABS)
 
 
 # ---------------------------------------------------------------- in process: every case can pass and can fail
@@ -106,6 +106,43 @@ def settle_rows_but(old: str, new: str) -> str:
 def batched_attention_but(old: str, new: str) -> str:
     assert old in LAB11_ATTENTION, old
     return LAB11_ATTENTION.replace(old, new, 1)
+
+
+# Lab 12's answers, written out so that each mistake below is the solution with one line changed.
+LAB12_STATE = ("def engine_state(state, vocab_ids, vocab_size):\n"
+               "    names = {'fuse.weight': 'fc.weight', 'final_norm.weight': 'norm.weight', 'head.weight': 'lm_head.weight'}\n"
+               "    out = {}\n    for key, value in state.items():\n"
+               "        out[names[key] if key in names else 'midlayer.' + key.removeprefix('layer.')] = value\n"
+               "    ids = torch.tensor(vocab_ids, dtype=torch.long)\n"
+               "    out['d2t'] = ids - torch.arange(len(ids))\n"
+               "    t2d = torch.zeros(vocab_size, dtype=torch.bool)\n    t2d[ids] = True\n    out['t2d'] = t2d\n"
+               "    return out")
+LAB12_CONFIG = ("def engine_config(hidden_size, num_target_layers, feature_layers, draft_vocab_size, vocab_size, engine):\n"
+                "    if engine not in ('vllm', 'sglang'):\n        raise ValueError(engine)\n"
+                "    config = {'architectures': ['LlamaForCausalLMEagle3'], 'num_hidden_layers': 1, "
+                "'hidden_size': hidden_size, 'vocab_size': vocab_size, 'draft_vocab_size': draft_vocab_size, "
+                "'target_hidden_size': hidden_size}\n"
+                "    if engine == 'vllm':\n        config['eagle_aux_hidden_state_layer_ids'] = list(feature_layers)\n"
+                "    else:\n        config['eagle_config'] = {'eagle_aux_hidden_state_layer_ids': "
+                "[i - 1 for i in feature_layers]}\n    return config")
+LAB12_FUSED = ("def fused_layers(config, engine, num_target_layers):\n"
+               "    top = config.get('eagle_aux_hidden_state_layer_ids')\n"
+               "    nested = (config.get('eagle_config') or {}).get('eagle_aux_hidden_state_layer_ids')\n"
+               "    if engine == 'vllm' and top:\n        return list(top)\n"
+               "    if nested:\n        return [i + 1 for i in nested] if engine == 'sglang' else list(nested)\n"
+               "    return [2, num_target_layers // 2, num_target_layers - 3]")
+LAB12_ROLLOUT = ("def rollout(baseline, canary, max_regression=0.05):\n"
+                 "    if [r['rate'] for r in baseline] != [r['rate'] for r in canary]:\n        raise ValueError('rates')\n"
+                 "    failing = []\n    for base, new in zip(baseline, canary):\n"
+                 "        slower = new['tpot_ms_p95'] > base['tpot_ms_p95'] * (1 + max_regression)\n"
+                 "        fewer = new['tokens_per_s'] < base['tokens_per_s'] * (1 - max_regression)\n"
+                 "        if slower or fewer:\n            failing.append(base['rate'])\n"
+                 "    return ('hold' if failing else 'promote'), failing")
+
+
+def lab12_but(answer: str, old: str, new: str) -> str:
+    assert old in answer, old
+    return answer.replace(old, new, 1)
 
 
 # Plausible mistakes, each with the case that must catch it. Each replaces one answer of the solved lab.
@@ -559,6 +596,38 @@ MISTAKES = [
      "    return next((b for i, b in enumerate(sizes) if all(speedups[c] <= 1 for c in sizes[i:])), None)"),
     ("lab11", "q5", "None", "def crossover(speedups):\n    sizes = sorted(speedups)\n"
      "    return next((b for i, b in enumerate(sizes) if all(speedups[c] <= 1 for c in sizes[i:])), 0)"),
+    ("lab12", "q1", "d2t holds offsets", lab12_but(LAB12_STATE, "ids - torch.arange(len(ids))", "ids")),
+    ("lab12", "q1", "t2d covers the whole target vocabulary",
+     lab12_but(LAB12_STATE, "torch.zeros(vocab_size, dtype=torch.bool)\n    t2d[ids] = True",
+               "torch.ones(len(ids), dtype=torch.bool)")),
+    ("lab12", "q1", "every tensor renamed", lab12_but(LAB12_STATE, "    out['d2t'] = ids - torch.arange(len(ids))\n", "")),
+    ("lab12", "q1", "every tensor renamed",
+     lab12_but(LAB12_STATE, "'final_norm.weight': 'norm.weight', ", "")),
+    ("lab12", "q1", "d2t holds offsets",
+     lab12_but(LAB12_STATE, "ids - torch.arange(len(ids))", "(ids - torch.arange(len(ids))).float()")),
+    ("lab12", "q2", "SGLang: the ids in eagle_config, one lower",
+     lab12_but(LAB12_CONFIG, "[i - 1 for i in feature_layers]", "list(feature_layers)")),
+    ("lab12", "q2", "vLLM: the ids at the top level",
+     lab12_but(LAB12_CONFIG, "config['eagle_aux_hidden_state_layer_ids'] = list(feature_layers)",
+               "config['eagle_aux_hidden_state_layer_ids'] = [i - 1 for i in feature_layers]")),
+    ("lab12", "q2", "SGLang: the ids in eagle_config",
+     lab12_but(LAB12_CONFIG, "config['eagle_config'] = {'eagle_aux_hidden_state_layer_ids': [i - 1 for i in feature_layers]}",
+               "config['eagle_aux_hidden_state_layer_ids'] = [i - 1 for i in feature_layers]")),
+    ("lab12", "q2", "vLLM: the ids at the top level",
+     lab12_but(LAB12_CONFIG, "'draft_vocab_size': draft_vocab_size", "'draft_vocab_size': vocab_size")),
+    ("lab12", "q3", "the trap", lab12_but(LAB12_FUSED, "else list(nested)", "else [i + 1 for i in nested]")),
+    ("lab12", "q3", "SGLang adds 1", lab12_but(LAB12_FUSED, "[i + 1 for i in nested] if", "list(nested) if")),
+    ("lab12", "q3", "SGLang does not read the top level",
+     lab12_but(LAB12_FUSED, "if engine == 'vllm' and top:", "if top:")),
+    ("lab12", "q4", "every rate counts",
+     lab12_but(LAB12_ROLLOUT, "        if slower or fewer:\n            failing.append(base['rate'])\n",
+               "        if slower and fewer:\n            failing.append(base['rate'])\n")),
+    ("lab12", "q4", "throughput counts too",
+     lab12_but(LAB12_ROLLOUT, "        if slower or fewer:", "        if slower:")),
+    ("lab12", "q4", "the p95, not the median",
+     lab12_but(LAB12_ROLLOUT, "new['tpot_ms_p95'] > base['tpot_ms_p95']", "new['tpot_ms_p50'] > base['tpot_ms_p50']")),
+    ("lab12", "q4", "within the margin",
+     lab12_but(LAB12_ROLLOUT, "base['tpot_ms_p95'] * (1 + max_regression)", "base['tpot_ms_p95']")),
 ]
 
 
@@ -703,6 +772,32 @@ RULES = [
      next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "any order")),
     ("lab11", "q5", "return `None`", "still paying at the largest batch size",
      next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "None")),
+    ("lab12", "q1", "holding **offsets**", "d2t holds offsets, not ids",
+     lab12_but(LAB12_STATE, "ids - torch.arange(len(ids))", "ids")),
+    ("lab12", "q1", "over the **whole target vocabulary**", "t2d covers the whole target vocabulary",
+     lab12_but(LAB12_STATE, "torch.zeros(vocab_size, dtype=torch.bool)\n    t2d[ids] = True",
+               "torch.ones(len(ids), dtype=torch.bool)")),
+    ("lab12", "q1", "`state` itself left as it was", "every tensor renamed, and nothing else",
+     lab12_but(LAB12_STATE, "    out = {}\n", "    out = state\n")),
+    ("lab12", "q1", "and nothing else", "every tensor renamed, and nothing else",
+     lab12_but(LAB12_STATE, "    return out", "    out['vocab_ids'] = torch.tensor(vocab_ids)\n    return out")),
+    ("lab12", "q2", "uses the ids as they are", "vLLM: the ids at the top level, as they are",
+     lab12_but(LAB12_CONFIG, "config['eagle_aux_hidden_state_layer_ids'] = list(feature_layers)",
+               "config['eagle_aux_hidden_state_layer_ids'] = [i - 1 for i in feature_layers]")),
+    ("lab12", "q2", "holds each id **minus 1**", "SGLang: the ids in eagle_config, one lower",
+     lab12_but(LAB12_CONFIG, "[i - 1 for i in feature_layers]", "list(feature_layers)")),
+    ("lab12", "q2", "raise a `ValueError`", "another engine is an error",
+     lab12_but(LAB12_CONFIG, "        raise ValueError(engine)\n", "        return None\n")),
+    ("lab12", "q3", "in both cases **as they are**", "the trap: an SGLang config read by vLLM",
+     lab12_but(LAB12_FUSED, "else list(nested)", "else [i + 1 for i in nested]")),
+    ("lab12", "q3", "reads only `eagle_config`'s ids", "SGLang does not read the top level",
+     lab12_but(LAB12_FUSED, "if engine == 'vllm' and top:", "if top:")),
+    ("lab12", "q4", "**at every rate**", "every rate counts, not the average",
+     lab12_but(LAB12_ROLLOUT, "    failing = []\n", "    failing = []\n    baseline, canary = baseline[:1], canary[:1]\n")),
+    ("lab12", "q4", "`tokens_per_s` is at least", "throughput counts too",
+     lab12_but(LAB12_ROLLOUT, "        if slower or fewer:", "        if slower:")),
+    ("lab12", "q4", "raise a `ValueError`", "unlike measurements are an error",
+     lab12_but(LAB12_ROLLOUT, "        raise ValueError('rates')\n", "        return 'hold', []\n")),
 ]
 
 
