@@ -26,7 +26,7 @@ from speclab.methods.draft_model import ModelDrafter
 from speclab.runner import context_length, runner_for
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, pick
 from speclab.stats import GenerationResult, GenerationStats, Round
-from speclab.verification import medusa_typical_accept_tree, typical_accept_tree, verify_tree
+from speclab.verification import medusa_typical_accept_tree, typical_accept_tree, verify_block, verify_tree
 
 
 # ---------------------------------------------------------------- input checks
@@ -186,7 +186,8 @@ def generate(target: torch.nn.Module, input_ids: Prompts, *, max_new_tokens: int
 
 
 # ---------------------------------------------------------------- speculative decoding
-ACCEPTANCE_RULES = ("rejection", "typical", "typical-medusa")
+ACCEPTANCE_RULES = ("rejection", "block", "typical", "typical-medusa")
+LOSSLESS_RULES = ("rejection", "block")
 
 
 def as_drafter(draft: torch.nn.Module | Drafter, device: torch.device) -> Drafter:
@@ -221,7 +222,9 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     tokens (a chain) or a tree at most k deep, the target checks them all in one forward pass, and the
     rejection rule decides. k None: the depth of the drafter's own tree (EAGLE-2's, measured for its head:
     Drafter.own_depth); drafters without one need k. Greedy output equals `generate`'s; sampled output has
-    the same distribution. acceptance="typical" swaps in typical acceptance (speclab's variant of the
+    the same distribution. acceptance="block" judges a chain's drafts jointly (block verification, Sun et al.
+    2025: verification.verify_block), lossless too and never fewer accepted in expectation; trees are
+    refused. acceptance="typical" swaps in typical acceptance (speclab's variant of the
     Medusa paper's rule: verification.typical_accept_tree; typical_epsilon, typical_delta), and
     "typical-medusa" the Medusa reference's own decision (verification.medusa_typical_accept_tree, with
     medusa_generate's fast=True): they accept more when sampling, and they are NOT lossless; the stats
@@ -251,10 +254,12 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
         check_length(target, len(prompt), max_new_tokens)
     drafter.check_batch(len(prompts))
     stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
-    lossless = acceptance == "rejection"
+    lossless = acceptance in LOSSLESS_RULES
     adaptive = ("" if k_schedule == "fixed" else f", {k_schedule} K") + \
         ("" if confidence_threshold is None else f", confidence stop {confidence_threshold:g}")
-    method = f"speculative ({drafter.name})" + adaptive + ("" if lossless else f", {acceptance} acceptance")
+    rule = "" if acceptance == "rejection" else ", block verification" if acceptance == "block" else \
+        f", {acceptance} acceptance"
+    method = f"speculative ({drafter.name})" + adaptive + rule
     seqs = [Sequence_(row, prompt, GenerationStats(method=method, k=k, device=str(runner.device),
                                                    accepted_lengths=[0] * (k + 1), lossless=lossless,
                                                    batch=len(prompts)), make_schedule(k_schedule, k))
@@ -326,6 +331,12 @@ def settle(seq: Sequence_, proposal: Draft, logits: torch.Tensor, cached: int, r
     p = pad_vocab(sampling.probs(logits), width)
     if acceptance == "rejection":
         path, next_token = verify_tree(p, proposal.proposal_probs(width), proposal.tokens, tree, generator)
+    elif acceptance == "block":  # a chain judged as a whole (verification.verify_block)
+        if not proposal.is_chain:
+            raise ValueError("block verification judges a chain of drafts; this drafter proposed a tree: draft "
+                             "a chain (tree=\"chain\") or use acceptance=\"rejection\"")
+        kept, next_token = verify_block(p, proposal.proposal_probs(width), proposal.tokens, generator)
+        path = list(range(kept))
     else:  # typical acceptance, speclab's variant or the Medusa reference's rule
         typical = typical_accept_tree if acceptance == "typical" else medusa_typical_accept_tree
         path, next_token = typical(p, proposal.tokens, tree, typical_epsilon, typical_delta, generator=generator)

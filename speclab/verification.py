@@ -43,22 +43,84 @@ def emitted_distribution(target_probs: torch.Tensor, sampled_probs: torch.Tensor
     return accepted + (1 - accepted.sum(-1, keepdim=True)) * residual_distribution(target_probs, q_r)
 
 
+VERIFY_METHODS = ("token", "block")
+
+
 def verify(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
-           generator: torch.Generator | None = None) -> tuple[int, int]:
+           generator: torch.Generator | None = None, method: str = "token") -> tuple[int, int]:
     """One round of the rule on explicit distributions, for a chain of K drafts.
 
     target_probs: (K+1, V) served target distributions, row i predicting the token after draft i-1
     (row K gives the bonus). draft_probs: (K, V) served draft distributions the drafts were drawn from.
     draft_tokens: (K,) ids. Returns (number of accepted drafts, next token id): the correction drawn
-    from the residual at the first rejection, or the bonus token when all K are accepted. A chain is
-    the tree whose node i hangs under node i - 1, so this is `verify_tree` on that tree.
+    from the residual at the first rejection, or the bonus token when all K are accepted.
+    method "token": the token-wise rule; a chain is the tree whose node i hangs under node i - 1, so
+    this is `verify_tree` on that tree. "block": block verification (`verify_block`), which judges the
+    drafts jointly and accepts at least as many in expectation; both are lossless.
     """
+    if method not in VERIFY_METHODS:
+        raise ValueError(f"method must be one of {VERIFY_METHODS}, got {method!r}")
     k = draft_tokens.shape[0] if draft_tokens.dim() == 1 else -1
     if k < 0 or target_probs.dim() != 2 or draft_probs.dim() != 2:
         raise ValueError("verify expects draft_tokens of shape (K,), target_probs (K+1, V), draft_probs (K, V); "
                          f"got {tuple(draft_tokens.shape)}, {tuple(target_probs.shape)}, {tuple(draft_probs.shape)}")
+    if method == "block":
+        return verify_block(target_probs, draft_probs, draft_tokens, generator)
     path, next_token = verify_tree(target_probs, draft_probs, draft_tokens, chain_parents(k), generator)
     return len(path), next_token
+
+
+def verify_block(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
+                 generator: torch.Generator | None = None) -> tuple[int, int]:
+    """Block verification (Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR 2025;
+    vLLM's rejection_sample_method="block") for a chain of K drafts; the arguments and result as `verify`
+    (draft_probs None: deterministic drafts, a point mass on each token).
+
+    The token-wise rule stops at the first draft it refuses, even when the drafts after it would have
+    made the block as a whole likely under the target. Block verification keeps a running weight
+    w_i = min(1, w_{i-1} p_i(x_i) / q_i(x_i)), w_0 = 1: how much of the target's probability of the
+    prefix x_1..x_i the draft has not yet used up. Then, with r_i the mass of max(0, w_i p_{i+1} - q_{i+1})
+    (what the target still wants at the next position, beyond what the draft offers there), it keeps
+    the prefix of length i with probability
+
+        h_i = r_i / (r_i + 1 - w_i)   for i < K,      h_K = w_K,
+
+    draws one uniform per position, and accepts the longest prefix whose uniform fell under its h_i (not
+    the first refusal: a later position may still pass). The next token comes from the target's row after
+    the whole block when all K are kept, else from max(0, w_tau p_{tau+1} - q_{tau+1}) renormalised. The
+    paper proves the emitted tokens are distributed as the target's, and that the expected number kept
+    is at least the token-wise rule's, for every p and q (its Theorems 1 and 2); with w_i = 1 up to a
+    draft this is the token-wise test, and greedy (one-hot) p and q give the same longest match.
+    """
+    k = draft_tokens.shape[0] if draft_tokens.dim() == 1 else -1
+    check_tree_inputs(target_probs, draft_probs, draft_tokens, chain_parents(max(k, 0)))
+    vocab = target_probs.shape[1]
+    q = draft_probs if draft_probs is not None else torch.nn.functional.one_hot(draft_tokens, vocab).to(target_probs)
+    positions = torch.arange(k, device=draft_tokens.device)
+    p_x, q_x = target_probs[positions, draft_tokens], q[positions, draft_tokens]
+    # a token the draft reported with q = 0 is treated as the token-wise rule treats it: kept where p > 0
+    ratio = torch.where(q_x > 0, p_x / q_x.clamp(min=1e-30), (p_x > 0).to(p_x.dtype) * float("inf"))
+    weights = [1.0]
+    for r in ratio.tolist():
+        weights.append(0.0 if weights[-1] == 0 else min(1.0, weights[-1] * r))
+    keep = [weights[k]] * k  # h_i for i = 1..K; the last keeps its weight
+    for i in range(1, k):
+        residual = float(block_residual(weights[i], target_probs[i], q[i]).sum())
+        denominator = residual + 1.0 - weights[i]
+        keep[i - 1] = residual / denominator if denominator > 0 else 1.0
+    u = torch.rand(k, generator=generator, device=target_probs.device).tolist()
+    tau = max((i + 1 for i in range(k) if u[i] < keep[i]), default=0)  # u < h: h = 0 never passes
+    if tau == k:
+        return k, int(sample(target_probs[k], generator))
+    left = block_residual(weights[tau], target_probs[tau], q[tau])
+    return tau, int(sample(left if left.sum() > 0 else target_probs[tau], generator))  # sample normalises
+
+
+def block_residual(weight: float, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """max(0, w p - q), unnormalised: what the target still wants at a position once the block before it
+    has used all but w of the target's probability, beyond what the draft offers there. With w = 1 it is
+    the token-wise rule's residual."""
+    return torch.clamp(weight * p - q, min=0)
 
 
 def check_tree_inputs(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,

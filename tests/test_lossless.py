@@ -32,10 +32,11 @@ def exact_joint(target, settings, prompt: torch.Tensor = PROMPT) -> np.ndarray:
     return torch.stack(rows).numpy()
 
 
-def sampled_joint(target, draft, settings, k=2) -> np.ndarray:
+def sampled_joint(target, draft, settings, k=2, **options) -> np.ndarray:
     counts = np.zeros((VOCAB, VOCAB))
     for seed in range(SAMPLES):
-        t1, t2 = speculative_generate(target, draft, PROMPT, k=k, max_new_tokens=2, seed=seed, **settings).tokens.tolist()
+        t1, t2 = speculative_generate(target, draft, PROMPT, k=k, max_new_tokens=2, seed=seed, **settings,
+                                      **options).tokens.tolist()
         counts[t1, t2] += 1
     return counts
 

@@ -1,4 +1,4 @@
-"""speclab.measure.vllm_cpu runs in vLLM's own environment; here, only what needs no vLLM."""
+"""speclab.measure.vllm_cpu runs in the serving environment; here, only what needs no vLLM."""
 import importlib.util
 
 import pytest
@@ -13,5 +13,5 @@ def test_a_row_counts_tokens_over_the_summed_seconds():
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_without_vllm_the_error_says_where_it_lives():
-    with pytest.raises(ImportError, match="its own.*docstring"):
+    with pytest.raises(ImportError, match="serving one.*requirements-serving.txt"):
         vllm_cpu.vllm_rows(None, [[1]], 4, 8, 3, 1)

@@ -11,6 +11,7 @@ if "lab" not in globals():  # imported as a module rather than run by speclab.ch
 import random
 import torch
 from speclab.checks import expect, expect_equal, plain, show, unfinished
+from speclab.serving.rollout import rollout_decision
 
 LAYER = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
          "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
@@ -33,6 +34,20 @@ def training_head(hidden, draft_vocab, vocab, seed):
         state["layer." + name] = torch.randn(*shape, generator=g)
     ids = sorted(random.Random(seed).sample(range(vocab), draft_vocab))
     return state, ids
+
+
+def expect_value_error(thunk, call, why=""):
+    """thunk() must raise a ValueError (in the notebook, or in the grader's process for answers)."""
+    try:
+        result = thunk()
+    except ValueError:
+        return
+    except Exception as err:  # noqa: BLE001
+        said = getattr(err, "learner_message", None) or f"raised {type(err).__name__}: {err}"
+        if said.startswith("your code raised ValueError"):
+            return
+        expect(False, f"{call} {said.removeprefix('your code ')}; expected a ValueError" + because(why))
+    expect(False, f"{call} returned {show(result)}; expected a ValueError" + because(why))
 
 
 def reference_state(state, vocab_ids, vocab_size):
@@ -160,12 +175,9 @@ def _(f):
 
 @lab.case("q2", "another engine is an error", hint=HINT_Q2)
 def _(f):
-    call = "engine_config(8, 24, [2, 12, 21], 32, 64, engine='tensorrt')"
-    try:
-        got = f(8, 24, [2, 12, 21], 32, 64, "tensorrt")
-    except ValueError:
-        return
-    expect(False, f"{call} returned {show(got)}; expected a ValueError: only vLLM and SGLang read this layout")
+    expect_value_error(lambda: f(8, 24, [2, 12, 21], 32, 64, "tensorrt"),
+                       "engine_config(8, 24, [2, 12, 21], 32, 64, engine='tensorrt')",
+                       why="only vLLM and SGLang read this layout")
 
 
 # TESTS q3
@@ -214,7 +226,6 @@ def rows(*values):
 
 
 def reference_rollout(baseline, canary, m):
-    from speclab.serving.rollout import rollout_decision
     d = rollout_decision(baseline, canary, max_p95_regression=m, max_throughput_loss=m)
     failing = [b["rate"] for b, c in zip(baseline, canary)
                if c["tpot_ms_p95"] > b["tpot_ms_p95"] * (1 + m) or c["tokens_per_s"] < b["tokens_per_s"] * (1 - m)]
@@ -261,9 +272,5 @@ def _(f):
 
 @lab.case("q4", "unlike measurements are an error", hint=HINT_Q4)
 def _(f):
-    call = "rollout(rates [1, 8], rates [1, 16])"
-    try:
-        got = f(rows((1, 50, 20.0), (8, 300, 40.0)), rows((1, 50, 20.0), (16, 300, 40.0)), 0.05)
-    except ValueError:
-        return
-    expect(False, f"{call} returned {show(got)}; expected a ValueError: measured at other rates")
+    expect_value_error(lambda: f(rows((1, 50, 20.0), (8, 300, 40.0)), rows((1, 50, 20.0), (16, 300, 40.0)), 0.05),
+                       "rollout(baseline at rates [1, 8], canary at rates [1, 16])", why="measured at other rates")
