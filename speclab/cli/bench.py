@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--confidence-threshold", type=float, nargs="+", default=[0.1], help="the adaptive-confidence "
                    "row's stop (default 0.1, the fastest in chapter 9's sweep; transformers' default is 0.4); several "
                    "give a row each, side by side")
+    b.add_argument("--block", action="store_true", help="also run every speclab row that drafts a chain with block "
+                   "verification (Sun et al. 2025), as '<row> (block)', in the same interleaved runs: it can only "
+                   "differ when sampling (--temperature above 0); chapter 13")
     b.add_argument("--fast", nargs="?", const="static", choices=FAST_MODES, default=None,
                    help="also run every speclab row on the fast path (a static cache written by position; "
                    "'compiled' adds torch.compile), as '<row> (fast)', in the same interleaved runs: chapter 10")
@@ -197,7 +200,8 @@ def bench_rows(args, target, draft, prompts, paths) -> list:
     return run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
                      repeats=args.repeats, weights=weights, lookahead=args.lookahead, lookup_k=args.lookup_k,
                      lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
-                     adaptive_k=args.adaptive_k, confidence_thresholds=args.confidence_threshold, paths=paths)
+                     adaptive_k=args.adaptive_k, confidence_thresholds=args.confidence_threshold, paths=paths,
+                     block=args.block)
 
 
 def summary_of(args, device, workload: str, rows: list) -> dict:

@@ -44,6 +44,7 @@ LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter
 LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
 ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to grow where drafts are accepted
 FAST = " (fast)"  # a row run on the fast path: "speclab eagle3 (fast)"
+BLOCK = " (block)"  # a chain row verified jointly (block verification): "speclab speculative (block)"
 CONFIDENCE_THRESHOLDS = (0.1,)  # the adaptive-confidence rows' stops: 0.1 was the fastest in chapter 9's sweep (transformers' default 0.4 stops this small draft too early)
 
 
@@ -312,7 +313,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               lookahead=LOOKAHEAD, lookup_k: int | None = None, lookup_choices=None, layer_skip=LAYER_SKIP,
               k_sweep=None, adaptive_k: int | None = None,
               confidence_thresholds=CONFIDENCE_THRESHOLDS,
-              paths: Mapping[torch.nn.Module, FastPath] | None = None) -> list[BenchRow]:
+              paths: Mapping[torch.nn.Module, FastPath] | None = None, block: bool = False) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
     one row per method with the totals over the prompts from the median repeat. `weights`: method name ->
     the directory of its trained weights (Medusa heads, an EAGLE-1 or EAGLE-3 head, an MTP module; default:
@@ -323,7 +324,9 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     row each; `k_sweep`: fixed K
     values, a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
     largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each. `paths`
-    (prepare_fast_paths): every speclab row runs again on those fast paths, as "<row> (fast)"."""
+    (prepare_fast_paths): every speclab row runs again on those fast paths, as "<row> (fast)". `block`: every
+    speclab row that drafts a chain with the rejection rule runs again with block verification, as
+    "<row> (block)", the same drafter on the same drafts' prompts and seeds (chapter 13)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS]
@@ -345,6 +348,16 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     # (the draft-model rows hold the model itself, which has none)
     own = {m: getattr(d, "own_depth", None) for m, d in drafters.items() if m in methods}
     k_of.update({m: depth for m, depth in own.items() if depth is not None})
+    if block:
+        # chain drafters: a draft model, or a Drafter that drafts batches, which only chains do
+        # (Drafter.check_batch); rows with another acceptance rule keep it
+        chains = [m for m in methods if m in drafters and (isinstance(drafters[m], torch.nn.Module)
+                                                          or getattr(drafters[m], "batched", False))
+                  and "acceptance" not in options_of.get(m, {})]
+        for m in chains:
+            drafters[m + BLOCK], k_of[m + BLOCK] = drafters[m], k_of[m]
+            options_of[m + BLOCK] = {**options_of.get(m, {}), "acceptance": "block"}
+        methods = (*methods, *(m + BLOCK for m in chains))
     if paths:
         methods = (*methods, *(m + FAST for m in methods if m.startswith("speclab ")))
 

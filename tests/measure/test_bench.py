@@ -227,3 +227,19 @@ def test_a_lossy_row_decodes_with_its_rule_and_the_table_says_so(pair, prompt, t
     assert table[3].startswith("medusa-typical*") and not table[2].startswith("medusa*")
     assert any(line.startswith("*: not lossless") for line in table)
     assert "*" not in format_table(sampled[:2])  # no mark, no legend line, where every row is lossless
+
+
+def test_block_rows_run_every_chain_row_again_with_block_verification(pair, prompt):
+    target, draft = pair
+    methods = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead")
+    greedy = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, repeats=1, block=True)
+    names = [r.method for r in greedy]
+    assert names == [*methods, "speclab speculative (block)", "speclab prompt-lookup (block)"]  # lookahead: a tree
+    by = {r.method: r for r in greedy}
+    assert by["speclab speculative (block)"].matches_target_only  # greedy: the same longest match
+    assert by["speclab speculative (block)"].stats.method.endswith("block verification")
+    assert by["speclab speculative (block)"].stats.accepted == by["speclab speculative"].stats.accepted
+    sampled = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods[:2], repeats=1,
+                        temperature=1.0, block=True)
+    assert [r.method for r in sampled] == [*methods[:2], "speclab speculative (block)"]
+    assert sampled[2].stats.lossless and sampled[2].new_tokens == 12
