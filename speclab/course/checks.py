@@ -139,6 +139,22 @@ def expect_equal(got: Any, want: Any, call: str, why: str = "") -> None:
     expect(ok, _mismatch(call, got, show(want), why))
 
 
+def expect_value_error(thunk: Callable[[], Any], call: str, why: str = "") -> None:
+    """thunk() must raise a ValueError: in the notebook, or in the grader's answer worker, whose errors
+    arrive worded ("your code raised ValueError: ...", speclab.course.answers)."""
+    tail = f" ({why})" if why else ""
+    try:
+        result = thunk()
+    except ValueError:
+        return
+    except Exception as err:  # noqa: BLE001
+        said = getattr(err, "learner_message", None) or f"raised {type(err).__name__}: {err}"
+        if said.startswith("your code raised ValueError"):
+            return
+        raise CheckFailed(f"{call} {said.removeprefix('your code ')}; expected a ValueError{tail}") from None
+    raise CheckFailed(f"{call} returned {show(result)}; expected a ValueError{tail}")
+
+
 def expect_close(got: Any, want: float, call: str, tol: float = 1e-6, rel: float = 1e-6, why: str = "") -> None:
     """A number within tol (absolute) or rel (relative) of `want`; nan expects nan."""
     g = plain(got)

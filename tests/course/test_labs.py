@@ -642,6 +642,11 @@ def test_a_plausible_mistake_is_caught_by_the_case_written_for_it(lab, qid, case
     assert "First failing check:" in out and "What happened:" in out and "Hint:" in out
 
 
+def lab12_mistake(case: str) -> str:
+    """The first of lab 12's MISTAKES written for `case`: a stated rule broken the way a learner would."""
+    return next(m[3] for m in MISTAKES if m[0] == "lab12" and m[2] == case)
+
+
 # Every rule a lab's text states, with the PUBLIC case that checks it and an answer that breaks only that rule:
 # a learner who sees a check mark has followed every stated rule (issue 34). Hidden cases are left for other
 # sizes, seeds and edge values.
@@ -772,30 +777,25 @@ RULES = [
      next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "any order")),
     ("lab11", "q5", "return `None`", "still paying at the largest batch size",
      next(m[3] for m in MISTAKES if m[0] == "lab11" and m[2] == "None")),
-    ("lab12", "q1", "holding **offsets**", "d2t holds offsets, not ids",
-     lab12_but(LAB12_STATE, "ids - torch.arange(len(ids))", "ids")),
+    ("lab12", "q1", "holding **offsets**", "d2t holds offsets, not ids", lab12_mistake("d2t holds offsets")),
     ("lab12", "q1", "over the **whole target vocabulary**", "t2d covers the whole target vocabulary",
-     lab12_but(LAB12_STATE, "torch.zeros(vocab_size, dtype=torch.bool)\n    t2d[ids] = True",
-               "torch.ones(len(ids), dtype=torch.bool)")),
+     lab12_mistake("t2d covers the whole target vocabulary")),
     ("lab12", "q1", "`state` itself left as it was", "every tensor renamed, and nothing else",
      lab12_but(LAB12_STATE, "    out = {}\n", "    out = state\n")),
     ("lab12", "q1", "and nothing else", "every tensor renamed, and nothing else",
      lab12_but(LAB12_STATE, "    return out", "    out['vocab_ids'] = torch.tensor(vocab_ids)\n    return out")),
     ("lab12", "q2", "uses the ids as they are", "vLLM: the ids at the top level, as they are",
-     lab12_but(LAB12_CONFIG, "config['eagle_aux_hidden_state_layer_ids'] = list(feature_layers)",
-               "config['eagle_aux_hidden_state_layer_ids'] = [i - 1 for i in feature_layers]")),
+     lab12_mistake("vLLM: the ids at the top level")),
     ("lab12", "q2", "holds each id **minus 1**", "SGLang: the ids in eagle_config, one lower",
-     lab12_but(LAB12_CONFIG, "[i - 1 for i in feature_layers]", "list(feature_layers)")),
+     lab12_mistake("SGLang: the ids in eagle_config, one lower")),
     ("lab12", "q2", "raise a `ValueError`", "another engine is an error",
      lab12_but(LAB12_CONFIG, "        raise ValueError(engine)\n", "        return None\n")),
-    ("lab12", "q3", "in both cases **as they are**", "the trap: an SGLang config read by vLLM",
-     lab12_but(LAB12_FUSED, "else list(nested)", "else [i + 1 for i in nested]")),
+    ("lab12", "q3", "in both cases **as they are**", "the trap: an SGLang config read by vLLM", lab12_mistake("the trap")),
     ("lab12", "q3", "reads only `eagle_config`'s ids", "SGLang does not read the top level",
-     lab12_but(LAB12_FUSED, "if engine == 'vllm' and top:", "if top:")),
+     lab12_mistake("SGLang does not read the top level")),
     ("lab12", "q4", "**at every rate**", "every rate counts, not the average",
      lab12_but(LAB12_ROLLOUT, "    failing = []\n", "    failing = []\n    baseline, canary = baseline[:1], canary[:1]\n")),
-    ("lab12", "q4", "`tokens_per_s` is at least", "throughput counts too",
-     lab12_but(LAB12_ROLLOUT, "        if slower or fewer:", "        if slower:")),
+    ("lab12", "q4", "`tokens_per_s` is at least", "throughput counts too", lab12_mistake("throughput counts too")),
     ("lab12", "q4", "raise a `ValueError`", "unlike measurements are an error",
      lab12_but(LAB12_ROLLOUT, "        raise ValueError('rates')\n", "        return 'hold', []\n")),
 ]

@@ -12,7 +12,7 @@ import math
 import random
 import torch
 from speclab import theory
-from speclab.checks import expect, expect_allclose, expect_close, expect_equal, plain, show, unfinished
+from speclab.checks import expect, expect_allclose, expect_close, expect_equal, expect_value_error, plain, show, unfinished
 
 
 def because(why):
@@ -51,20 +51,6 @@ def slot_map(buffer, before, new):
         match = [i for i in range(new.shape[1]) if torch.equal(buffer[:, j], new[:, i])]
         out.append(f"row {match[0]}" if match else "?")
     return "[" + ", ".join(out) + "]"
-
-
-def expect_value_error(thunk, call, why=""):
-    """thunk() must raise a ValueError (in the notebook, or in the grader's process for answers)."""
-    try:
-        result = thunk()
-    except ValueError:
-        return
-    except Exception as err:  # noqa: BLE001
-        said = getattr(err, "learner_message", None) or f"raised {type(err).__name__}: {err}"
-        if said.startswith("your code raised ValueError"):
-            return
-        expect(False, f"{call} {said.removeprefix('your code ')}; expected a ValueError" + because(why))
-    expect(False, f"{call} returned {show(result)}; expected a ValueError" + because(why))
 
 
 def reference_mask(start, n, max_len):

@@ -10,7 +10,7 @@ if "lab" not in globals():  # imported as a module rather than run by speclab.ch
 # TESTS: helpers shared by the checks of this lab
 import random
 import torch
-from speclab.checks import expect, expect_equal, plain, show, unfinished
+from speclab.checks import expect, expect_equal, expect_value_error, plain, show, unfinished
 from speclab.serving.rollout import rollout_decision
 
 LAYER = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -34,20 +34,6 @@ def training_head(hidden, draft_vocab, vocab, seed):
         state["layer." + name] = torch.randn(*shape, generator=g)
     ids = sorted(random.Random(seed).sample(range(vocab), draft_vocab))
     return state, ids
-
-
-def expect_value_error(thunk, call, why=""):
-    """thunk() must raise a ValueError (in the notebook, or in the grader's process for answers)."""
-    try:
-        result = thunk()
-    except ValueError:
-        return
-    except Exception as err:  # noqa: BLE001
-        said = getattr(err, "learner_message", None) or f"raised {type(err).__name__}: {err}"
-        if said.startswith("your code raised ValueError"):
-            return
-        expect(False, f"{call} {said.removeprefix('your code ')}; expected a ValueError" + because(why))
-    expect(False, f"{call} returned {show(result)}; expected a ValueError" + because(why))
 
 
 def reference_state(state, vocab_ids, vocab_size):
