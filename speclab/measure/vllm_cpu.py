@@ -18,7 +18,6 @@ to its last token, prefill included, for both engines."""
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import time
@@ -34,40 +33,21 @@ from speclab.methods.ngram import NAME as NGRAM
 from speclab.methods.ngram import PromptLookupDrafter
 from speclab.models import BUNDLED_DIR, load_pair
 from speclab.runner import disable_fast_path, enable_fast_path
+from speclab.serving.settings import engine_settings
+from speclab.serving.vllm_engine import vllm_decode
 
 ENGINE_ROWS = ("vllm target-only (eager)", "vllm target-only (compiled)", "vllm ngram (compiled)")
 
 
 def vllm_rows(model_dir: Path, prompts: list[list[int]], k: int, max_new_tokens: int, max_ngram: int,
               min_ngram: int) -> dict[str, dict]:
-    """vLLM's tokens/s and outputs, batch 1, greedy, float32, for each of ENGINE_ROWS."""
-    try:
-        from vllm import LLM, SamplingParams  # only in vLLM's environment
-    except ImportError as err:
-        raise ImportError("vLLM is not installed in this environment; it lives in the serving one (its pins differ "
-                          "from the course's): python3 -m venv .venv-serving && .venv-serving/bin/pip install "
-                          "--no-deps -r requirements-serving.txt") from err
-
-    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, ignore_eos=True)
-    ngram = {"method": NGRAM, "num_speculative_tokens": k, "prompt_lookup_max": max_ngram,
-             "prompt_lookup_min": min_ngram}
-    settings = {"vllm target-only (eager)": dict(enforce_eager=True),
-                "vllm target-only (compiled)": dict(enforce_eager=False),
-                "vllm ngram (compiled)": dict(enforce_eager=False, speculative_config=ngram)}
-    rows = {}
-    for name, options in settings.items():
-        llm = LLM(model=str(model_dir), dtype="float32", max_model_len=1024, max_num_seqs=1, seed=0, **options)
-        llm.generate([{"prompt_token_ids": prompts[0]}], params, use_tqdm=False)  # warm up (and compile)
-        outputs, seconds = [], []
-        for ids in prompts:
-            start = time.perf_counter()
-            out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
-            seconds.append(time.perf_counter() - start)
-            outputs.append(list(out.outputs[0].token_ids))
-        rows[name] = row(outputs, seconds)
-        del llm
-        gc.collect()
-    return rows
+    """vLLM's tokens/s and outputs, batch 1, greedy, float32, for each of ENGINE_ROWS: an engine each
+    (speclab.serving.vllm_engine.vllm_decode), shut down before the next."""
+    ngram = engine_settings(NGRAM, "vllm", k=k, max_ngram=max_ngram, min_ngram=min_ngram).settings
+    configs = {"vllm target-only (eager)": (None, False), "vllm target-only (compiled)": (None, True),
+               "vllm ngram (compiled)": (ngram, True)}
+    return {name: vllm_decode(model_dir, prompts, config, max_new_tokens, compiled=compiled)
+            for name, (config, compiled) in configs.items()}
 
 
 def speclab_rows(prompts: list[list[int]], k: int, max_new_tokens: int, max_ngram: int,
