@@ -47,7 +47,8 @@ EAGLE3_ARCH, EAGLE_ARCH_SGLANG, EAGLE_ARCH_VLLM, MEDUSA_ARCH = (
 FROM_SPECLAB = "speclab_export"  # config.json's record of what wrote it: engine, method, target fingerprint
 
 
-def _check_engine(engine: str) -> None:
+def check_engine(engine: str) -> None:
+    """A ValueError naming the engines whose layouts this module writes, unless `engine` is one."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
 
@@ -86,7 +87,7 @@ def eagle3_layer_ids(feature_layers, engine: str) -> dict:
 
 
 def write_eagle3(head: Eagle3Head, target: nn.Module, directory: str | Path, engine: str) -> Path:
-    _check_engine(engine)
+    check_engine(engine)
     config = _llama_config(head, target, EAGLE3_ARCH)
     config.update(draft_vocab_size=len(head.d2t), target_hidden_size=target.config.hidden_size,
                   **eagle3_layer_ids(head.feature_layers, engine))
@@ -126,7 +127,7 @@ def read_eagle3(config: dict, state: dict[str, torch.Tensor], target: nn.Module,
 
 # ---------------------------------------------------------------- EAGLE-1
 def write_eagle(head: EagleHead, target: nn.Module, directory: str | Path, engine: str) -> Path:
-    _check_engine(engine)
+    check_engine(engine)
     if type(head) is not EagleHead:
         raise TypeError(f"write_eagle writes an EAGLE-1 head; got {type(head).__name__}")
     own = head.state_dict()
@@ -164,7 +165,7 @@ def read_eagle(config: dict, state: dict[str, torch.Tensor], target: nn.Module, 
 
 # ---------------------------------------------------------------- Medusa
 def write_medusa(heads: MedusaHeads, directory: str | Path, engine: str, target: nn.Module) -> Path:
-    _check_engine(engine)
+    check_engine(engine)
     if engine != "vllm":
         raise ValueError("SGLang serves no Medusa heads; export them for vLLM (--format vllm)")
     c = heads.config
@@ -240,7 +241,7 @@ def read_head(directory: str | Path, target: nn.Module, engine: str | None = Non
                          f"config.json with {WEIGHTS})")
     config = json.loads((Path(directory) / CONFIG).read_text())
     engine = engine or (config.get(FROM_SPECLAB) or {}).get("engine") or "sglang"
-    _check_engine(engine)
+    check_engine(engine)
     state = load_file(Path(directory) / WEIGHTS)
     hidden, vocab = target.config.hidden_size, target.config.vocab_size
     width = config.get("target_hidden_size") or config.get("hidden_size")
@@ -263,4 +264,4 @@ def write_head(head: FeatureHead | MedusaHeads, target: nn.Module, directory: st
                      f"read them); the bundled Llama target has none")
 
 
-__all__ = ["ENGINES", "engine_method", "eagle3_layer_ids", "read_head", "write_head"]
+__all__ = ["ENGINES", "check_engine", "engine_method", "eagle3_layer_ids", "read_head", "write_head"]

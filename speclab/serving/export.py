@@ -40,7 +40,7 @@ def export(method_name: str, engine: str, out: str | Path, pair: str | None = No
     """Write `method_name`'s weights for `pair`'s target (None: the bundled pair; weights: a directory of
     the method's trained weights instead of the shipped ones) in `engine`'s layout to `out`, with
     serving.json (returned): the target's directory and the engine settings at K = k."""
-    checkpoints._check_engine(engine)
+    checkpoints.check_engine(engine)
     m = method(method_name)
     out = Path(out)
     loaded = load_pair(pair, device="cpu", dtype=torch.float32, draft_dtype=torch.float32)
