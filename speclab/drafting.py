@@ -142,6 +142,10 @@ class Drafter(ABC):
     def start(self, prompt: torch.Tensor) -> None:  # noqa: B027 (optional hook)
         """A new sequence begins with `prompt` (1-D ids)."""
 
+    def forget_requests(self) -> None:  # noqa: B027 (optional hook)
+        """For a drafter that learns from earlier requests (suffix decoding's global tree): forget them.
+        The bench calls it before each pass over its prompts, so no repeat drafts from its own output."""
+
     @abstractmethod
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:

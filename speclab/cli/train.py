@@ -7,6 +7,7 @@ drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, 
     python -m speclab train medusa --target DIR --out runs/medusa # Medusa heads for a frozen target
     python -m speclab train eagle --target DIR --out runs/eagle   # an EAGLE-1 head (eagle3, mtp: the others)
     python -m speclab train exit --target DIR --out runs/eagle    # layer-skip exit adapters
+    python -m speclab train pard --target DIR --out runs/pard     # a parallel draft (K tokens a pass)
     python -m speclab train shared-draft --target smollm2 --out runs/smollm2 --preset smollm2
                                         # a draft reading SmolLM2's embeddings, over a draft vocabulary
 
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 from speclab.cli.main import PROG
-from speclab.methods import REGISTRY, Method, draft_model
+from speclab.methods import REGISTRY, Method, draft_model, parallel_draft
 from speclab.methods.eagle import describe_tree
 from speclab.models import CONVERTED_PAIRS
 from speclab.packaged import ensure_converted
@@ -39,6 +40,8 @@ from speclab.train.medusa import METHOD as MEDUSA
 from speclab.train.mtp import METHOD as MTP
 from speclab.train.mtp import train_mtp
 from speclab.train.pair import PRESETS, install_pair, train_draft, train_pair
+from speclab.train.parallel_draft import PRESETS as PARD_PRESETS
+from speclab.train.parallel_draft import train_parallel_draft
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
 from speclab.train.shared_draft import train_shared_draft
 from speclab.train.tuning import choose_eagle_tree
@@ -161,6 +164,23 @@ def add_exit_command(sub) -> None:
     cmd.set_defaults(run=run_exit)
 
 
+def add_parallel_draft_command(sub) -> None:
+    m = REGISTRY[parallel_draft.NAME]
+    cmd = sub.add_parser(m.train, help="adapt a draft model into a parallel draft (PARD: K tokens from one pass "
+                         "over mask tokens) for a frozen target (resumable)")
+    cmd.add_argument("--target", required=True, help=TARGET_HELP)
+    cmd.add_argument("--out", type=Path, required=True, help="output folder (features, checkpoint, the draft)")
+    cmd.add_argument("--draft", help="the draft model adapted (default: the bundled draft)")
+    cmd.add_argument("--k", type=int, help="tokens drafted per pass it is trained for (default 4)")
+    cmd.add_argument("--preset", choices=sorted(PARD_PRESETS), default="stdlib")
+    cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--steps", type=int, help="override the preset's training steps")
+    cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+    cmd.add_argument("--install", action="store_true", help=install_help("parallel draft", m, "it"))
+    cmd.set_defaults(run=run_parallel_draft)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"{PROG} train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_head_commands(sub)
     add_exit_command(sub)
     add_shared_draft_command(sub)
+    add_parallel_draft_command(sub)
     return parser
 
 
@@ -272,6 +293,17 @@ def run_shared_draft(args) -> None:
           f"of the target's held-out tokens; {report['log']['seconds'] / 60:.1f} min")
     if args.install:
         print(f"installed into {install(args.out, 'draft', pair_folder(args))}")
+
+
+def run_parallel_draft(args) -> None:
+    report = train_parallel_draft(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
+                                  stop_after_minutes=args.stop_after_minutes, steps=args.steps, k=args.k,
+                                  draft=args.draft)
+    last = report["log"]["evals"][-1]
+    print(f"{args.command}: held-out loss {last['heldout_loss']:.4f}, top-1 agreement with the target by depth "
+          f"{last['heldout_top1_by_depth']}, {report['log']['seconds'] / 60:.1f} min")
+    if args.install:
+        print(f"installed into {install(args.out, REGISTRY[parallel_draft.NAME].bundled, pair_folder(args))}")
 
 
 def resolve_target(args) -> None:

@@ -32,6 +32,7 @@ from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.methods import REGISTRY, by_bench_row, load_drafter
+from speclab.measure import arctic_suffix
 from speclab.measure.profiling import tune_verify_widths
 from speclab.runner import FastPath, disable_fast_path, enable_fast_path, fast_paths, model_device
 from speclab.stats import GenerationStats
@@ -40,6 +41,8 @@ TARGET_ONLY = "speclab target-only"
 HF_METHODS = ("hf target-only", "hf assisted", "hf prompt-lookup")  # transformers' own generate
 # speclab target-only, every registered method's rows (speclab.methods.REGISTRY), transformers' rows
 METHODS = (TARGET_ONLY, *(row for m in REGISTRY.values() for row in m.bench_rows), *HF_METHODS)
+# rows only when asked for: another implementation of a speclab method, installed apart (chapter 13)
+REFERENCE_METHODS = tuple(arctic_suffix.ROWS)
 LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
 LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
 ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to grow where drafts are accepted
@@ -99,7 +102,8 @@ def unknown_methods_message(unknown: list[str]) -> str:
     "speclab layer-skip E=8", is named with the method and the option that makes it."""
     hints = [f"{m!r} is a row of {base!r}: ask for {base!r} and set the row with {option}"
              for m in unknown for base, option in SETTING_OPTIONS.items() if m.startswith(base + " ")]
-    return f"unknown method(s) {unknown}; choose from {METHODS}" + "".join(f"\n{h}" for h in hints)
+    return (f"unknown method(s) {unknown}; choose from {METHODS + REFERENCE_METHODS}"
+            + "".join(f"\n{h}" for h in hints))
 
 
 def row_settings(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
@@ -185,8 +189,11 @@ def make_drafters(methods, target, draft, weights: Mapping[str, str | Path] | No
     `k_sweep`: fixed K values of the draft model, a row each. The adaptive-K rows draft with the draft
     model."""
     settings = row_settings(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
-    return {row: drafter_for(base, options, target, draft, weights) for row, (base, options) in settings.items()
-            if by_bench_row(base) is not None}
+    drafters = {row: drafter_for(base, options, target, draft, weights) for row, (base, options) in settings.items()
+                if by_bench_row(base) is not None}
+    drafters.update({row: arctic_suffix.ArcticSuffixDrafter(**arctic_suffix.ROWS[row]) for row in methods
+                     if row in arctic_suffix.ROWS})
+    return drafters
 
 
 @dataclass
@@ -329,13 +336,15 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     "<row> (block)", the same drafter on the same drafts' prompts and seeds (chapter 13)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHODS + REFERENCE_METHODS]
     if unknown:
         raise ValueError(unknown_methods_message(unknown))
     methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
     drafters = make_drafters(methods, target, draft, weights, lookahead, lookup_choices, layer_skip, k_sweep,
                              confidence_thresholds)
-    is_lookup = {m: m == "hf prompt-lookup" or m.startswith("speclab prompt-lookup") for m in methods}
+    # model-free drafters draft almost for free: they take lookup_k
+    is_lookup = {m: m == "hf prompt-lookup" or m.startswith(("speclab prompt-lookup", "speclab suffix", "arctic suffix"))
+                 for m in methods}
     k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
     k_of.update({row: n for row, n in k_sweep_rows(k_sweep).items() if row in methods})
     upper = adaptive_k or max(k_sweep or [max(k, ADAPTIVE_K)])
@@ -372,6 +381,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
             run_row(method, prompts[0], min(16, max_new_tokens), seed)
 
     def decode(method: str, i: int):
+        if i == 0 and hasattr(drafters.get(method.removesuffix(FAST)), "forget_requests"):
+            drafters[method.removesuffix(FAST)].forget_requests()  # each pass over the prompts starts afresh
         tokens, seconds, stats = run_row(method, prompts[i], max_new_tokens, seed + i)
         return seconds, (tokens.tolist(), stats, seconds)
 

@@ -7,6 +7,9 @@ should be repeatable on the same prompts everywhere.
 
   edit    code editing: the prompt holds a function, then the start of its revised version (renamed,
           its first parameter renamed); the continuation restates the body with the change
+  edits   several edits of one file, as a series of requests (the multi-request workload of chapter 13):
+          edit prompts for successive functions of the same held-out file, in order; a drafter that
+          keeps earlier requests' outputs (suffix decoding) sees what they had in common
   quote   answering from a given passage: the prompt holds a function's docstring as a comment block,
           then the function's signature and the docstring's first words; the continuation quotes it
   code    free continuation of held-out source (the control; speclab.corpus.heldout_prompts), around
@@ -44,10 +47,10 @@ from speclab.corpus import heldout_prompts, is_heldout, read_source, stdlib_file
 
 SHIPPED = Path(__file__).parents[1] / "data" / "workloads.json"
 CHAT_SHIPPED = Path(__file__).parents[1] / "data" / "chat_prompts.json"
-COPYING = ("edit", "quote")
+COPYING = ("edit", "quote", "edits")
 CHAT_CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
 CHAT = tuple(f"chat-{c}" for c in CHAT_CATEGORIES)
-WORKLOADS = ("code", "prose", "edit", "quote", *CHAT)
+WORKLOADS = ("code", "prose", "edit", "quote", "edits", *CHAT)
 GROUPS = {"chat": CHAT}  # a name that stands for several workloads
 MAX_CHARS = 1600  # with 128 new tokens this stays well inside the bundled target's 1024 positions
 
@@ -170,6 +173,8 @@ def segment(source: str, node: ast.FunctionDef) -> str:
     """The function's source, dedented to column 0 (methods included)."""
     lines = source.splitlines(keepends=True)[node.lineno - 1:node.end_lineno]
     indent = len(lines[0]) - len(lines[0].lstrip())
+    if indent == 0:  # a top-level function: nothing to take off (every line[:0] is "", never space)
+        return "".join(lines)
     return "".join(line[indent:] if line[:indent].isspace() else line.lstrip() for line in lines)
 
 
@@ -221,7 +226,20 @@ def build(per_workload: int = 8, seed: int = 0) -> dict:
             found += 1
             if found == per_workload:
                 break
+    prompts.extend(dict(workload="edits", file=path, function=name, text=text)
+                   for path, name, text in edit_series(files, root, 2 * per_workload))
     return {"python": sys.version.split()[0], "seed": seed, "prompts": prompts}
+
+
+def edit_series(files: list[Path], root: Path, n: int) -> list[tuple[str, str, str]]:
+    """n edit prompts for successive functions of one file (the first of `files` that has n): (file,
+    function, prompt) in the file's order."""
+    for path in files:
+        source = read_source(path) or ""
+        series = [(node.name, text) for node in functions(source) if (text := edit_prompt(source, node))]
+        if len(series) >= n:
+            return [(path.relative_to(root).as_posix(), name, text) for name, text in series[:n]]
+    raise ValueError(f"no held-out file has {n} functions that make edit prompts")
 
 
 def write(path: Path = SHIPPED, per_workload: int = 8, seed: int = 0) -> Path:

@@ -13,6 +13,8 @@ method is a new module and an entry here (plus its tests and its chapter).
     eagle3        an EAGLE-3 head                               methods/eagle.py
     mtp           a DeepSeek-V3-style MTP module                methods/mtp.py
     layer_skip    the target's first layers (+ exit adapter)    methods/layer_skip.py
+    pard          a parallel draft: K tokens from one pass       methods/parallel_draft.py
+    suffix        suffix decoding: suffix trees over the request and earlier outputs  methods/suffix.py
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 import torch
 
 from speclab.drafting import Drafter
-from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram, shipped
+from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram, parallel_draft, shipped, suffix
 from speclab.models import BUNDLED_DIR, load_pair
 from speclab.serving import checkpoints
 
@@ -63,6 +65,12 @@ def _load_draft_model(target, draft=None, **rest) -> Drafter:
     return draft_model.load_draft_model(target, draft)
 
 
+def _load_parallel_draft(target, draft=None, **rest) -> Drafter:
+    if rest:
+        raise ValueError(f"pard takes draft= only; got {sorted(rest)}")
+    return parallel_draft.load_parallel_draft(target, draft)
+
+
 def _load_layer_skip(target, **options) -> Drafter:
     if "exit_layer" not in options:
         raise ValueError(f"layer_skip needs exit_layer=E, the last layer that drafts (1 to "
@@ -86,6 +94,10 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
            bench_rows={"speclab prompt-lookup": {}}),
+    Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
+           aliases={f"suffix_decoding_{name}": (name, 0) for name in  # vLLM's speculative_config keys
+                    ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")},
+           bench_rows={"speclab suffix": {}, "speclab suffix-tree": {"tree": True}}),
     Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o), bench_rows={"speclab lookahead": {}}),
     Method(medusa.NAME, medusa.load_medusa, weights="heads", bundled="medusa", train="medusa",
            # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
@@ -105,6 +117,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            on_target=True, train="mtp",
            # chained as deep as the round's K
            bench_rows={"speclab mtp": {}, "speclab mtp-chain": {"num_tokens": 64}}),
+    Method(parallel_draft.NAME, _load_parallel_draft, weights="draft", bundled="pard", train="pard",
+           bench_rows={"speclab pard": {}}),
     Method(layer_skip.NAME, _load_layer_skip, bundled="exit", on_target=True, train="exit",
            bench_rows={"speclab layer-skip": {}}),
 )}
@@ -169,6 +183,11 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
                  vLLM's and transformers' option names are accepted too
     medusa       Medusa heads: heads= a directory (default: the heads shipped for the bundled
                  target), tree= "chain" or medusa_choices (default: the tree chosen for them)
+    suffix       suffix decoding: max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0,
+                 min_token_prob=0.1 (vLLM's names with suffix_decoding_ in front are accepted too),
+                 tree=False (vLLM's chain; True: the paper's tree)
+    pard         a parallel draft (train pard): draft= a directory (default: the one shipped for the
+                 bundled target)
     lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
     eagle        an EAGLE-1 head: head= a directory written by train eagle (default: the head shipped
                  for the bundled target), tree="dynamic" (EAGLE-2's tree, default) or "chain",

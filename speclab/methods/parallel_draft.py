@@ -1,0 +1,93 @@
+"""Parallel drafting (PARD, An et al. 2025; vLLM's `draft_model` with `parallel_drafting`, TensorRT-LLM's
+PARDDecodingConfig): a draft model that proposes K tokens in one forward pass.
+
+The draft is an ordinary causal LM with one more token in its vocabulary, the mask token. To draft K
+tokens after the sequence so far, it reads what it has not seen yet and then K - 1 mask tokens, in one
+pass: the last real token's logits give draft 1, as in any draft model, and the j-th mask's give draft
+j + 1, a guess at the token j places further on without knowing the ones between. Drafting then costs one
+pass instead of K, at some loss of acceptance deeper in the block, since draft j + 1 is not conditioned on
+drafts 1..j. The masks leave the draft's cache right after the pass (a length), and the next round feeds
+the accepted drafts as real tokens.
+
+Exactness needs nothing new: each draft token is drawn from the distribution q_j its position computed,
+and that q_j is what the rejection rule divides by. q_j ignores the earlier drafts, which a proposal is
+allowed to do; it only lowers acceptance.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from speclab.drafting import Draft, Drafter
+from speclab.models import load_model
+from speclab.runner import model_device, runner_for
+from speclab.sampling import SamplingParams, check_finite, pick
+
+NAME = "pard"  # TensorRT-LLM's decoding type; vLLM runs it as draft_model with parallel_drafting
+MASK_KEY = "pard_token"  # the config field vLLM reads the mask token id from (llm_base_proposer.py)
+
+
+def mask_token_id(model: torch.nn.Module) -> int:
+    """The draft's mask token id, from its config (vLLM's `pard_token` key), or a ValueError."""
+    token = getattr(model.config, MASK_KEY, None)
+    if not isinstance(token, int):
+        raise ValueError(f"a parallel draft's config names its mask token as {MASK_KEY}; this model has none: "
+                         "train one with `python -m speclab train pard`, or pass a draft model to draft_model")
+    return token
+
+
+class ParallelDrafter(Drafter):
+    """A PARD-style draft model: K drafts from one pass over the new tokens and K - 1 mask tokens."""
+
+    name = "parallel draft"
+
+    def __init__(self, model: torch.nn.Module, vocab_size: int):
+        self.model = model
+        self.mask = mask_token_id(model)
+        if self.mask < vocab_size:
+            raise ValueError(f"the mask token ({self.mask}) must lie outside the target's vocabulary "
+                             f"({vocab_size} tokens), or a draft could propose it")
+        self.vocab_size = vocab_size  # the target's: the logits beyond it (the mask token) are dropped
+        self.runner = runner_for(model, who="parallel draft")
+        self.forward_calls = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.runner.device
+
+    def start(self, prompt: torch.Tensor) -> None:
+        self.runner = runner_for(self.model, who="parallel draft")  # the fast path may have been switched on
+        self.runner.reset()
+        self.forward_calls = 0
+        if len(prompt) > 1:
+            self.runner.forward(prompt[:-1], last_only=True)
+
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        seen = self.runner.lengths[0]
+        new = ids[seen:]
+        masks = torch.full((k - 1,), self.mask, dtype=ids.dtype, device=ids.device)
+        logits = self.runner.forward(torch.cat([new, masks]))[-k:, :self.vocab_size]
+        self.forward_calls += 1
+        self.runner.rollback(len(ids))  # the masks leave the cache; the real tokens stay
+        check_finite(logits, "parallel draft")
+        tokens, probs = zip(*(pick(row, sampling, generator) for row in logits))
+        return Draft(torch.stack(tokens), None if sampling.greedy else torch.stack(probs))
+
+    def update(self, ids: torch.Tensor, num_accepted: int) -> None:
+        # The drafts were never in the cache as real tokens: the next pass reads the accepted ones.
+        self.runner.rollback(min(self.runner.lengths[0], len(ids) - 1))
+
+
+def load_parallel_draft(target: torch.nn.Module | None, draft: torch.nn.Module | str | Path) -> ParallelDrafter:
+    """A parallel drafter from a model or a directory (loaded in float32 on the target's device)."""
+    if isinstance(draft, (str, Path)):
+        config = json.loads((Path(draft) / "config.json").read_text())
+        if MASK_KEY not in config:
+            raise ValueError(f"{draft} is not a parallel draft (its config.json has no {MASK_KEY}); a plain draft "
+                             "model loads with load_drafter('draft_model', target, draft=...)")
+        draft = load_model(draft, model_device(target) if target is not None else None, torch.float32)
+    vocab = target.config.vocab_size if target is not None else mask_token_id(draft)
+    return ParallelDrafter(draft, vocab)

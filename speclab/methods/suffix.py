@@ -1,0 +1,214 @@
+"""Suffix decoding (Oliaro et al. 2025, SuffixDecoding; Snowflake's Arctic Inference; vLLM's `suffix`):
+model-free drafting from suffix trees over the prompt, the output so far and earlier requests' outputs.
+
+Prompt lookup (speclab.methods.ngram) searches one sequence for its last few tokens and copies one
+continuation. Suffix decoding keeps every substring of up to `max_tree_depth` tokens in a trie with its
+count, for two sources: the current request (its prompt and what it has generated) and a global cache of
+the outputs of up to `max_cached_requests` earlier requests. Each round it matches the longest suffix of
+the sequence it can (up to the tree depth), and drafts from the matched node the continuations seen most
+often: a token's score is the share of the matched occurrences that continue with it (counts along the
+path), and drafting stops below `min_token_prob`. A longer match earns a longer draft: at most
+`max_spec_factor` x the match length tokens (and K). Of the two trees, the draft with the higher total
+score wins. It pays on traffic that repeats itself across requests (agents calling the same tools, edits
+of the same file), which no single-request method can see.
+
+Drafts carry no probabilities (point masses), so the rejection rule accepts a token with the target's own
+probability: lossless at any temperature, as for prompt lookup. vLLM drafts the most frequent chain
+(`tree=False`, its setting); the paper's tree (`tree=True`) drafts the best-scoring nodes of the subtree.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Sequence
+
+import torch
+
+from speclab.drafting import Draft, Drafter
+from speclab.sampling import SamplingParams
+
+NAME = "suffix"  # the method's name in the registry (vLLM's)
+
+
+class SuffixTrie:
+    """Every substring of up to `depth` tokens of the sequences added, with how often it occurs.
+
+    A node is a dict: token -> [count, child node]. Appending a token extends each of the suffixes that
+    end at the sequence's end and are shorter than `depth` (`open`), so adding a sequence costs `depth`
+    steps a token, and a sequence can grow token by token (the request being decoded)."""
+
+    def __init__(self, depth: int):
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"the tree depth must be an integer >= 1, got {depth!r}")
+        self.depth = depth
+        self.root: dict = {}
+        self.open: dict[int, list[dict]] = {}  # a growing sequence's id -> the nodes its open suffixes end at
+
+    def extend(self, seq_id: int, tokens: Sequence[int], sign: int = 1) -> None:
+        """Append `tokens` to sequence `seq_id` (sign -1: remove a sequence added before, token by token)."""
+        ends = self.open.setdefault(seq_id, [])
+        for token in tokens:
+            grown = []
+            for node in [self.root, *ends]:
+                entry = node.get(token)
+                if entry is None:
+                    entry = node[token] = [0, {}]
+                entry[0] += sign
+                if entry[0] == 0:
+                    del node[token]  # removal: nothing below a zero count is left either
+                grown.append(entry[1])
+            ends[:] = grown[:self.depth - 1]  # suffixes of `depth` tokens end here
+
+    def close(self, seq_id: int) -> None:
+        self.open.pop(seq_id, None)
+
+    def find(self, tokens: Sequence[int]) -> tuple[dict, int] | None:
+        """The node of `tokens` and its count, or None where they never occur."""
+        node, count = self.root, 0
+        for token in tokens:
+            entry = node.get(token)
+            if entry is None:
+                return None
+            count, node = entry
+        return node, count
+
+
+def continuations(node: dict, prob: float, parent: int) -> list[tuple[float, int, int, dict]]:
+    """A node's children as (-probability, token, parent index, child node): each child's probability
+    is its share of the occurrences that continue past the node (an occurrence at the very end of a
+    sequence has no continuation yet and counts for none), times the node's own."""
+    total = sum(count for count, _ in node.values())
+    return [(-prob * count / total, token, parent, sub) for token, (count, sub) in node.items()]
+
+
+def draft_from(node: dict, limit: int, min_prob: float, tree: bool) -> tuple[list[int], list[int], float]:
+    """Up to `limit` tokens continuing a matched node: (tokens, parents (-1: the root), score, the sum
+    of their probabilities). Tokens below min_prob are not drafted. Chain: the most frequent child each
+    step. Tree: the most probable nodes anywhere below, best first (Arctic Inference's tree search)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    score = 0.0
+    heap = continuations(node, 1.0, -1)
+    heapq.heapify(heap)
+    while heap and len(tokens) < limit:
+        neg, token, parent, sub = heapq.heappop(heap)
+        if -neg < min_prob:
+            break
+        tokens.append(token)
+        parents.append(parent)
+        score -= neg
+        children = continuations(sub, -neg, len(tokens) - 1) if sub else []
+        if tree:
+            for child in children:
+                heapq.heappush(heap, child)
+        else:  # a chain: only the best child goes on
+            heap = [min(children)] if children else []
+    return tokens, parents, score
+
+
+class SuffixDrafter(Drafter):
+    """Suffix decoding with vLLM's settings (speculative_config method "suffix", defaults alike):
+
+    max_tree_depth       suffix_decoding_max_tree_depth (24): the longest substring kept and matched
+    max_cached_requests  suffix_decoding_max_cached_requests (10000): earlier requests' outputs kept
+                         in the global tree, oldest dropped first (0: none, the request's own tree only)
+    max_spec_factor      suffix_decoding_max_spec_factor (1.0): at most this x the match length tokens
+    min_token_prob       suffix_decoding_min_token_prob (0.1): no token whose estimated probability
+                         is lower
+    tree                 False: a chain, as vLLM drafts; True: the paper's tree of the best nodes
+
+    A request starts at `start` and ends at the next `start` (or `end_request`), when its output joins
+    the global tree. `forget_requests` empties the global tree (a new workload, or a repeat of one).
+    """
+
+    name = "suffix decoding"
+
+    def __init__(self, max_tree_depth: int = 24, max_cached_requests: int = 10000, max_spec_factor: float = 1.0,
+                 min_token_prob: float = 0.1, tree: bool = False):
+        if not isinstance(max_cached_requests, int) or max_cached_requests < 0:
+            raise ValueError(f"max_cached_requests must be an integer >= 0, got {max_cached_requests!r}")
+        if not max_spec_factor > 0:
+            raise ValueError(f"max_spec_factor must be > 0, got {max_spec_factor!r}")
+        if not 0 <= min_token_prob <= 1:
+            raise ValueError(f"min_token_prob must be in [0, 1], got {min_token_prob!r}")
+        self.max_tree_depth, self.max_cached_requests = max_tree_depth, max_cached_requests
+        self.max_spec_factor, self.min_token_prob, self.tree = max_spec_factor, min_token_prob, tree
+        self.global_tree = SuffixTrie(max_tree_depth)
+        self.cached: deque[tuple[int, list[int]]] = deque()  # (request number, its output)
+        self.requests = 0
+        self.local: SuffixTrie | None = None
+        self.prompt_len = self.seen = 0
+        self.output: list[int] = []
+
+    @property
+    def batched(self) -> bool:
+        return False  # one request at a time: each has its own local tree
+
+    def forget_requests(self) -> None:
+        """Empty the global tree: what earlier requests generated is no longer drafted from."""
+        self.global_tree = SuffixTrie(self.max_tree_depth)
+        self.cached.clear()
+
+    def start(self, prompt: torch.Tensor) -> None:
+        self.end_request()
+        self.local = SuffixTrie(self.max_tree_depth)
+        self.local.extend(0, prompt.tolist())
+        self.prompt_len = self.seen = len(prompt)
+        self.output = []
+
+    def end_request(self) -> None:
+        """The current request is over: its output joins the global tree (the oldest cached leaves
+        beyond max_cached_requests)."""
+        if self.local is None:
+            return
+        self.local = None
+        if self.max_cached_requests == 0 or not self.output:
+            return
+        self.requests += 1
+        self.global_tree.extend(self.requests, self.output)
+        self.global_tree.close(self.requests)
+        self.cached.append((self.requests, self.output))
+        while len(self.cached) > self.max_cached_requests:
+            old_id, old = self.cached.popleft()
+            self.global_tree.extend(old_id, old, sign=-1)
+            self.global_tree.close(old_id)
+
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        if self.local is None:
+            self.start(ids[:1])
+        seq = ids.tolist()
+        self._read(seq)
+        best: tuple[float, list[int], list[int]] = (0.0, [], [])
+        for trie in (self.local, self.global_tree):
+            found = self.best_match(trie, seq, k)
+            if found[0] > best[0]:  # ties to the request's own tree, as Arctic Inference
+                best = found
+        _, tokens, parents = best
+        return Draft(torch.tensor(tokens, dtype=torch.long, device=ids.device),
+                     parents=parents if self.tree and tokens else None)
+
+    def best_match(self, trie: SuffixTrie, seq: list[int], k: int) -> tuple[float, list[int], list[int]]:
+        """Over every match length (1 up to the tree depth), the draft with the highest score (ties to
+        the longer match): (score, tokens, parents)."""
+        best: tuple[float, list[int], list[int]] = (0.0, [], [])
+        for m in range(1, min(self.max_tree_depth, len(seq)) + 1):
+            found = trie.find(seq[-m:])
+            if found is None:
+                break  # no longer suffix occurs either
+            node, _ = found
+            limit = min(k, int(m * self.max_spec_factor))
+            if not node or limit < 1:
+                continue
+            tokens, parents, score = draft_from(node, limit, self.min_token_prob, self.tree)
+            if tokens and score >= best[0]:
+                best = (score, tokens, parents)
+        return best
+
+    def _read(self, seq: list[int]) -> None:
+        """Add the tokens generated since the last round to the request's tree and output."""
+        new = seq[self.seen:]
+        if new:
+            self.local.extend(0, new)
+            self.output.extend(new)
+            self.seen = len(seq)
