@@ -5,7 +5,7 @@
 # The package ships as source only, and its own build wants torch 2.7 and CUDA for kernels the suffix tree
 # does not use. This builds the suffix tree's extension alone (csrc/suffix_decoding, nanobind) in a
 # throwaway build environment and copies it, with the package's unmodified suffix_decoding/*.py, into VENV.
-# About 20 s on 2 cores. Usage: bash .ci/install-arctic-suffix.sh [VENV]
+# About a minute and a half on 2 cores, most of it pip preparing the source package. Usage: bash .ci/install-arctic-suffix.sh [VENV]
 set -euo pipefail
 VENV="$(cd "${1:-.venv}" && pwd)"
 WORK="$(mktemp -d)"

@@ -14,8 +14,8 @@ from speclab.cli.main import command_parser
 from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, layer_skip_setting, load,
                                  lookahead_setting, prompts_for, require_draft, weights_given)
 from speclab.devices import cpu_name
-from speclab.measure.bench import (FAST, METHODS, default_methods, format_table, model_check, prepare_fast_paths,
-                                   run_bench)
+from speclab.measure.bench import (FAST, METHODS, REFERENCE_METHODS, default_methods, format_table, model_check,
+                                   prepare_fast_paths, run_bench)
 from speclab.measure import batching
 from speclab.measure.profiling import (cost_ratio, draft_step_ms, forward_ms_by_positions, gemv_bandwidth_gbs,
                                        matmul_gflops, parameter_bytes)
@@ -48,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "give a row each, side by side")
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
     b.add_argument("--methods", "--method", dest="methods", default=None,
-                   help="comma-separated subset of: " + ", ".join(METHODS) + " (default: all that fit the target)")
+                   help="comma-separated subset of: " + ", ".join(METHODS) + " (default: all that fit the target); "
+                   "and, only when named, " + ", ".join(REFERENCE_METHODS) + " (Arctic Inference's suffix decoding: "
+                   "bash .ci/install-arctic-suffix.sh .venv)")
     b.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
     b.add_argument("--eagle3", default=None, help="EAGLE-3 head directory, for the eagle3 row (default: the one "
                    "shipped with the bundled target)")

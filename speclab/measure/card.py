@@ -21,7 +21,7 @@ from speclab.measure.acceptance import (
 from speclab.measure.bench import model_check
 from speclab.measure.profiling import decode_ms_per_token
 from speclab.measure.workloads import load_prompts
-from speclab.methods import REGISTRY, Method, eagle, layer_skip, load_drafter, medusa, mtp
+from speclab.methods import REGISTRY, Method, draft_model, eagle, layer_skip, load_drafter, medusa, mtp, parallel_draft
 from speclab.methods.eagle import describe_tree, measured_settings
 from speclab.models import load_model, load_pair, load_tokenizer
 from speclab.stats import GenerationStats
@@ -391,6 +391,45 @@ def exit_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
     return "\n".join(lines)
 
 
+PARD_HEADING = "## Parallel draft (PARD)"
+
+
+def pard_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+    """The model card's section on the parallel draft shipped with the bundled target: how it was adapted
+    from the draft (its record), held-out top-1 agreement by draft depth before and after, and tokens per
+    target pass measured now at K = 4 beside the draft it was adapted from."""
+    pair_dir = Path(pair_dir)
+    method = REGISTRY[parallel_draft.NAME]
+    folder = pair_dir / method.bundled
+    record = json.loads((folder / "record.json").read_text())
+    m, log = record["preset"], record["log"]
+    first, last = log["evals"][0], log["evals"][-1]
+    _, runs, same = measure_drafting(pair_dir, {
+        "draft model, K passes": (lambda t: load_drafter(draft_model.NAME, t, draft=pair_dir / "draft"), m["k"]),
+        "parallel draft, one pass": (lambda t: load_drafter(method.name, t, model=folder), m["k"])},
+        num_prompts, max_new_tokens)
+    depths = len(last["heldout_top1_by_depth"])
+    lines = [
+        PARD_HEADING, "",
+        "The distilled draft adapted into a parallel draft (PARD, An et al. 2025): one more token in its vocabulary, "
+        f"the mask (id {record['mask_token_id']}, the config's `pard_token`, which vLLM reads), so that one pass over "
+        f"the new tokens and K - 1 masks drafts K tokens; float16 in `{method.bundled}/`. Adapted by `python -m "
+        f"speclab train {method.train} --target speclab/pairs/stdlib/target --out DIR --install`: soft cross-entropy "
+        f"against the target's own distribution at every real position and, for {m['anchor_share']:.0%} of the "
+        f"positions, at a block of {m['k'] - 1} masks after them (PARD's conditional drop); {m['steps']} steps of "
+        f"{m['batch']} rows x {m['seq_len']} positions from {rows_trained_on(record)}; "
+        f"{log['seconds'] / 60:.1f} min on {record['hardware']}.", "",
+        "Held-out top-1 agreement with the target by draft depth (depth 1 is the last real token's prediction, "
+        "depth j + 1 the j-th mask's, with the true tokens before it):", "",
+        "| draft depth | " + " | ".join(str(j + 1) for j in range(depths)) + " |", "|---|" + "---|" * depths,
+        "| at start (the draft, masks untrained) | " + " | ".join(f"{a:.3f}" for a in first["heldout_top1_by_depth"])
+        + " |",
+        "| after training | " + " | ".join(f"{a:.3f}" for a in last["heldout_top1_by_depth"]) + " |", "",
+        f"Measured now (greedy, {num_prompts} held-out code prompts x {max_new_tokens} new tokens, K = {m['k']}; "
+        f"outputs {same} target-only decoding's):", ""] + drafting_table(runs)
+    return "\n".join(lines)
+
+
 def replace_section(card: str, heading: str, section: str) -> str:
     """`card` with the section under `heading` (up to the next heading of the same level) replaced by
     `section`, or `section` appended when the card has none."""
@@ -409,4 +448,5 @@ CARD_SECTIONS = {medusa.NAME: (MEDUSA_HEADING, medusa_card, "tree.json"),
                  eagle.NAME: (EAGLE_HEADING, eagle_card, "record.json"),
                  eagle.NAME3: (EAGLE3_HEADING, eagle3_card, "record.json"),
                  mtp.NAME: (MTP_HEADING, mtp_card, "record.json"),
-                 layer_skip.NAME: (EXIT_HEADING, exit_card, "record.json")}
+                 layer_skip.NAME: (EXIT_HEADING, exit_card, "record.json"),
+                 parallel_draft.NAME: (PARD_HEADING, pard_card, "record.json")}

@@ -42,15 +42,15 @@ def two_token_cells(target: torch.nn.Module, prompt: torch.Tensor, settings: dic
 
 
 def sampled_cells(target: torch.nn.Module, make_drafter: Callable[[], object], prompt: torch.Tensor,
-                  kept: torch.Tensor, vocab: int, samples: int, settings: dict, k: int = 2, seed: int = 0
-                  ) -> np.ndarray:
+                  kept: torch.Tensor, vocab: int, samples: int, settings: dict, k: int = 2, seed: int = 0,
+                  acceptance: str = "rejection") -> np.ndarray:
     """Counts of the first two tokens of `samples` speculative decodes (a fresh drafter each), in
     two_token_cells' layout."""
     row_of = {t: i for i, t in enumerate(kept.tolist())}
     counts = np.zeros(len(kept) * vocab + 1)
     for s in range(samples):
         t1, t2 = speculative_generate(target, make_drafter(), prompt, k=k, max_new_tokens=2, seed=seed + s,
-                                      **settings).tokens.tolist()[:2]
+                                      acceptance=acceptance, **settings).tokens.tolist()[:2]
         counts[row_of[t1] * vocab + t2 if t1 in row_of else -1] += 1
     return counts
 
@@ -66,21 +66,41 @@ def residual_replaced_by_p():
         verification.residual_distribution = original
 
 
+@contextmanager
+def block_residual_made_token_wise():
+    """Block verification's broken variant: after the block, resample from max(0, p - q), the token-wise
+    rule's residual, instead of max(0, w p - q) with the block's remaining weight w."""
+    original = verification.block_residual
+    verification.block_residual = lambda weight, p, q: torch.clamp(p - q, min=0)
+    try:
+        yield
+    finally:
+        verification.block_residual = original
+
+
+BROKEN = {"rejection": residual_replaced_by_p, "block": block_residual_made_token_wise}
+
+
 def lossless_check(target: torch.nn.Module, make_drafter: Callable[[], object], prompt: torch.Tensor,
                    samples: int = 1000, temperature: float = 1.0, top: int = 20, k: int = 2, seed: int = 0,
-                   broken: bool = True) -> dict:
+                   broken: bool = True, acceptance: str = "rejection") -> dict:
     """The chi-square p-value of speculative sampling's first two tokens against the target's, and (with
-    `broken`) the same check of the rule without its residual, on fresh samples."""
+    `broken`) the same check of the rule broken on purpose, on fresh samples: the token-wise rule
+    without its residual, or (acceptance="block") block verification with the token-wise residual."""
+    if acceptance not in BROKEN:
+        raise ValueError(f"acceptance must be a lossless rule, one of {tuple(BROKEN)}; got {acceptance!r}")
     settings = {"temperature": temperature}
     kept, probs = two_token_cells(target, prompt, settings, top)
     vocab = (len(probs) - 1) // top
     started = time.perf_counter()
-    counts = sampled_cells(target, make_drafter, prompt, kept, vocab, samples, settings, k, seed)
-    report = {"samples": samples, "temperature": temperature, "k": k, "top_first_tokens": top,
+    counts = sampled_cells(target, make_drafter, prompt, kept, vocab, samples, settings, k, seed, acceptance)
+    report = {"samples": samples, "temperature": temperature, "k": k, "acceptance": acceptance,
+              "top_first_tokens": top,
               "mass_of_kept_first_tokens": round(float(1 - probs[-1]), 4),
               "p_value": chi_square_pvalue(counts, probs), "seconds": round(time.perf_counter() - started, 1)}
     if broken:
-        with residual_replaced_by_p():
-            bad = sampled_cells(target, make_drafter, prompt, kept, vocab, samples, settings, k, seed + samples)
+        with BROKEN[acceptance]():
+            bad = sampled_cells(target, make_drafter, prompt, kept, vocab, samples, settings, k, seed + samples,
+                                acceptance)
         report["broken_p_value"] = chi_square_pvalue(bad, probs)
     return report

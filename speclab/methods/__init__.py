@@ -65,10 +65,10 @@ def _load_draft_model(target, draft=None, **rest) -> Drafter:
     return draft_model.load_draft_model(target, draft)
 
 
-def _load_parallel_draft(target, draft=None, **rest) -> Drafter:
+def _load_parallel_draft(target, model=None, **rest) -> Drafter:
     if rest:
-        raise ValueError(f"pard takes draft= only; got {sorted(rest)}")
-    return parallel_draft.load_parallel_draft(target, draft)
+        raise ValueError(f"pard takes model= only (a parallel draft, or its directory); got {sorted(rest)}")
+    return parallel_draft.load_parallel_draft(target, model)
 
 
 def _load_layer_skip(target, **options) -> Drafter:
@@ -117,10 +117,10 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            on_target=True, train="mtp",
            # chained as deep as the round's K
            bench_rows={"speclab mtp": {}, "speclab mtp-chain": {"num_tokens": 64}}),
-    Method(parallel_draft.NAME, _load_parallel_draft, weights="draft", bundled="pard", train="pard",
-           bench_rows={"speclab pard": {}}),
     Method(layer_skip.NAME, _load_layer_skip, bundled="exit", on_target=True, train="exit",
            bench_rows={"speclab layer-skip": {}}),
+    Method(parallel_draft.NAME, _load_parallel_draft, weights="model", bundled="pard", train="pard",
+           bench_rows={"speclab pard": {}}),
 )}
 METHODS = tuple(REGISTRY)  # vLLM's names where vLLM has the method
 
@@ -186,8 +186,8 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     suffix       suffix decoding: max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0,
                  min_token_prob=0.1 (vLLM's names with suffix_decoding_ in front are accepted too),
                  tree=False (vLLM's chain; True: the paper's tree)
-    pard         a parallel draft (train pard): draft= a directory (default: the one shipped for the
-                 bundled target)
+    pard         a parallel draft (train pard): model= a model or a directory (vLLM's key; default:
+                 the one shipped for the bundled target)
     lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
     eagle        an EAGLE-1 head: head= a directory written by train eagle (default: the head shipped
                  for the bundled target), tree="dynamic" (EAGLE-2's tree, default) or "chain",

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from speclab.drafting import Draft, Drafter
+from speclab.devices import draft_dtype
 from speclab.models import load_model
 from speclab.runner import model_device, runner_for
 from speclab.sampling import SamplingParams, check_finite, pick
@@ -82,12 +83,15 @@ class ParallelDrafter(Drafter):
 
 
 def load_parallel_draft(target: torch.nn.Module | None, draft: torch.nn.Module | str | Path) -> ParallelDrafter:
-    """A parallel drafter from a model or a directory (loaded in float32 on the target's device)."""
+    """A parallel drafter from a model or a directory, loaded on the target's device in the precision a
+    draft model gets there (devices.draft_dtype: float16 on a CPU), so that it is timed like one."""
     if isinstance(draft, (str, Path)):
         config = json.loads((Path(draft) / "config.json").read_text())
         if MASK_KEY not in config:
             raise ValueError(f"{draft} is not a parallel draft (its config.json has no {MASK_KEY}); a plain draft "
                              "model loads with load_drafter('draft_model', target, draft=...)")
-        draft = load_model(draft, model_device(target) if target is not None else None, torch.float32)
+        device = model_device(target) if target is not None else torch.device("cpu")
+        dtype = draft_dtype(device, target.dtype if target is not None else torch.float32)
+        draft = load_model(draft, device, dtype)
     vocab = target.config.vocab_size if target is not None else mask_token_id(draft)
     return ParallelDrafter(draft, vocab)

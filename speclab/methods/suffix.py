@@ -62,6 +62,20 @@ class SuffixTrie:
     def close(self, seq_id: int) -> None:
         self.open.pop(seq_id, None)
 
+    def follow(self, ends: list[dict], tokens: Sequence[int]) -> list[dict]:
+        """The nodes of the suffixes (lengths 1, 2, ...) of a sequence read past the trie without adding it:
+        `ends` those before `tokens`, the result those after. Where a suffix never occurs no longer one
+        does, so the list stops at the first miss."""
+        for token in tokens:
+            grown = []
+            for node in [self.root, *ends]:
+                entry = node.get(token)
+                if entry is None:
+                    break
+                grown.append(entry[1])
+            ends = grown[:self.depth - 1]
+        return ends
+
     def find(self, tokens: Sequence[int]) -> tuple[dict, int] | None:
         """The node of `tokens` and its count, or None where they never occur."""
         node, count = self.root, 0
@@ -85,6 +99,8 @@ def draft_from(node: dict, limit: int, min_prob: float, tree: bool) -> tuple[lis
     """Up to `limit` tokens continuing a matched node: (tokens, parents (-1: the root), score, the sum
     of their probabilities). Tokens below min_prob are not drafted. Chain: the most frequent child each
     step. Tree: the most probable nodes anywhere below, best first (Arctic Inference's tree search)."""
+    if not tree:
+        return draft_chain(node, limit, min_prob)
     tokens: list[int] = []
     parents: list[int] = []
     score = 0.0
@@ -97,13 +113,25 @@ def draft_from(node: dict, limit: int, min_prob: float, tree: bool) -> tuple[lis
         tokens.append(token)
         parents.append(parent)
         score -= neg
-        children = continuations(sub, -neg, len(tokens) - 1) if sub else []
-        if tree:
-            for child in children:
-                heapq.heappush(heap, child)
-        else:  # a chain: only the best child goes on
-            heap = [min(children)] if children else []
+        for child in continuations(sub, -neg, len(tokens) - 1) if sub else []:
+            heapq.heappush(heap, child)
     return tokens, parents, score
+
+
+def draft_chain(node: dict, limit: int, min_prob: float) -> tuple[list[int], list[int], float]:
+    """draft_from's chain, without the heap: the most frequent child each step (ties to the smaller id)."""
+    tokens: list[int] = []
+    prob, score = 1.0, 0.0
+    while node and len(tokens) < limit:
+        total = sum(count for count, _ in node.values())
+        token, (count, sub) = min(node.items(), key=lambda item: (-item[1][0], item[0]))
+        if prob * count / total < min_prob:
+            break
+        prob = prob * count / total
+        tokens.append(token)
+        score += prob
+        node = sub
+    return tokens, list(range(-1, len(tokens) - 1)), score
 
 
 class SuffixDrafter(Drafter):
@@ -137,6 +165,7 @@ class SuffixDrafter(Drafter):
         self.cached: deque[tuple[int, list[int]]] = deque()  # (request number, its output)
         self.requests = 0
         self.local: SuffixTrie | None = None
+        self.global_ends: list[dict] = []  # the global tree's nodes of the sequence's suffixes (SuffixTrie.follow)
         self.prompt_len = self.seen = 0
         self.output: list[int] = []
 
@@ -148,11 +177,14 @@ class SuffixDrafter(Drafter):
         """Empty the global tree: what earlier requests generated is no longer drafted from."""
         self.global_tree = SuffixTrie(self.max_tree_depth)
         self.cached.clear()
+        self.global_ends = []
 
     def start(self, prompt: torch.Tensor) -> None:
         self.end_request()
         self.local = SuffixTrie(self.max_tree_depth)
-        self.local.extend(0, prompt.tolist())
+        tokens = prompt.tolist()
+        self.local.extend(0, tokens)
+        self.global_ends = self.global_tree.follow([], tokens)
         self.prompt_len = self.seen = len(prompt)
         self.output = []
 
@@ -177,26 +209,24 @@ class SuffixDrafter(Drafter):
                 generator: torch.Generator | None = None) -> Draft:
         if self.local is None:
             self.start(ids[:1])
-        seq = ids.tolist()
-        self._read(seq)
+        self._read(ids.tolist())
         best: tuple[float, list[int], list[int]] = (0.0, [], [])
-        for trie in (self.local, self.global_tree):
-            found = self.best_match(trie, seq, k)
+        # the nodes of the sequence's suffixes in each tree, kept up to date as tokens arrive (no search):
+        # the request's own (the local trie's open suffixes, minus the one it is still growing) and the
+        # global tree's
+        for ends in (self.local.open[0], self.global_ends):
+            found = self.best_match(ends, k)
             if found[0] > best[0]:  # ties to the request's own tree, as Arctic Inference
                 best = found
         _, tokens, parents = best
         return Draft(torch.tensor(tokens, dtype=torch.long, device=ids.device),
                      parents=parents if self.tree and tokens else None)
 
-    def best_match(self, trie: SuffixTrie, seq: list[int], k: int) -> tuple[float, list[int], list[int]]:
-        """Over every match length (1 up to the tree depth), the draft with the highest score (ties to
-        the longer match): (score, tokens, parents)."""
+    def best_match(self, ends: list[dict], k: int) -> tuple[float, list[int], list[int]]:
+        """Over every match length m (ends[m - 1]: the node of the sequence's last m tokens), the draft with
+        the highest score (ties to the longer match): (score, tokens, parents)."""
         best: tuple[float, list[int], list[int]] = (0.0, [], [])
-        for m in range(1, min(self.max_tree_depth, len(seq)) + 1):
-            found = trie.find(seq[-m:])
-            if found is None:
-                break  # no longer suffix occurs either
-            node, _ = found
+        for m, node in enumerate(ends, start=1):
             limit = min(k, int(m * self.max_spec_factor))
             if not node or limit < 1:
                 continue
@@ -206,9 +236,11 @@ class SuffixDrafter(Drafter):
         return best
 
     def _read(self, seq: list[int]) -> None:
-        """Add the tokens generated since the last round to the request's tree and output."""
+        """Add the tokens generated since the last round to the request's tree and output, and follow them
+        in the global tree."""
         new = seq[self.seen:]
         if new:
             self.local.extend(0, new)
+            self.global_ends = self.global_tree.follow(self.global_ends, new)
             self.output.extend(new)
             self.seen = len(seq)

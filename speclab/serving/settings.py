@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram
+from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram, parallel_draft, suffix
 
 ENGINES = ("speclab", "vllm", "sglang", "tensorrt-llm", "llama.cpp", "transformers")
 
@@ -45,6 +45,8 @@ class Options:
     exit_layer   layer skip's drafting layers
     lookahead    lookahead decoding's window W, n-gram length N and pool G
     confidence_threshold   stop a round's draft below this confidence (None: draft k tokens)
+    suffix       suffix decoding's (max_tree_depth, max_cached_requests, max_spec_factor, min_token_prob)
+    mask_token_id  a parallel draft's mask token (its config's pard_token)
     """
 
     k: int = 4
@@ -58,6 +60,8 @@ class Options:
     exit_layer: int | None = None
     confidence_threshold: float | None = None
     lookahead: tuple[int, int, int] = (4, 4, 4)
+    suffix: tuple[int, int, float, float] = (24, 10000, 1.0, 0.1)
+    mask_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -304,8 +308,44 @@ def _lookahead(engine: str, o: Options) -> dict:
                       "TensorRT-LLM has it)")
 
 
+SUFFIX_KEYS = ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")
+
+
+def _suffix(engine: str, o: Options) -> dict:
+    named = dict(zip(SUFFIX_KEYS, o.suffix))
+    if engine == "speclab":
+        return {"method": suffix.NAME, "k": o.k, **named, **_common(engine, o)}
+    if engine == "vllm":  # needs Arctic Inference installed beside vLLM (pip install arctic-inference)
+        return {"method": suffix.NAME, "num_speculative_tokens": o.k,
+                **{f"suffix_decoding_{key}": value for key, value in named.items()}, **_common(engine, o)}
+    raise _no(engine, {
+        "sglang": "SUFFIX is a --speculative-algorithm (with Arctic Inference installed), but its tree settings "
+                  "are not in this course's sources: set the algorithm and check SGLang's suffix_decoding docs",
+        "tensorrt-llm": "its SA decoding is a suffix automaton over the request alone, with no cache of earlier "
+                        "requests' outputs to set",
+        "llama.cpp": "no suffix-tree drafting; ngram-* look up the request's own text",
+        "transformers": "no suffix-tree drafting; prompt_lookup_num_tokens looks up the request's own text"}[engine])
+
+
+def _parallel_draft(engine: str, o: Options) -> dict:
+    path = o.path or "PARD_DIR"
+    if engine == "speclab":
+        return {"method": parallel_draft.NAME, "model": path, "k": o.k, **_common(engine, o)}
+    if engine == "vllm":  # a draft model run with K - 1 mask tokens; the mask id is read from its config
+        return {"method": draft_model.NAME, "model": path, "num_speculative_tokens": o.k, "parallel_drafting": True,
+                **_common(engine, o)}
+    if engine == "tensorrt-llm":
+        if o.mask_token_id is None:
+            raise ValueError("PARDDecodingConfig needs the draft's mask token: pass mask_token_id (its config's "
+                             "pard_token)")
+        return {"decoding_type": "PARD", "max_draft_len": o.k, "speculative_model": path,
+                "mask_token_id": o.mask_token_id, **_common(engine, o)}
+    raise _no(engine, "no parallel drafting: a draft model there drafts token by token")
+
+
 WRITERS = {draft_model.NAME: _draft_model, ngram.NAME: _ngram, eagle.NAME: _eagle(1), eagle.NAME3: _eagle(3),
-           medusa.NAME: _medusa, mtp.NAME: _mtp, layer_skip.NAME: _layer_skip, lookahead.NAME: _lookahead}
+           medusa.NAME: _medusa, mtp.NAME: _mtp, layer_skip.NAME: _layer_skip, lookahead.NAME: _lookahead,
+           suffix.NAME: _suffix, parallel_draft.NAME: _parallel_draft}
 
 
 def k_by_batch(policy: dict[int, int], max_batch: int) -> tuple[tuple[int, int, int], ...]:

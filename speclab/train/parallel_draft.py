@@ -174,7 +174,7 @@ def train_parallel_draft(target_dir: str | Path, out: Path, preset: str = "stdli
               "mask_token_id": mask, "device": str(dev), "hardware": hardware(dev), "torch": torch.__version__,
               "seed": seed, "training_rows": features["rows"], "log": log}
     folder = out / NAME
-    draft.eval().save_pretrained(folder)
+    draft.eval().to(torch.float16).save_pretrained(folder)  # half precision, as the bundled draft ships
     record_target(folder, target)
     (folder / "record.json").write_text(json.dumps(report, indent=1))
     return report

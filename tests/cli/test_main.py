@@ -73,7 +73,7 @@ def test_generate_offers_the_registry_methods_and_the_older_names():
 
 
 def test_card_sections_are_the_registry_methods_with_bundled_weights():
-    assert list(ONLY) == ["medusa", "eagle", "eagle3", "mtp", "exit"]  # the folders in speclab/pairs/stdlib
+    assert list(ONLY) == ["medusa", "eagle", "eagle3", "mtp", "exit", "pard"]  # the folders in speclab/pairs/stdlib
     assert all(REGISTRY[name].bundled == folder for folder, name in ONLY.items())
     with pytest.raises(SystemExit):
         card_parser().parse_args(["--only", "draft"])

@@ -243,3 +243,26 @@ def test_block_rows_run_every_chain_row_again_with_block_verification(pair, prom
                         temperature=1.0, block=True)
     assert [r.method for r in sampled] == [*methods[:2], "speclab speculative (block)"]
     assert sampled[2].stats.lossless and sampled[2].new_tokens == 12
+
+
+def test_suffix_rows_forget_earlier_requests_before_each_pass_over_the_prompts(pair, prompt, monkeypatch):
+    """A repeat must not draft from its own earlier output: the bench empties a drafter's memory of earlier
+    requests (Drafter.forget_requests) before the first prompt of every pass, warm-up included."""
+    from speclab.methods.suffix import SuffixDrafter
+    forgotten = []
+    original = SuffixDrafter.forget_requests
+    monkeypatch.setattr(SuffixDrafter, "forget_requests", lambda self: (forgotten.append(1), original(self)))
+    methods = ("speclab target-only", "speclab suffix", "speclab suffix-tree")
+    rows = run_bench(*pair, [prompt, prompt[:5]], k=3, max_new_tokens=8, methods=methods, repeats=2)
+    assert all(r.matches_target_only for r in rows[1:])
+    assert len(forgotten) == 2 * 2  # two suffix rows, two passes; the first pass's call forgets the warm-up too
+    by = {r.method: r for r in rows}
+    assert by["speclab suffix"].stats.new_tokens == 16
+
+
+def test_reference_rows_only_when_named_and_a_clear_error_when_not_installed(pair, prompt, monkeypatch):
+    from speclab.measure import arctic_suffix, bench
+    assert "arctic suffix" not in bench.METHODS and "arctic suffix" in bench.REFERENCE_METHODS
+    monkeypatch.setattr(arctic_suffix.importlib, "import_module", lambda name: (_ for _ in ()).throw(ImportError(name)))
+    with pytest.raises(ImportError, match="install-arctic-suffix.sh"):
+        run_bench(*pair, [prompt], k=3, max_new_tokens=4, methods=("speclab target-only", "arctic suffix"))

@@ -22,3 +22,12 @@ def test_a_sound_rule_passes_and_the_rule_without_residual_fails():
     report = lossless_check(target, lambda: ModelDrafter(draft), small.PROMPT, samples=1500, top=4)
     assert report["p_value"] > 1e-3 and report["broken_p_value"] < 1e-6
     assert 0 < report["mass_of_kept_first_tokens"] <= 1
+
+
+def test_block_verification_passes_and_its_token_wise_residual_fails():
+    target = tiny_model("llama", layers=2, vocab=small.VOCAB, seed=10, init=0.2)
+    draft = tiny_model("llama", layers=1, vocab=small.VOCAB, seed=11, init=0.2)
+    report = lossless_check(target, lambda: ModelDrafter(draft), small.PROMPT, samples=1500, top=4, k=3,
+                            acceptance="block")
+    assert report["acceptance"] == "block"
+    assert report["p_value"] > 1e-3 and report["broken_p_value"] < 1e-6

@@ -34,7 +34,7 @@ def test_one_pass_drafts_k_tokens_from_the_masks_and_the_masks_leave_the_cache()
 
 def test_greedy_output_equals_target_only():
     target = tiny_model("llama", layers=2, seed=0)
-    drafter = load_drafter("pard", target, draft=parallel_draft())
+    drafter = load_drafter("pard", target, model=parallel_draft())
     prompt = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30])
     reference = generate(target, prompt, max_new_tokens=30).tokens.tolist()
     for k in (2, 5):

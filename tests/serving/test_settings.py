@@ -88,11 +88,27 @@ def test_transformers_defaults_are_overridden_to_speclabs():
     assert engine_settings("layer_skip", "transformers", k=3, exit_layer=6).settings["assistant_early_exit"] == 6
 
 
+def test_suffix_decoding_and_parallel_drafting_under_vllm_s_names():
+    vllm = engine_settings("suffix", "vllm", k=8, suffix=(16, 100, 2.0, 0.2)).settings
+    assert vllm == {"method": "suffix", "num_speculative_tokens": 8, "suffix_decoding_max_tree_depth": 16,
+                    "suffix_decoding_max_cached_requests": 100, "suffix_decoding_max_spec_factor": 2.0,
+                    "suffix_decoding_min_token_prob": 0.2}
+    with pytest.raises(Unsupported, match="automaton"):
+        engine_settings("suffix", "tensorrt-llm")
+    pard = engine_settings("pard", "vllm", k=4, path="/p").settings
+    assert pard == {"method": "draft_model", "model": "/p", "num_speculative_tokens": 4, "parallel_drafting": True}
+    assert engine_settings("pard", "tensorrt-llm", mask_token_id=4096).settings["decoding_type"] == "PARD"
+    with pytest.raises(ValueError, match="mask_token_id"):
+        engine_settings("pard", "tensorrt-llm")
+    with pytest.raises(Unsupported, match="token by token"):
+        engine_settings("pard", "sglang")
+
+
 def test_bad_settings_are_errors():
     with pytest.raises(ValueError, match="unknown engine"):
         engine_settings("ngram", "tgi")
     with pytest.raises(ValueError, match="unknown method"):
-        engine_settings("suffix", "vllm")
+        engine_settings("dflash", "vllm")
     with pytest.raises(ValueError, match="at least 1"):
         engine_settings("ngram", "vllm", k=0)
     with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
