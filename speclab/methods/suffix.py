@@ -18,9 +18,11 @@ probability: lossless at any temperature, as for prompt lookup. vLLM drafts the 
 """
 from __future__ import annotations
 
+import gc
 import heapq
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -28,6 +30,21 @@ from speclab.drafting import Draft, Drafter
 from speclab.sampling import SamplingParams
 
 NAME = "suffix"  # the method's name in the registry (vLLM's)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cycle collector off while a trie grows: adding a sequence allocates a node per new substring,
+    and every collection those allocations trigger walks the whole trie (tens of thousands of dicts once
+    earlier requests are cached), which cost more than building it. A trie holds no reference cycles, so
+    nothing is left uncollected."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class SuffixTrie:
@@ -47,17 +64,18 @@ class SuffixTrie:
     def extend(self, seq_id: int, tokens: Sequence[int], sign: int = 1) -> None:
         """Append `tokens` to sequence `seq_id` (sign -1: remove a sequence added before, token by token)."""
         ends = self.open.setdefault(seq_id, [])
-        for token in tokens:
-            grown = []
-            for node in [self.root, *ends]:
-                entry = node.get(token)
-                if entry is None:
-                    entry = node[token] = [0, {}]
-                entry[0] += sign
-                if entry[0] == 0:
-                    del node[token]  # removal: nothing below a zero count is left either
-                grown.append(entry[1])
-            ends[:] = grown[:self.depth - 1]  # suffixes of `depth` tokens end here
+        with gc_paused():
+            for token in tokens:
+                grown = []
+                for node in [self.root, *ends]:
+                    entry = node.get(token)
+                    if entry is None:
+                        entry = node[token] = [0, {}]
+                    entry[0] += sign
+                    if entry[0] == 0:
+                        del node[token]  # removal: nothing below a zero count is left either
+                    grown.append(entry[1])
+                ends[:] = grown[:self.depth - 1]  # suffixes of `depth` tokens end here
 
     def close(self, seq_id: int) -> None:
         self.open.pop(seq_id, None)
@@ -184,7 +202,8 @@ class SuffixDrafter(Drafter):
         self.local = SuffixTrie(self.max_tree_depth)
         tokens = prompt.tolist()
         self.local.extend(0, tokens)
-        self.global_ends = self.global_tree.follow([], tokens)
+        # only the last depth - 1 tokens decide which suffixes the global tree holds
+        self.global_ends = self.global_tree.follow([], tokens[-(self.max_tree_depth - 1):])
         self.prompt_len = self.seen = len(prompt)
         self.output = []
 
