@@ -192,10 +192,12 @@ class SuffixDrafter(Drafter):
         return False  # one request at a time: each has its own local tree
 
     def forget_requests(self) -> None:
-        """Empty the global tree: what earlier requests generated is no longer drafted from."""
+        """Empty the global tree and drop the request under way without caching it: nothing generated so
+        far is drafted from again (the next `start` would otherwise cache the unfinished request)."""
         self.global_tree = SuffixTrie(self.max_tree_depth)
         self.cached.clear()
         self.global_ends = []
+        self.local, self.output = None, []
 
     def start(self, prompt: torch.Tensor) -> None:
         self.end_request()

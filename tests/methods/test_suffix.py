@@ -56,6 +56,10 @@ def test_earlier_requests_outputs_are_drafted_until_they_are_evicted_or_forgotte
     assert drafter.propose(torch.tensor([40, 41]), 4, GREEDY).tokens.tolist() == [70, 71]
     drafter.forget_requests()
     assert len(drafter.propose(torch.tensor([40, 41]), 4, GREEDY)) == 0
+    drafter.propose(torch.tensor([40, 41, 90, 91]), 4, GREEDY)  # a request under way when the memory is emptied
+    drafter.forget_requests()
+    drafter.start(torch.tensor([5, 90]))  # ...is not cached by the next start
+    assert len(drafter.propose(torch.tensor([5, 90]), 4, GREEDY)) == 0
     none_kept = SuffixDrafter(max_cached_requests=0)
     none_kept.start(torch.tensor([5]))
     none_kept.propose(torch.tensor([5, 40, 41, 42]), 4, GREEDY)
