@@ -93,6 +93,64 @@ LAB11_ATTENTION = ("def batched_attention(cache, q, k, v, lengths):\n"
                    "    return torch.softmax(scores, dim=-1) @ values")
 
 
+# Lab 13's answers, written out so that each mistake below is the solution with one line changed.
+LAB13_WEIGHTS = ("def block_weights(p_x, q_x):\n    weights = [1.0]\n    for p, q in zip(p_x, q_x):\n"
+                 "        weights.append(min(1.0, weights[-1] * p / q))\n    return weights")
+LAB13_VERIFY = ("def block_verify(p_rows, q_rows, tokens, u):\n    k = len(tokens)\n"
+                "    p_x = [float(p_rows[i, tokens[i]]) for i in range(k)]\n"
+                "    q_x = [float(q_rows[i, tokens[i]]) for i in range(k)]\n    w = block_weights(p_x, q_x)\n"
+                "    keep = []\n    for i in range(1, k):\n"
+                "        r = float(torch.clamp(w[i] * p_rows[i] - q_rows[i], min=0).sum())\n"
+                "        keep.append(r / (r + 1 - w[i]) if r + 1 - w[i] > 0 else 1.0)\n    keep.append(w[k])\n"
+                "    tau = 0\n    for i in range(1, k + 1):\n        if u[i - 1] < keep[i - 1]:\n            tau = i\n"
+                "    if tau == k:\n        return tau, p_rows[k]\n"
+                "    left = torch.clamp(w[tau] * p_rows[tau] - q_rows[tau], min=0)\n"
+                "    return tau, left / left.sum() if left.sum() > 0 else p_rows[tau]")
+LAB13_COUNTS = ("def suffix_counts(sequences, depth):\n    counts = {}\n    for seq in sequences:\n"
+                "        for i in range(len(seq)):\n            for n in range(1, depth + 1):\n"
+                "                if i + n <= len(seq):\n                    key = tuple(seq[i:i + n])\n"
+                "                    counts[key] = counts.get(key, 0) + 1\n    return counts")
+LAB13_DRAFT = ("def suffix_draft(counts, context, max_tokens, min_prob=0.1):\n    def followers(s):\n"
+               "        return {key[-1]: c for key, c in counts.items() if len(key) == len(s) + 1 and key[:-1] == s}\n"
+               "    depth = max((len(k) for k in counts), default=0)\n    s = None\n"
+               "    for n in range(min(len(context), depth - 1), 0, -1):\n"
+               "        if followers(tuple(context[-n:])):\n            s = tuple(context[-n:])\n            break\n"
+               "    if s is None:\n        return []\n    out, prob = [], 1.0\n    while len(out) < max_tokens:\n"
+               "        nxt = followers(s)\n        if not nxt:\n            break\n"
+               "        token = min(nxt, key=lambda t: (-nxt[t], t))\n        share = nxt[token] / sum(nxt.values())\n"
+               "        if prob * share < min_prob:\n            break\n        prob *= share\n"
+               "        out.append(token)\n        s = s + (token,)\n    return out")
+LAB13 = {"q1": LAB13_WEIGHTS, "q2": LAB13_VERIFY, "q3": LAB13_COUNTS, "q4": LAB13_DRAFT}
+
+
+def lab13_but(qid: str, old: str, new: str) -> str:
+    assert old in LAB13[qid], old
+    return LAB13[qid].replace(old, new, 1)
+
+
+LAB13_MISTAKES = {
+    "capped": lab13_but("q1", "min(1.0, weights[-1] * p / q)", "weights[-1] * p / q"),
+    "running": lab13_but("q1", "min(1.0, weights[-1] * p / q)", "min(1.0, p / q)"),
+    "first refusal": lab13_but("q2", "        if u[i - 1] < keep[i - 1]:\n            tau = i\n",
+                               "        if u[i - 1] >= keep[i - 1]:\n            break\n        tau = i\n"),
+    "last ratio": lab13_but("q2", "    keep.append(w[k])\n", "    keep.append(min(1.0, p_x[-1] / q_x[-1]))\n"),
+    "not strictly": lab13_but("q2", "if u[i - 1] < keep[i - 1]:", "if u[i - 1] <= keep[i - 1]:"),
+    "unnormalised": lab13_but("q2", "return tau, left / left.sum() if left.sum() > 0 else p_rows[tau]",
+                              "return tau, left"),
+    "token-wise residual": lab13_but("q2", "torch.clamp(w[tau] * p_rows[tau] - q_rows[tau], min=0)",
+                                     "torch.clamp(p_rows[tau] - q_rows[tau], min=0)"),
+    "too deep": lab13_but("q3", "range(1, depth + 1)", "range(1, depth + 2)"),
+    "string keys": lab13_but("q3", "key = tuple(seq[i:i + n])", "key = str(seq[i:i + n])"),
+    "counted once": lab13_but("q3", "counts[key] = counts.get(key, 0) + 1", "counts[key] = 1"),
+    "shortest": lab13_but("q4", "range(min(len(context), depth - 1), 0, -1)", "range(1, min(len(context), depth - 1) + 1)"),
+    "no follower": lab13_but("q4", "if followers(tuple(context[-n:])):", "if tuple(context[-n:]) in counts:"),
+    "larger id": lab13_but("q4", "key=lambda t: (-nxt[t], t)", "key=lambda t: (-nxt[t], -t)"),
+    "of occurrences": lab13_but("q4", "share = nxt[token] / sum(nxt.values())", "share = nxt[token] / counts[s]"),
+    "floor alone": lab13_but("q4", "if prob * share < min_prob:", "if share < min_prob:"),
+    "no limit": lab13_but("q4", "while len(out) < max_tokens:", "while True:"),
+}
+
+
 def accepted_counts_but(old: str, new: str) -> str:
     assert old in LAB11_COUNTS, old
     return LAB11_COUNTS.replace(old, new, 1)
@@ -628,6 +686,25 @@ MISTAKES = [
      lab12_but(LAB12_ROLLOUT, "new['tpot_ms_p95'] > base['tpot_ms_p95']", "new['tpot_ms_p50'] > base['tpot_ms_p50']")),
     ("lab12", "q4", "within the margin",
      lab12_but(LAB12_ROLLOUT, "base['tpot_ms_p95'] * (1 + max_regression)", "base['tpot_ms_p95']")),
+    ("lab13", "q1", "capped at 1", LAB13_MISTAKES["capped"]),
+    ("lab13", "q1", "a running product", LAB13_MISTAKES["running"]),
+    ("lab13", "q1", "200 random blocks", lab13_but("q1", "weights = [1.0]", "weights = [1.0 - 1e-3]")),
+    ("lab13", "q2", "the longest prefix that passes", LAB13_MISTAKES["first refusal"]),
+    ("lab13", "q2", "the last position keeps its weight", LAB13_MISTAKES["last ratio"]),
+    ("lab13", "q2", "strictly below", LAB13_MISTAKES["not strictly"]),
+    ("lab13", "q2", "the residual, normalised", LAB13_MISTAKES["unnormalised"]),
+    ("lab13", "q2", "the same decisions as speclab's verify_block", LAB13_MISTAKES["token-wise residual"]),
+    ("lab13", "q2", "never fewer drafts kept", LAB13_MISTAKES["first refusal"]),
+    ("lab13", "q3", "at most depth tokens", LAB13_MISTAKES["too deep"]),
+    ("lab13", "q3", "as tuples", LAB13_MISTAKES["string keys"]),
+    ("lab13", "q3", "counted over every sequence", LAB13_MISTAKES["counted once"]),
+    ("lab13", "q4", "the longest suffix", LAB13_MISTAKES["shortest"]),
+    ("lab13", "q4", "the longest suffix", LAB13_MISTAKES["no follower"]),
+    ("lab13", "q4", "ties to the smaller id", LAB13_MISTAKES["larger id"]),
+    ("lab13", "q4", "the share of s's continuations", LAB13_MISTAKES["of occurrences"]),
+    ("lab13", "q4", "the floor stops it", LAB13_MISTAKES["floor alone"]),
+    ("lab13", "q4", "at most max_tokens", LAB13_MISTAKES["no limit"]),
+    ("lab13", "q4", "against speclab's suffix trie", LAB13_MISTAKES["of occurrences"]),
 ]
 
 
@@ -798,6 +875,22 @@ RULES = [
     ("lab12", "q4", "`tokens_per_s` is at least", "throughput counts too", lab12_mistake("throughput counts too")),
     ("lab12", "q4", "raise a `ValueError`", "unlike measurements are an error",
      lab12_but(LAB12_ROLLOUT, "        raise ValueError('rates')\n", "        return 'hold', []\n")),
+    ("lab13", "q1", "**capped at 1**", "capped at 1", LAB13_MISTAKES["capped"]),
+    ("lab13", "q1", "**running product**", "a running product", LAB13_MISTAKES["running"]),
+    ("lab13", "q2", "the **longest** prefix length", "the longest prefix that passes", LAB13_MISTAKES["first refusal"]),
+    ("lab13", "q2", "h_K = w_K", "the last position keeps its weight", LAB13_MISTAKES["last ratio"]),
+    ("lab13", "q2", "**strictly below**", "strictly below", LAB13_MISTAKES["not strictly"]),
+    ("lab13", "q2", "**normalised**", "the residual, normalised", LAB13_MISTAKES["unnormalised"]),
+    ("lab13", "q3", "**at most `depth`** tokens", "at most depth tokens", LAB13_MISTAKES["too deep"]),
+    ("lab13", "q3", "**tuple**", "as tuples", LAB13_MISTAKES["string keys"]),
+    ("lab13", "q3", "**counted over every sequence**", "counted over every sequence", LAB13_MISTAKES["counted once"]),
+    ("lab13", "q4", "the **longest** suffix", "the longest suffix", LAB13_MISTAKES["shortest"]),
+    ("lab13", "q4", "**followed by at least one token**", "the longest suffix", LAB13_MISTAKES["no follower"]),
+    ("lab13", "q4", "**smaller token id**", "ties to the smaller id", LAB13_MISTAKES["larger id"]),
+    ("lab13", "q4", "**sum of the counts of all of s's continuations**", "the share of s's continuations",
+     LAB13_MISTAKES["of occurrences"]),
+    ("lab13", "q4", "**Stop before**", "the floor stops it", LAB13_MISTAKES["floor alone"]),
+    ("lab13", "q4", "**at most `max_tokens`**", "at most max_tokens", LAB13_MISTAKES["no limit"]),
 ]
 
 

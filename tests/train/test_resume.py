@@ -116,3 +116,24 @@ def test_exit_adapters_stopped_mid_layer_resume_that_layer(tmp_path):
     assert {k: v for k, v in resumed["layers"]["3"].items() if k != "seconds"} == strip
     a, b = torch.load(whole / "exit.ckpt")["adapters"][3], torch.load(parts / "exit.ckpt")["adapters"][3]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_parallel_draft_stopped_and_resumed_trains_the_same_draft(tmp_path):
+    """train_parallel_draft (micro, on the bundled target and draft) stopped after 2 steps and run again ends
+    with the draft and log of a run never stopped; what it writes loads as a parallel drafter."""
+    from speclab import load_drafter, load_pair
+    from speclab.train.parallel_draft import train_parallel_draft
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    target = BUNDLED_DIR / "target"
+    record = train_parallel_draft(target, whole, preset="micro", device="cpu")
+    parts.mkdir()
+    for cached in ("data.pt", "generated.pt", "features.pt"):
+        shutil.copy(whole / cached, parts / cached)
+    with pytest.raises(SystemExit, match="stopped at step"):
+        train_parallel_draft(target, parts, preset="micro", device="cpu", stop_after_steps=2)
+    resumed = train_parallel_draft(target, parts, preset="micro", device="cpu")
+    assert resumed["log"]["evals"] == record["log"]["evals"] and resumed["log"]["train"] == record["log"]["train"]
+    a, b = torch.load(whole / "pard.ckpt")["draft"], torch.load(parts / "pard.ckpt")["draft"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    drafter = load_drafter("pard", load_pair(device="cpu").target, model=whole / "pard")
+    assert drafter.mask == record["mask_token_id"] == 4096 and len(record["log"]["evals"][-1]["heldout_top1_by_depth"]) == 3
