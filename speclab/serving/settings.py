@@ -334,12 +334,10 @@ def _parallel_draft(engine: str, o: Options) -> dict:
     if engine == "vllm":  # a draft model run with K - 1 mask tokens; the mask id is read from its config
         return {"method": draft_model.NAME, "model": path, "num_speculative_tokens": o.k, "parallel_drafting": True,
                 **_common(engine, o)}
-    if engine == "tensorrt-llm":
-        if o.mask_token_id is None:
-            raise ValueError("PARDDecodingConfig needs the draft's mask token: pass mask_token_id (its config's "
-                             "pard_token)")
-        return {"decoding_type": "PARD", "max_draft_len": o.k, "speculative_model": path,
-                "mask_token_id": o.mask_token_id, **_common(engine, o)}
+    if engine == "tensorrt-llm":  # PARDDecodingConfig names the mask token itself: the config's pard_token
+        mask = "MASK_TOKEN_ID" if o.mask_token_id is None else o.mask_token_id
+        return {"decoding_type": "PARD", "max_draft_len": o.k, "speculative_model": path, "mask_token_id": mask,
+                **_common(engine, o)}
     raise _no(engine, "no parallel drafting: a draft model there drafts token by token")
 
 

@@ -97,9 +97,9 @@ def test_suffix_decoding_and_parallel_drafting_under_vllm_s_names():
         engine_settings("suffix", "tensorrt-llm")
     pard = engine_settings("pard", "vllm", k=4, path="/p").settings
     assert pard == {"method": "draft_model", "model": "/p", "num_speculative_tokens": 4, "parallel_drafting": True}
-    assert engine_settings("pard", "tensorrt-llm", mask_token_id=4096).settings["decoding_type"] == "PARD"
-    with pytest.raises(ValueError, match="mask_token_id"):
-        engine_settings("pard", "tensorrt-llm")
+    trt = engine_settings("pard", "tensorrt-llm", mask_token_id=4096).settings
+    assert trt["decoding_type"] == "PARD" and trt["mask_token_id"] == 4096
+    assert engine_settings("pard", "tensorrt-llm").settings["mask_token_id"] == "MASK_TOKEN_ID"  # as DIR for paths
     with pytest.raises(Unsupported, match="token by token"):
         engine_settings("pard", "sglang")
 
