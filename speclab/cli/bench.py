@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_pair_args(b)
     add_sampling_args(b)
     b.add_argument("--workload", default="code", help="comma-separated workloads, each benchmarked in turn: code "
-                   f"and prose (held-out windows), {' and '.join(COPYING)} (the shipped copying sets), the chat prompts "
+                   f"and prose (held-out windows), {' and '.join(COPYING)} (the shipped copying sets), edits (sixteen "
+                   "edits of one file, a series of requests: chapter 13), the chat prompts "
                    f"by task, run through the tokenizer's chat template ({', '.join(CHAT)}; 4 each), or "
                    "chat for all seven (speclab.measure.workloads)")
     b.add_argument("--lookahead", type=lookahead_setting, nargs="+", default=[(4, 4, 4)], metavar="W,N,G",

@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
     c.add_argument("--only", choices=list(ONLY), default=None,
-                   help="re-measure only this section of the card (the Medusa heads, an EAGLE head, the MTP module or "
-                   "the exit adapters shipped with the target) and keep the rest")
+                   help="re-measure only this section of the card (the Medusa heads, an EAGLE head, the MTP module, "
+                   "the exit adapters or the parallel draft shipped with the target) and keep the rest")
     return c
 
 

@@ -47,7 +47,9 @@ from speclab.corpus import heldout_prompts, is_heldout, read_source, stdlib_file
 
 SHIPPED = Path(__file__).parents[1] / "data" / "workloads.json"
 CHAT_SHIPPED = Path(__file__).parents[1] / "data" / "chat_prompts.json"
-COPYING = ("edit", "quote", "edits")
+COPYING = ("edit", "quote")
+SERIES = ("edits",)  # a series of requests, for drafters that learn across them (chapter 13)
+SHIPPED_SETS = (*COPYING, *SERIES)  # the prompt sets shipped in workloads.json
 CHAT_CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
 CHAT = tuple(f"chat-{c}" for c in CHAT_CATEGORIES)
 WORKLOADS = ("code", "prose", "edit", "quote", "edits", *CHAT)
@@ -142,11 +144,11 @@ def prompt_ids(tokenizer, workload: str = "code", n: int = 4) -> list[torch.Tens
     return [tokenizer(text, return_tensors="pt").input_ids[0] for text in load_prompts(workload, n)]
 
 def shipped_count(workload: str) -> int | None:
-    """How many prompts a shipped set holds ('edit', 'quote', each chat category); None for the workloads
+    """How many prompts a shipped set holds ('edit', 'quote', 'edits', each chat category); None for the workloads
     cut from held-out text ('code', 'prose'), which have as many as asked."""
     if workload in CHAT:
         return sum(r["category"] == workload.removeprefix("chat-") for r in chat_records())
-    if workload not in COPYING:
+    if workload not in SHIPPED_SETS:
         return None
     return sum(r["workload"] == workload for r in json.loads(SHIPPED.read_text())["prompts"])
 

@@ -184,7 +184,7 @@ class SuffixDrafter(Drafter):
         self.requests = 0
         self.local: SuffixTrie | None = None
         self.global_ends: list[dict] = []  # the global tree's nodes of the sequence's suffixes (SuffixTrie.follow)
-        self.prompt_len = self.seen = 0
+        self.seen = 0  # tokens of the request's sequence already in its trie
         self.output: list[int] = []
 
     @property
@@ -206,7 +206,7 @@ class SuffixDrafter(Drafter):
         self.local.extend(0, tokens)
         # only the last depth - 1 tokens decide which suffixes the global tree holds
         self.global_ends = self.global_tree.follow([], tokens[-(self.max_tree_depth - 1):])
-        self.prompt_len = self.seen = len(prompt)
+        self.seen = len(prompt)
         self.output = []
 
     def end_request(self) -> None:
@@ -232,9 +232,8 @@ class SuffixDrafter(Drafter):
             self.start(ids[:1])
         self._read(ids.tolist())
         best: tuple[float, list[int], list[int]] = (0.0, [], [])
-        # the nodes of the sequence's suffixes in each tree, kept up to date as tokens arrive (no search):
-        # the request's own (the local trie's open suffixes, minus the one it is still growing) and the
-        # global tree's
+        # the nodes of the sequence's last 1..depth-1 tokens in each tree, kept up to date as tokens
+        # arrive (no search): the request's own trie's open suffixes, and the global tree's
         for ends in (self.local.open[0], self.global_ends):
             found = self.best_match(ends, k)
             if found[0] > best[0]:  # ties to the request's own tree, as Arctic Inference

@@ -14,7 +14,7 @@ def shipped() -> dict:
 
 def test_the_copying_sets_ship_eight_prompts_each_from_held_out_files():
     data = shipped()
-    for name in workloads.COPYING:
+    for name in workloads.SHIPPED_SETS:
         records = [r for r in data["prompts"] if r["workload"] == name]
         size = 16 if name == "edits" else 8  # the series: sixteen requests, all on one file
         assert len(records) == size and len(workloads.load_prompts(name, size)) == size
