@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
+from unittest import mock
 
 import numpy as np
 import torch
@@ -55,27 +55,15 @@ def sampled_cells(target: torch.nn.Module, make_drafter: Callable[[], object], p
     return counts
 
 
-@contextmanager
 def residual_replaced_by_p():
     """The broken rule the check must fail: after a rejection, resample from p instead of max(p - q, 0)."""
-    original = verification.residual_distribution
-    verification.residual_distribution = lambda p, q: p
-    try:
-        yield
-    finally:
-        verification.residual_distribution = original
+    return mock.patch.object(verification, "residual_distribution", lambda p, q: p)
 
 
-@contextmanager
 def block_residual_made_token_wise():
     """Block verification's broken variant: after the block, resample from max(0, p - q), the token-wise
     rule's residual, instead of max(0, w p - q) with the block's remaining weight w."""
-    original = verification.block_residual
-    verification.block_residual = lambda weight, p, q: torch.clamp(p - q, min=0)
-    try:
-        yield
-    finally:
-        verification.block_residual = original
+    return mock.patch.object(verification, "block_residual", lambda weight, p, q: torch.clamp(p - q, min=0))
 
 
 BROKEN = {"rejection": residual_replaced_by_p, "block": block_residual_made_token_wise}

@@ -59,8 +59,7 @@ class ParallelDrafter(Drafter):
         return self.runner.device
 
     def start(self, prompt: torch.Tensor) -> None:
-        self.runner = runner_for(self.model, who="parallel draft")  # the fast path may have been switched on
-        self.runner.reset()
+        self.runner = runner_for(self.model, who="parallel draft")  # a fresh one, on the fast path if switched on
         self.forward_calls = 0
         if len(prompt) > 1:
             self.runner.forward(prompt[:-1], last_only=True)

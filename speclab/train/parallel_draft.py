@@ -75,10 +75,10 @@ def add_mask_token(draft: PreTrainedModel) -> int:
     return mask
 
 
-def block_layout(seq_len: int, anchors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For one row of seq_len real tokens and masks after each anchor: the positions of all N tokens,
-    the (N, N) bool matrix of who sees whom, and the position each token's teacher sits at (real t: t;
-    the j-th mask of anchor a: a + j)."""
+def block_layout(seq_len: int, anchors: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For one row of seq_len real tokens and masks after each anchor: the positions of all N tokens (real
+    t: t; the j-th mask of anchor a: a + j, which is also where its teacher sits), and the (N, N) bool
+    matrix of who sees whom."""
     a, depth = anchors.repeat_interleave(k - 1), torch.arange(1, k).repeat(len(anchors))
     positions = torch.cat([torch.arange(seq_len), a + depth])
     n_mask = len(a)
@@ -87,7 +87,7 @@ def block_layout(seq_len: int, anchors: torch.Tensor, k: int) -> tuple[torch.Ten
     sees[seq_len:, :seq_len] = torch.arange(seq_len)[None, :] <= a[:, None]           # the real prefix up to a
     same = (a[:, None] == a[None, :]) & (depth[None, :] <= depth[:, None])            # its own anchor's masks
     sees[seq_len:, seq_len:] = same
-    return positions, sees, positions.clone()
+    return positions, sees
 
 
 def pard_loss(draft: PreTrainedModel, rows: torch.Tensor, final_h: torch.Tensor, lm_head: torch.nn.Module,
@@ -95,14 +95,14 @@ def pard_loss(draft: PreTrainedModel, rows: torch.Tensor, final_h: torch.Tensor,
     """Soft cross-entropy against the target's distributions at every real position and every mask, and
     top-1 agreement with the target by draft depth (1: the real tokens, j + 1: the j-th masks)."""
     b, t = rows.shape
-    positions, sees, teacher_at = block_layout(t, anchors, k)
+    positions, sees = block_layout(t, anchors, k)
     dev = rows.device
     ids = torch.cat([rows, torch.full((b, len(positions) - t), mask, dtype=rows.dtype, device=dev)], 1)
     additive = torch.zeros(sees.shape, device=dev).masked_fill_(~sees.to(dev), torch.finfo(torch.float32).min)
     logits = draft(input_ids=ids, position_ids=positions.to(dev).expand(b, -1),
                    attention_mask=additive[None, None].expand(b, 1, -1, -1)).logits[..., :mask]
-    with torch.no_grad():
-        teacher = torch.nn.functional.linear(final_h[:, teacher_at.to(dev)].float(), lm_head.weight)
+    with torch.no_grad():  # a token's teacher sits at its position
+        teacher = torch.nn.functional.linear(final_h[:, positions.to(dev)].float(), lm_head.weight)
     loss = soft_cross_entropy(logits, teacher)
     agree = (logits.argmax(-1) == teacher.argmax(-1)).float()
     by_depth = [float(agree[:, :t].mean())] + [float(agree[:, t + j::k - 1].mean()) for j in range(k - 1)]
