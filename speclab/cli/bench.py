@@ -17,8 +17,7 @@ from speclab.devices import cpu_name
 from speclab.measure.bench import (FAST, METHODS, REFERENCE_METHODS, default_methods, format_table, model_check,
                                    prepare_fast_paths, run_bench)
 from speclab.measure import batching
-from speclab.measure.profiling import (cost_ratio, draft_step_ms, forward_ms_by_positions, gemv_bandwidth_gbs,
-                                       matmul_gflops, parameter_bytes)
+from speclab.measure.profiling import gemv_bandwidth_gbs, matmul_gflops, parameter_bytes
 from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
 from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
@@ -204,7 +203,7 @@ def bench_rows(args, target, draft, prompts, paths) -> list:
                      repeats=args.repeats, weights=weights, lookahead=args.lookahead, lookup_k=args.lookup_k,
                      lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
                      adaptive_k=args.adaptive_k, confidence_thresholds=args.confidence_threshold, paths=paths,
-                     block=args.block)
+                     block=args.block, time_alone=True)
 
 
 def summary_of(args, device, workload: str, rows: list) -> dict:
@@ -222,23 +221,36 @@ def summary_of(args, device, workload: str, rows: list) -> dict:
 
 def check_model(args, target, draft, rows: list, suffix: str = "") -> dict:
     """The speedup model against the speculative row's measured costs, printed; {} without that row.
-    suffix FAST: the fast path's rows, with the costs alone measured on it too (the caller switches)."""
+    suffix FAST: the fast path's rows. The costs alone are the row's own (run_bench's time_alone: each
+    model timed by itself beside the loop, prompt by prompt), so the loop against alone compares ms with
+    ms measured in the same minutes, at the same contexts."""
     by_name = {r.method: r for r in rows}
     base, spec = by_name.get("speclab target-only" + suffix), by_name.get("speclab speculative" + suffix)
     if not (base and spec and spec.has_drafts):
         return {}
+    if spec.alone_ms is None:
+        raise ValueError("check_model reads the costs timed alone beside the loop: run_bench(..., time_alone=True)")
     check = model_check(base.stats, spec.stats)
-    c_alone = cost_ratio(target, draft)
-    unit, verify = forward_ms_by_positions(target, [1, args.k + 1]).values()
-    verify_alone = verify / unit
-    # the loop's first draft step of a round follows a target pass, which has evicted the draft's weights
-    c_evicted = draft_step_ms(target, draft, width=args.k + 1)["after a target pass"] / unit
+    alone = spec.alone_ms
+    unit = alone["target step"]
+    c_alone, verify_alone = alone["draft step"] / unit, alone["verify pass"] / unit
+    c_evicted = alone["draft step after a target pass"] / unit
+    loop = {"verify pass": 1000 * spec.stats.target_s / spec.stats.rounds,
+            "draft step": 1000 * spec.stats.draft_s / spec.stats.drafted}
+    over = {"verify pass": loop["verify pass"] / alone["verify pass"],
+            "draft step": loop["draft step"] / alone["draft step"],
+            "draft step after a target pass": loop["draft step"] / alone["draft step after a target pass"]}
     print(check)
-    print(f"measured alone (one model at a time, warm caches): c = {c_alone:.3f}, verify pass {verify_alone:.2f} "
+    print(f"measured alone (each model by itself, beside the loop): c = {c_alone:.3f}, verify pass {verify_alone:.2f} "
           f"-> modelled {theory.speedup(check.alpha, args.k, c_alone, verify_alone):.2f}x; a draft step right "
           f"after a target pass (the draft's weights evicted): c = {c_evicted:.3f}")
+    print(f"in the loop against alone: verify pass {loop['verify pass']:.2f} ms vs {alone['verify pass']:.2f} "
+          f"({over['verify pass']:.2f}x); draft step {loop['draft step']:.3f} ms vs {alone['draft step']:.3f} warm "
+          f"({over['draft step']:.2f}x), {alone['draft step after a target pass']:.3f} right after a target pass "
+          f"({over['draft step after a target pass']:.2f}x)")
     return dict(model_check=dict(vars(check), modelled=check.modelled, ratio=check.ratio),
-                c_alone=c_alone, verify_cost_alone=verify_alone, c_after_target_pass=c_evicted)
+                c_alone=c_alone, verify_cost_alone=verify_alone, c_after_target_pass=c_evicted,
+                alone_ms=alone, loop_ms=loop, loop_over_alone=over)
 
 
 def print_paths(rows: list) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
+import statistics
 from pathlib import Path
 
 import torch
@@ -33,7 +34,7 @@ from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.methods import REGISTRY, by_bench_row, load_drafter
 from speclab.measure import arctic_suffix
-from speclab.measure.profiling import tune_verify_widths
+from speclab.measure.profiling import costs_alone, tune_verify_widths
 from speclab.runner import FastPath, disable_fast_path, enable_fast_path, fast_paths, model_device
 from speclab.stats import GenerationStats
 
@@ -205,6 +206,9 @@ class BenchRow:
     matches_target_only: bool | None = None
     repeat_seconds: list[float] = field(default_factory=list)
     prompt_seconds: list[float] = field(default_factory=list)  # per prompt, in the median repeat (sum: seconds)
+    # the draft-model row with run_bench's time_alone: its passes' costs (ms) with each model timed by itself
+    # beside the loop (profiling.costs_alone), medians over every prompt and repeat; what model checks compare
+    alone_ms: dict[str, float] | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -231,7 +235,8 @@ class BenchRow:
         return dict(method=self.method, new_tokens=self.new_tokens, seconds=self.seconds,
                     tokens_per_s=self.tokens_per_s, repeat_seconds=self.repeat_seconds,
                     prompt_seconds=self.prompt_seconds, matches_target_only=self.matches_target_only,
-                    stats=self.stats.to_dict() if self.stats else None)
+                    stats=self.stats.to_dict() if self.stats else None,
+                    **({} if self.alone_ms is None else {"alone_ms": self.alone_ms}))
 
     @classmethod
     def from_record(cls, record: dict) -> BenchRow:
@@ -242,7 +247,7 @@ class BenchRow:
             stats = GenerationStats(**{f.name: stats[f.name] for f in fields(GenerationStats) if f.name in stats})
         return cls(record["method"], record["new_tokens"], record["seconds"], stats,
                    record.get("matches_target_only"), list(record.get("repeat_seconds", [])),
-                   list(record.get("prompt_seconds", [])))
+                   list(record.get("prompt_seconds", [])), record.get("alone_ms"))
 
 
 def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int, **extra):
@@ -314,13 +319,17 @@ def time_interleaved(runs: dict, num_prompts: int, repeats: int) -> dict[object,
     return timed
 
 
+ALONE = "alone"  # run_bench's key for the passes timed alone beside a row
+
+
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
               temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
               warmup: bool = True, repeats: int = 1, weights: Mapping[str, str | Path] | None = None,
               lookahead=LOOKAHEAD, lookup_k: int | None = None, lookup_choices=None, layer_skip=LAYER_SKIP,
               k_sweep=None, adaptive_k: int | None = None,
               confidence_thresholds=CONFIDENCE_THRESHOLDS,
-              paths: Mapping[torch.nn.Module, FastPath] | None = None, block: bool = False) -> list[BenchRow]:
+              paths: Mapping[torch.nn.Module, FastPath] | None = None, block: bool = False,
+              time_alone: bool = False) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
     one row per method with the totals over the prompts from the median repeat. `weights`: method name ->
     the directory of its trained weights (Medusa heads, an EAGLE-1 or EAGLE-3 head, an MTP module; default:
@@ -333,7 +342,9 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each. `paths`
     (prepare_fast_paths): every speclab row runs again on those fast paths, as "<row> (fast)". `block`: every
     speclab row that drafts a chain with the rejection rule runs again with block verification, as
-    "<row> (block)", the same drafter on the same drafts' prompts and seeds (chapter 13)."""
+    "<row> (block)", the same drafter on the same drafts' prompts and seeds (chapter 13). `time_alone`: the
+    draft-model rows' passes are also timed with each model alone, beside them (BenchRow.alone_ms), for
+    the model check's loop-against-alone comparison."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS + REFERENCE_METHODS]
@@ -386,7 +397,17 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         tokens, seconds, stats = run_row(method, prompts[i], max_new_tokens, seed + i)
         return seconds, (tokens.tolist(), stats, seconds)
 
-    timed = time_interleaved({m: partial(decode, m) for m in methods}, len(prompts), repeats)
+    # the draft model's passes timed alone, as one more run in the rotation: each prompt's costs at its own
+    # mean context (prompt + half the new tokens), in the same minutes as the loop that paid them
+    alone_rows = [m for m in methods if time_alone and m.removesuffix(FAST) == "speclab speculative"]
+
+    def alone(method: str, i: int):
+        with fast_paths(paths if method.endswith(FAST) else {}):
+            return 0.0, costs_alone(target, draft, len(prompts[i]) + max_new_tokens // 2, k_of["speclab speculative"] + 1,
+                                    seed=seed + i)
+
+    timed = time_interleaved({**{m: partial(decode, m) for m in methods},
+                              **{(ALONE, m): partial(alone, m) for m in alone_rows}}, len(prompts), repeats)
     # per method, per repeat: (seconds, token lists, stats list, seconds per prompt)
     runs = {m: [(seconds, *map(list, zip(*results))) for seconds, results in timed[m]] for m in methods}
     rows = []
@@ -400,6 +421,9 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
                        prompt_seconds=per_prompt)
         if reference is not None and method != "speclab target-only" and temperature == 0:
             row.matches_target_only = outputs == reference
+        if method in alone_rows:
+            samples = [costs for _, per_prompt in timed[(ALONE, method)] for costs in per_prompt]
+            row.alone_ms = {key: statistics.median(c[key] for c in samples) for key in samples[0]}
         rows.append(row)
     return rows
 

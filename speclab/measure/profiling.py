@@ -166,6 +166,20 @@ def draft_step_ms(target: torch.nn.Module, draft: torch.nn.Module, context: int 
     return {key: statistics.median(ms) for key, ms in samples.items()}
 
 
+def costs_alone(target: torch.nn.Module, draft: torch.nn.Module, context: int, width: int, repeats: int = 5,
+                seed: int = 0) -> dict[str, float]:
+    """What the decode loop's passes cost with each model timed by itself (ms, medians), at `context` cached
+    tokens: a target step, a verify pass of `width` positions, a draft step one after another (its
+    weights warm) and a draft step right after a target verify pass (as every round's first draft step
+    runs: the target's weights have just pushed the draft's out of the caches). The bench times these
+    beside the loop, prompt by prompt, so that the loop's costs and these meet the machine in the same
+    state (this host's speed drifts by 10-30% within minutes) and at the same contexts."""
+    step, verify = pass_ms(target, [(1, None), (width, None)], context, repeats, seed)
+    drafting = draft_step_ms(target, draft, context, width, repeats, seed)
+    return {"target step": step, "verify pass": verify, "draft step": drafting["alone"],
+            "draft step after a target pass": drafting["after a target pass"]}
+
+
 def copy_bandwidth_gbs(device: torch.device | str, megabytes: int = 256, repeats: int = 5) -> float:
     """Achievable memory bandwidth (GB/s) measured by copying a large buffer: a copy reads and writes
     each byte once. A practical peak to compare a decode step's bandwidth against."""

@@ -78,6 +78,11 @@ def test_bench_fast_runs_every_speclab_row_on_both_paths(micro, tmp_path, capsys
                          "speclab target-only (fast)", "speclab speculative (fast)", "speclab prompt-lookup (fast)"}
     assert all(rows[m]["matches_target_only"] for m in rows if m.endswith("(fast)") and "target-only" not in m)
     assert record["fast"] == "static" and "model_check" in record["fast_path"]
+    assert "in the loop against alone: verify pass" in out
+    for check in (record, record["fast_path"]):  # the loop's ms over the same passes timed alone beside it
+        assert check["loop_over_alone"]["verify pass"] == pytest.approx(
+            check["loop_ms"]["verify pass"] / check["alone_ms"]["verify pass"])
+    assert rows["speclab speculative (fast)"]["alone_ms"]["draft step"] > 0
     assert sorted(map(int, record["fast_path"]["width_ms"])) == list(range(1, 10))
     main(["generate", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--fast"])

@@ -266,3 +266,27 @@ def test_reference_rows_only_when_named_and_a_clear_error_when_not_installed(pai
     monkeypatch.setattr(arctic_suffix.importlib, "import_module", lambda name: (_ for _ in ()).throw(ImportError(name)))
     with pytest.raises(ImportError, match="install-arctic-suffix.sh"):
         run_bench(*pair, [prompt], k=3, max_new_tokens=4, methods=("speclab target-only", "arctic suffix"))
+
+
+def test_the_draft_models_passes_are_timed_alone_beside_the_loop_prompt_by_prompt(pair, prompt, monkeypatch):
+    """time_alone: the draft-model row's costs alone are one more run in the rotation, at each prompt's
+    mean context, once per prompt and repeat; the row carries their medians, and its record keeps them."""
+    import speclab.measure.bench as bench
+    calls = []
+
+    def fake_alone(target, draft, context, width, repeats=5, seed=0):
+        calls.append((context, width))
+        return {"target step": 1.0, "verify pass": float(len(calls)), "draft step": 0.1,
+                "draft step after a target pass": 0.2}
+
+    monkeypatch.setattr(bench, "costs_alone", fake_alone)
+    methods = ("speclab target-only", "speclab speculative")
+    prompts = [prompt, prompt[:5]]
+    rows = run_bench(*pair, prompts, k=3, max_new_tokens=6, methods=methods, repeats=2, warmup=False,
+                     time_alone=True)
+    assert calls == [(len(prompts[0]) + 3, 4), (len(prompts[1]) + 3, 4)] * 2
+    assert rows[0].alone_ms is None and rows[1].alone_ms["verify pass"] == 2.5  # median of 1, 2, 3, 4
+    assert BenchRow.from_record(json.loads(json.dumps(rows[1].to_record()))).alone_ms == rows[1].alone_ms
+    calls.clear()
+    assert run_bench(*pair, prompts, k=3, max_new_tokens=6, methods=methods, warmup=False)[1].alone_ms is None
+    assert not calls

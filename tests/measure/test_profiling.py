@@ -92,3 +92,10 @@ def test_a_draft_step_is_timed_alone_and_right_after_a_target_pass(pair):
     target, draft = pair
     costs = profiling.draft_step_ms(target, draft, context=8, width=3, repeats=3)
     assert set(costs) == {"alone", "after a target pass"} and min(costs.values()) > 0
+
+
+def test_costs_alone_times_each_pass_of_the_loop_by_itself(pair):
+    target, draft = pair
+    costs = profiling.costs_alone(target, draft, context=12, width=4, repeats=2)
+    assert list(costs) == ["target step", "verify pass", "draft step", "draft step after a target pass"]
+    assert all(ms > 0 for ms in costs.values())
