@@ -32,6 +32,7 @@ from transformers.utils import logging as hf_logging
 from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
+from speclab.drafting import Drafter
 from speclab.methods import REGISTRY, by_bench_row, load_drafter
 from speclab.measure import arctic_suffix
 from speclab.measure.profiling import costs_alone, tune_verify_widths
@@ -178,6 +179,11 @@ def decode_options(methods) -> dict[str, dict]:
         if method is not None and row in method.decode_options:
             out[row] = dict(method.decode_options[row])
     return out
+
+
+def learns_from_requests(drafter) -> bool:
+    """Whether a drafter keeps something from one request to the next (it overrides forget_requests)."""
+    return isinstance(drafter, Drafter) and type(drafter).forget_requests is not Drafter.forget_requests
 
 
 def make_drafters(methods, target, draft, weights: Mapping[str, str | Path] | None = None, lookahead=LOOKAHEAD,
@@ -353,6 +359,18 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
     drafters = make_drafters(methods, target, draft, weights, lookahead, lookup_choices, layer_skip, k_sweep,
                              confidence_thresholds)
+
+    def own_drafters(rows) -> dict:
+        """A fresh drafter for each row of `rows` (a row, or its block row) whose drafter learns from earlier
+        requests (suffix decoding's global tree), for a row derived from it (block, fast): sharing one, a
+        row would draft from the other's output of the same prompt."""
+        fresh = {}
+        for row in rows:
+            base = row.removesuffix(BLOCK)
+            if base in drafters and learns_from_requests(drafters[base]):
+                fresh[row] = make_drafters((base,), target, draft, weights, lookahead, lookup_choices, layer_skip,
+                                           k_sweep, confidence_thresholds)[base]
+        return fresh
     # model-free drafters draft almost for free: they take lookup_k
     is_lookup = {m: m == "hf prompt-lookup" or m.startswith(("speclab prompt-lookup", "speclab suffix", "arctic suffix"))
                  for m in methods}
@@ -374,26 +392,33 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         chains = [m for m in methods if m in drafters and (isinstance(drafters[m], torch.nn.Module)
                                                           or getattr(drafters[m], "batched", False))
                   and "acceptance" not in options_of.get(m, {})]
+        fresh = own_drafters(chains)
         for m in chains:
-            drafters[m + BLOCK], k_of[m + BLOCK] = drafters[m], k_of[m]
+            drafters[m + BLOCK], k_of[m + BLOCK] = fresh.get(m, drafters[m]), k_of[m]
             options_of[m + BLOCK] = {**options_of.get(m, {}), "acceptance": "block"}
         methods = (*methods, *(m + BLOCK for m in chains))
+    fast_drafters = drafters
     if paths:
+        fast_drafters = {**drafters, **own_drafters(methods)}
         methods = (*methods, *(m + FAST for m in methods if m.startswith("speclab ")))
+
+    def drafters_of(method: str) -> dict:
+        return fast_drafters if method.endswith(FAST) else drafters
 
     def run_row(method: str, prompt: torch.Tensor, max_new: int, row_seed: int):
         row = method.removesuffix(FAST)
         with fast_paths(paths if method.endswith(FAST) else {}):
-            return run_method(row, target, draft, prompt, k_of[row], max_new, temperature, row_seed, drafters,
-                              options_of.get(row))
+            return run_method(row, target, draft, prompt, k_of[row], max_new, temperature, row_seed,
+                              drafters_of(method), options_of.get(row))
 
     if warmup:
         for method in methods:
             run_row(method, prompts[0], min(16, max_new_tokens), seed)
 
     def decode(method: str, i: int):
-        if i == 0 and hasattr(drafters.get(method.removesuffix(FAST)), "forget_requests"):
-            drafters[method.removesuffix(FAST)].forget_requests()  # each pass over the prompts starts afresh
+        drafter = drafters_of(method).get(method.removesuffix(FAST))
+        if i == 0 and hasattr(drafter, "forget_requests"):
+            drafter.forget_requests()  # each pass over the prompts starts afresh
         tokens, seconds, stats = run_row(method, prompts[i], max_new_tokens, seed + i)
         return seconds, (tokens.tolist(), stats, seconds)
 
@@ -403,8 +428,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
 
     def alone(method: str, i: int):
         with fast_paths(paths if method.endswith(FAST) else {}):
-            return 0.0, costs_alone(target, draft, len(prompts[i]) + max_new_tokens // 2, k_of["speclab speculative"] + 1,
-                                    seed=seed + i)
+            context = len(prompts[i]) + max_new_tokens // 2
+            return 0.0, costs_alone(target, draft, context, k_of["speclab speculative"] + 1, seed=seed + i)
 
     timed = time_interleaved({**{m: partial(decode, m) for m in methods},
                               **{(ALONE, m): partial(alone, m) for m in alone_rows}}, len(prompts), repeats)

@@ -290,3 +290,34 @@ def test_the_draft_models_passes_are_timed_alone_beside_the_loop_prompt_by_promp
     calls.clear()
     assert run_bench(*pair, prompts, k=3, max_new_tokens=6, methods=methods, warmup=False)[1].alone_ms is None
     assert not calls
+
+
+def test_a_row_derived_from_a_drafter_that_learns_from_requests_gets_its_own(pair, prompt, monkeypatch):
+    """Suffix decoding remembers earlier requests: its fast row gets a drafter of its own, or one row would
+    draft from the other's output of the same prompt; a drafter that forgets nothing (prompt lookup, here
+    in four rows: eager and fast, each also with block verification) is shared."""
+    import speclab.measure.bench as bench
+    target, draft = pair
+    used: dict = {}
+    original = bench.run_method
+
+    def spy(method, target, draft, prompt, k, max_new, temperature, seed, drafters=None, options=None):
+        if method != "speclab target-only":
+            used.setdefault((method, fast_paths_on()), set()).add(id(drafters[method]))
+        return original(method, target, draft, prompt, k, max_new, temperature, seed, drafters, options)
+
+    def fast_paths_on():
+        from speclab.runner import fast_path_of
+        return fast_path_of(target) is not None
+
+    monkeypatch.setattr(bench, "run_method", spy)
+    methods = ("speclab target-only", "speclab suffix", "speclab prompt-lookup")
+    paths = bench.prepare_fast_paths(target, draft, "static", max_width=4)
+    rows = run_bench(target, draft, [prompt, prompt[:5]], k=3, max_new_tokens=8, methods=methods, repeats=1,
+                     block=True, paths=paths)
+    assert all(r.matches_target_only for r in rows[1:])
+    suffix = [used[key] for key in used if key[0].startswith("speclab suffix")]
+    assert len(suffix) == 2 and all(len(ids) == 1 for ids in suffix)  # eager and fast, one drafter each
+    assert len(set().union(*suffix)) == 2
+    lookup = [used[key] for key in used if key[0].startswith("speclab prompt-lookup")]
+    assert len(lookup) == 4 and len(set().union(*lookup)) == 1
