@@ -358,17 +358,17 @@ def attacked(tmp_path_factory):
     """The attack submissions (tests/course/submissions.py), graded two at a time, each lab's with its
     ATTACK_LIMITS."""
     tmp = tmp_path_factory.mktemp("attacks")
-    rows = {}
+    attacks, rows = submissions.attacks(), {}
     for lab, (cell_s, case_s) in ATTACK_LIMITS.items():
         subs = tmp / lab
         subs.mkdir()
-        for name, (nb, _) in submissions.attacks().items():
+        for name, (nb, _) in attacks.items():
             if name.startswith(lab):
                 nbformat.write(nb, subs / name)
         grade_folder(subs, tmp / f"{lab}.csv", jobs=2, executed_dir=tmp / "executed", cell_timeout=cell_s,
                      case_limit=case_s)
         rows.update({r["submission"]: r for r in csv.DictReader((tmp / f"{lab}.csv").open())})
-    assert sorted(rows) == sorted(submissions.attacks())  # every attack belongs to a lab with its limits
+    assert sorted(rows) == sorted(attacks)  # every attack belongs to a lab with its limits
     return rows, tmp / "executed"
 
 
