@@ -120,12 +120,6 @@ def bench_batches(args) -> dict:
           f"{mode}; {len(prompts)} {args.workload} prompts, {args.max_new_tokens} new tokens, greedy, median of "
           f"{args.repeats} interleaved repeats; batch sizes {sizes}, K {ks}")
     cal = batching.calibrate(target, draft, drafters, calibration, sizes, ks, context, args.max_new_tokens)
-    # the naive model: batch-1 acceptance, no tail; the model: the calibration sweep's rounds, the cost grid
-    naive = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == "draft model" else None, ks)
-             for m in methods}
-    predicted = batching.predict_from_rounds(cal.rows, cal.target_ms)
-    modelled = {m: batching.k_policy(predicted[m]) for m in methods}
-    policy = cal.policy
     bandwidth, gflops = gemv_bandwidth_gbs(device), matmul_gflops(device)
     weight_bytes = parameter_bytes(target)
     params = weight_bytes / target.dtype.itemsize
@@ -137,14 +131,24 @@ def bench_batches(args) -> dict:
             f"{w}: {ms:.1f} (roof {batching.roofline_ms(weight_bytes, params, b * w, bandwidth, gflops):.1f})"
             for w, ms in cal.target_ms[b].items()) +
             (f"; draft step {cal.draft_ms[b]:.1f}" if cal.draft_ms else ""))
+    ratio = batching.one_against_a_batch_of_one(target, prompts[0], args.max_new_tokens)
+    print(f"batch of one against one prompt alone (target-only): {ratio:.3f}x the time")
+    # the timed prompts and the calibration prompts side by side in one rotation; the policy and the rounds
+    # model read the calibration prompts' rows only
+    both = batching.sweep(target, drafters, prompts, [(m, k) for m in methods for k in ks], sizes,
+                          args.max_new_tokens, args.repeats, calibration=calibration)
+    cal.tuned(both)
+    table = batching.of_set(both, "timed")
+    # the naive model: batch-1 acceptance, no tail; the model: the calibration sweep's rounds, the cost grid
+    naive = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == "draft model" else None, ks)
+             for m in methods}
+    predicted = batching.predict_from_rounds(cal.rows, cal.target_ms)
+    modelled = {m: batching.k_policy(predicted[m]) for m in methods}
+    policy = cal.policy
     for m in methods:
         print(f"  {m}: alpha {cal.alpha[m]:.2f} (batch 1, calibration prompts); best K by batch size, predicted: "
               + ", ".join(f"{b}: {k}" for b, k in modelled[m].items()) + "; measured on the calibration prompts (the "
               "policy): " + ", ".join(f"{b}: {k}" for b, k in policy[m].items()))
-    ratio = batching.one_against_a_batch_of_one(target, prompts[0], args.max_new_tokens)
-    print(f"batch of one against one prompt alone (target-only): {ratio:.3f}x the time")
-    table = batching.sweep(target, drafters, prompts, [(m, k) for m in methods for k in ks], sizes,
-                           args.max_new_tokens, args.repeats)
     result = batching.summary(table, predicted, policy, naive)
     for m, s in result.items():
         print(f"{m}: crossover measured {s['crossover_measured']}, predicted {s['crossover_predicted']} (batch-1 "
@@ -159,7 +163,7 @@ def bench_batches(args) -> dict:
                 alpha=cal.alpha, naive=naive, predicted=predicted, modelled_policy=modelled, policy=policy,
                 calibration_rows=batching.rows_to_dicts(cal.rows), bandwidth_gbs=bandwidth, gflops=gflops,
                 weight_bytes=weight_bytes, batch_of_one_ratio=ratio, rows=batching.rows_to_dicts(table),
-                min_prompts=batching.MIN_PROMPTS, tie=batching.TIE,
+                min_prompts=batching.MIN_PROMPTS, tie=batching.TIE, calibration_side_by_side=True,
                 summary=result)
 
 

@@ -18,8 +18,9 @@ B x (K + 1) tokens, each measured as a function of the batch (`pass_costs`); acc
 from batch 1. theory.speedup then gives the speedup at each batch size, and `k_policy` the K it predicts
 best (0: speculation off). The policy the sweep is measured against is tuned instead, as a deployment
 would tune vLLM's num_speculative_tokens_per_batch_size: the fastest K at each batch size in a sweep of
-other held-out prompts (`calibrate`, `measured_policy`), never of the prompts it is then timed on, the
-smallest K within TIE of the fastest winning a near-tie (K 0, off, counts as 1.0x).
+other held-out prompts (`measured_policy`), never of the prompts it is then timed on, the smallest K within
+TIE of the fastest winning a near-tie (K 0, off, counts as 1.0x). Those other prompts run in the same
+interleaved rotation as the timed ones (`sweep(..., calibration=...)`), so both meet the same machine.
 """
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ class BatchRow:
     verify_ms: float = 0.0  # the verify pass of a round (the whole batch's)
     speedup: float = float("nan")  # tokens/s over target-only's at this batch size
     spread: float = 0.0  # (slowest - fastest repeat) / median: how far the machine moved this row's time
+    prompt_set: str = "timed"  # or "calibration": the other prompts the K policy is tuned on (sweep)
 
     @property
     def tokens_per_s(self) -> float:
@@ -167,34 +169,53 @@ def batches_of(prompts: list[torch.Tensor], batch: int, min_prompts: int | None 
 
 def sweep(target: torch.nn.Module, drafters: dict[str, Drafter], prompts: list[torch.Tensor],
           runs: Sequence[tuple[str, int]], batch_sizes: Sequence[int] = BATCH_SIZES, max_new_tokens: int = 64,
-          repeats: int = 2, log: Callable[[str], None] = print, min_prompts: int | None = None) -> list[BatchRow]:
+          repeats: int = 2, log: Callable[[str], None] = print, min_prompts: int | None = None,
+          calibration: list[torch.Tensor] | None = None) -> list[BatchRow]:
     """Every (method, K) of `runs` at every batch size, greedy, EOS ignored. At each batch size the runs are
     interleaved: each repeat takes them in an order rotated from the last, so a slow stretch of the machine
-    slows every run alike. Each row's ratio is to target-only at the same batch size."""
+    slows every run alike. Each row's ratio is to target-only at the same batch size, on the same prompts.
+
+    With `calibration` (other prompts), every run is made on those prompts too, in the same rotation, and
+    those rows come back with prompt_set "calibration": what the K policy is tuned on. Timed minutes
+    apart, two sweeps met different machines (target-only ran 30% slower in the second sweep of
+    2026-11-27's record, and the ratio of prompt lookup at batch 8, K=1, read 0.99 in one and 1.13 in the
+    other): side by side, the policy is tuned under the conditions it is then timed in."""
+    sets = {"timed": prompts, **({"calibration": calibration} if calibration is not None else {})}
     table: list[BatchRow] = []
     for batch in batch_sizes:
-        plan = [(TARGET_ONLY, 0)] + [r for r in runs if r != (TARGET_ONLY, 0)]
+        base_plan = [(TARGET_ONLY, 0)] + [r for r in runs if r != (TARGET_ONLY, 0)]
+        plan = [(name, method, k) for method, k in base_plan for name in sets]
+        groups = {name: batches_of(chosen, batch, min_prompts) for name, chosen in sets.items()}
         walls: dict[int, list[float]] = {i: [] for i in range(len(plan))}
         outputs: dict[int, list[list[GenerationResult]]] = {}
-        groups = batches_of(prompts, batch, min_prompts)
         for repeat in range(repeats):
             for shift in range(len(plan)):
                 i = (repeat + shift) % len(plan)
-                method, k = plan[i]
-                timed = [decode(target, drafters.get(method), k, group, max_new_tokens) for group in groups]
+                name, method, k = plan[i]
+                timed = [decode(target, drafters.get(method), k, group, max_new_tokens) for group in groups[name]]
                 walls[i].append(sum(seconds for seconds, _ in timed))
                 outputs[i] = [rows for _, rows in timed]
-        reference = [r.tokens.tolist() for group in outputs[0] for r in group]
-        base = None
-        for i, (method, k) in enumerate(plan):
-            row = summarise(method, k, batch, walls[i], outputs[i], reference)
-            base = base or row.tokens_per_s
-            row.speedup = row.tokens_per_s / base
-            table.append(row)
-            log(f"batch {batch:3d}  {method:32s} K={k}  {row.tokens_per_s:8.1f} tok/s  {row.speedup:5.2f}x  "
-                f"ITL {row.itl_mean_ms:6.1f} ms (p95 {row.itl_p95_ms:6.1f})  {row.tokens_per_round:4.2f} tok/round  "
-                f"tail {row.tail:4.2f}  equal {row.equal_rows}/{len(reference)}")
+        for name in sets:
+            mine = [(i, method, k) for i, (n, method, k) in enumerate(plan) if n == name]
+            reference = [r.tokens.tolist() for group in outputs[mine[0][0]] for r in group]
+            base = None
+            for i, method, k in mine:
+                row = summarise(method, k, batch, walls[i], outputs[i], reference)
+                row.prompt_set = name
+                base = base or row.tokens_per_s
+                row.speedup = row.tokens_per_s / base
+                table.append(row)
+                if name == "timed":
+                    log(f"batch {batch:3d}  {method:32s} K={k}  {row.tokens_per_s:8.1f} tok/s  {row.speedup:5.2f}x  "
+                        f"ITL {row.itl_mean_ms:6.1f} ms (p95 {row.itl_p95_ms:6.1f})  "
+                        f"{row.tokens_per_round:4.2f} tok/round  tail {row.tail:4.2f}  equal {row.equal_rows}/"
+                        f"{len(reference)}")
     return table
+
+
+def of_set(table: list[BatchRow], name: str) -> list[BatchRow]:
+    """The rows of one prompt set of a sweep ("timed" or "calibration")."""
+    return [r for r in table if r.prompt_set == name]
 
 
 # ---------------------------------------------------------------- the model: costs by batch size
@@ -289,14 +310,20 @@ class Calibration:
     policy: dict[str, dict[int, int]] = field(default_factory=dict)  # measured_policy on the calibration prompts
     rows: list[BatchRow] = field(default_factory=list)  # the calibration sweep
 
+    def tuned(self, rows: list[BatchRow]) -> None:
+        """Take the calibration prompts' rows of a sweep, and the policy measured on them alone."""
+        self.rows = of_set(rows, "calibration")
+        self.policy = measured_policy(self.rows, list(self.alpha))
+
 
 # ---------------------------------------------------------------- the whole measurement
 def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: dict[str, Drafter],
               prompts: list[torch.Tensor], batch_sizes: Sequence[int], ks: Sequence[int], context: int,
               max_new_tokens: int, k: int = 4) -> Calibration:
-    """Measured on other prompts than the sweep's (calibration prompts): pass costs by batch size and width
-    and each method's acceptance at batch 1 with K = k, for the model; and a sweep of the calibration
-    prompts whose best K at each batch size is the policy (`measured_policy`)."""
+    """Measured on other prompts than the sweep's (calibration prompts), before it: pass costs by batch size
+    and width, and each method's acceptance at batch 1 with K = k, for the model. The calibration sweep
+    (the rounds model's input and the policy's, `measured_policy`) runs inside the timed sweep, side by side
+    with it (`sweep(..., calibration=prompts)`), and is added with `tuned`."""
     methods = list(drafters)
     widths = sorted({1, *(kk + 1 for kk in ks)})
     target_ms = pass_costs(target, batch_sizes, widths, context)
@@ -309,11 +336,7 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: 
                 for p in prompts[:4]]
         accepted = sum(r.stats.accepted for r in runs)
         alpha[method] = accepted / max(1, accepted + sum(r.stats.rejections for r in runs))
-    # two interleaved repeats, as the timed sweep: with one, a single slow stretch of the host (repeats of a
-    # row differ by up to ~20% on these 2-core hosts) decides which of two close K the policy takes
-    tuned = sweep(target, drafters, prompts, [(m, kk) for m in methods for kk in ks], batch_sizes, max_new_tokens,
-                  repeats=2, log=lambda line: None)
-    return Calibration(target_ms, draft_ms, alpha, measured_policy(tuned, methods), tuned)
+    return Calibration(target_ms, draft_ms, alpha)
 
 
 # Two K whose speedups differ by less than this are a tie: repeats of one row move by 2-20% on these

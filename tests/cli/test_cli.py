@@ -124,6 +124,10 @@ def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_poli
     assert all(r["equal_rows"] == 8 for r in record["rows"])  # every batch size decodes the same 8 prompts
     assert set(record["summary"]) == set(methods) and record["cpu"] == cpu_name()
     assert set(record["summary"]["draft model"]["policy_k"]) == {"1", "2"}  # JSON keys
+    # the policy's prompts were timed in the same rotation, and each set's rows are its own
+    assert record["calibration_side_by_side"] and {r["prompt_set"] for r in record["rows"]} == {"timed"}
+    assert {r["prompt_set"] for r in record["calibration_rows"]} == {"calibration"}
+    assert len(record["calibration_rows"]) == len(record["rows"])
 
 
 def test_the_bench_help_lists_the_bench_methods(capsys):

@@ -67,6 +67,38 @@ def test_a_sweep_times_every_row_and_checks_it_against_target_only(batch_pair):
         batching.sweep(target, drafters, prompts, [], [8], 6, repeats=1)
 
 
+def test_calibration_prompts_run_side_by_side_with_the_timed_ones_and_alone_decide_the_policy(batch_pair,
+                                                                                               monkeypatch):
+    """sweep(..., calibration=...) times both prompt sets in one rotation at each batch size (calibration and
+    timed runs alternate, so both meet the same machine); each set's ratios are to its own target-only, and
+    the policy (Calibration.tuned) reads the calibration rows only."""
+    target, draft = batch_pair
+    timed = [torch.tensor([5, 17, 42, 8, 23]), torch.tensor([3, 9, 4])]
+    other = [torch.tensor([11, 2, 33]), torch.tensor([7, 7, 7, 7])]
+    drafters = batching.make_drafters(target, draft, ["draft model", "prompt lookup"])
+    order, real_decode = [], batching.decode
+
+    def spy(target_, drafter, k, prompts, max_new_tokens):
+        order.append("calibration" if any(p is q for p in prompts for q in other) else "timed")
+        return real_decode(target_, drafter, k, prompts, max_new_tokens)
+
+    monkeypatch.setattr(batching, "decode", spy)
+    both = batching.sweep(target, drafters, timed, [("draft model", 2), ("prompt lookup", 1)], [1, 2], 5,
+                          repeats=2, log=lambda line: None, min_prompts=2, calibration=other)
+    # batch 1: each run decodes its two prompts one at a time; the sets alternate run by run
+    first = order[:12]
+    assert first == ["timed", "timed", "calibration", "calibration"] * 3
+    cal_rows, timed_rows = batching.of_set(both, "calibration"), batching.of_set(both, "timed")
+    assert len(cal_rows) == len(timed_rows) == 6 and all(r.equal_rows == 2 for r in both)
+    assert all(r.speedup == 1.0 for r in cal_rows + timed_rows if r.method == "target-only")
+    cal = batching.Calibration({}, None, {"draft model": 0.5, "prompt lookup": 0.5})
+    cal.tuned(both)
+    assert cal.rows == cal_rows
+    for r in timed_rows:  # the timed rows do not move the policy
+        r.speedup = 10.0 if r.k else 1.0
+    assert cal.policy == batching.measured_policy(cal_rows, ["draft model", "prompt lookup"])
+
+
 def test_pass_costs_time_each_batch_and_width(batch_pair):
     target, _ = batch_pair
     costs = batching.pass_costs(target, [1, 4], [1, 3], context=8, repeats=1)
