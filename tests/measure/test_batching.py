@@ -119,15 +119,15 @@ def test_the_measured_policy_takes_the_fastest_k_and_turns_speculation_off_where
     assert batching.measured_policy(table, ["m"]) == {"m": {1: 4, 32: 0}}
 
 
-def test_a_near_tie_goes_to_the_smaller_k_and_speculation_that_barely_pays_goes_off():
+def test_the_default_takes_the_fastest_k_and_a_tie_margin_hands_near_ties_to_the_smaller():
     def row(k, batch, speedup):
         return batching.BatchRow("m", k, batch, 1, 1.0, 0.0, 0.0, speedup=speedup)
 
     table = [row(2, 1, 1.45), row(4, 1, 1.47), row(8, 1, 1.40),  # K=2 within 0.03 of K=4
              row(1, 8, 1.02), row(2, 8, 1.01),                    # within 0.03 of off (1.0x)
              row(1, 16, 1.10), row(2, 16, 1.20)]                  # 0.10 apart: the faster
-    assert batching.measured_policy(table, ["m"]) == {"m": {1: 2, 8: 0, 16: 2}}
-    assert batching.measured_policy(table, ["m"], tie=0.0) == {"m": {1: 4, 8: 1, 16: 2}}
+    assert batching.TIE == 0.0 and batching.measured_policy(table, ["m"]) == {"m": {1: 4, 8: 1, 16: 2}}
+    assert batching.measured_policy(table, ["m"], tie=0.03) == {"m": {1: 2, 8: 0, 16: 2}}
     with pytest.raises(ValueError, match="tie"):
         batching.measured_policy(table, ["m"], tie=-0.1)
 
