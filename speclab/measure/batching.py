@@ -365,17 +365,27 @@ def measured_policy(table: list[BatchRow], methods: Sequence[str], tie: float = 
     return policy
 
 
-def one_against_a_batch_of_one(target: torch.nn.Module, prompt: torch.Tensor, max_new_tokens: int,
-                               repeats: int = 5) -> float:
-    """Target-only time of one prompt passed alone over the same prompt as a batch of one (a list): the
-    batched path's cost at batch 1 against the single-sequence call (interleaved, medians)."""
-    alone, listed = [], []
-    for _ in range(repeats):
-        for kind, times in (("alone", alone), ("listed", listed)):
+def batch_of_one_pairs(target: torch.nn.Module, prompt: torch.Tensor, max_new_tokens: int,
+                       pairs: int = 5) -> list[float]:
+    """Per pair of back-to-back target-only runs of one prompt, passed alone and as a batch of one (a list:
+    the batched call), the list's time over the alone one. Which runs first alternates, so neither always
+    meets the warmer machine. The two calls run the same loop: how far the ratios spread is the host's noise."""
+    ratios = []
+    for i in range(pairs):
+        seconds = {}
+        for kind in (("alone", "listed") if i % 2 == 0 else ("listed", "alone")):
             with timer(model_device(target)) as t:
                 generate(target, prompt if kind == "alone" else [prompt], max_new_tokens=max_new_tokens)
-            times.append(t["seconds"])
-    return statistics.median(listed) / statistics.median(alone)
+            seconds[kind] = t["seconds"]
+        ratios.append(seconds["listed"] / seconds["alone"])
+    return ratios
+
+
+def one_against_a_batch_of_one(target: torch.nn.Module, prompt: torch.Tensor, max_new_tokens: int,
+                               repeats: int = 5) -> float:
+    """Target-only time of one prompt as a batch of one (a list) over the same prompt passed alone: the
+    batched path's cost at batch 1 against the single-sequence call (the median of batch_of_one_pairs)."""
+    return statistics.median(batch_of_one_pairs(target, prompt, max_new_tokens, repeats))
 
 
 def summary(table: list[BatchRow], predicted: dict[str, dict[int, dict[int, float]]], policy: dict[str, dict[int, int]],

@@ -99,6 +99,24 @@ def test_calibration_prompts_run_side_by_side_with_the_timed_ones_and_alone_deci
     assert cal.policy == batching.measured_policy(cal_rows, ["draft model", "prompt lookup"])
 
 
+def test_a_batch_of_one_is_timed_against_the_prompt_alone_in_pairs_whose_order_alternates(batch_pair,
+                                                                                        monkeypatch):
+    target, _ = batch_pair
+    calls, real_generate = [], batching.generate
+
+    def spy(target_, prompts, **kwargs):
+        calls.append("listed" if isinstance(prompts, list) else "alone")
+        return real_generate(target_, prompts, **kwargs)
+
+    monkeypatch.setattr(batching, "generate", spy)
+    ratios = batching.batch_of_one_pairs(target, torch.tensor([5, 17, 42]), 4, pairs=3)
+    assert calls == ["alone", "listed", "listed", "alone", "alone", "listed"]
+    assert len(ratios) == 3 and all(r > 0 for r in ratios)
+    calls.clear()
+    assert batching.one_against_a_batch_of_one(target, torch.tensor([5, 17, 42]), 4, repeats=3) > 0
+    assert len(calls) == 6
+
+
 def test_pass_costs_time_each_batch_and_width(batch_pair):
     target, _ = batch_pair
     costs = batching.pass_costs(target, [1, 4], [1, 3], context=8, repeats=1)
