@@ -300,6 +300,11 @@ def rows_to_dicts(rows: list[BatchRow]) -> list[dict]:
     return [dict(asdict(r), tokens_per_s=r.tokens_per_s) for r in rows]
 
 
+def rows_from_dicts(dicts: list[dict]) -> list[BatchRow]:
+    """The rows a record holds (rows_to_dicts), back as BatchRows: tokens_per_s is derived again."""
+    return [BatchRow(**{k: v for k, v in d.items() if k != "tokens_per_s"}) for d in dicts]
+
+
 @dataclass
 class Calibration:
     """What the model needs, measured before the sweep: pass costs by batch size and acceptance at batch 1."""

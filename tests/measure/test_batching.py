@@ -94,6 +94,7 @@ def test_calibration_prompts_run_side_by_side_with_the_timed_ones_and_alone_deci
     cal = batching.Calibration({}, None, {"draft model": 0.5, "prompt lookup": 0.5})
     cal.tuned(both)
     assert cal.rows == cal_rows
+    assert batching.rows_from_dicts(batching.rows_to_dicts(both)) == both  # a record's rows read back
     for r in timed_rows:  # the timed rows do not move the policy
         r.speedup = 10.0 if r.k else 1.0
     assert cal.policy == batching.measured_policy(cal_rows, ["draft model", "prompt lookup"])
