@@ -27,6 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from speclab import corpus
 from speclab.measure.workloads import chat_records, encode_chat
+from speclab.train import chat_requests
 from speclab.train.loop import stopped
 
 CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
@@ -119,8 +120,30 @@ def check_disjoint(conversations: list[list[dict]], window: int = 60) -> None:
                 raise ValueError(f"a training instruction overlaps a bench prompt: {m['content'][:80]!r}")
 
 
-def follow_up(messages: list[dict], answer: str, rng: random.Random) -> list[dict]:
-    return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": rng.choice(FOLLOW_UPS)}]
+def follow_up(messages: list[dict], answer: str, rng: random.Random,
+              follow_ups: tuple[str, ...] = FOLLOW_UPS) -> list[dict]:
+    return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": rng.choice(follow_ups)}]
+
+
+REQUESTS = ("library", "everyday")  # where the first user messages come from: instructions, or chat_requests
+
+
+def first_messages(requests: str, target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int,
+                   seed: int, batch: int) -> list[list[dict]]:
+    """n first user messages, the categories in turn: "library", templates over the standard library
+    (instructions); "everyday", everyday requests over the target's own passages (chat_requests)."""
+    if requests == "library":
+        return instructions(n, seed)
+    if requests == "everyday":
+        return chat_requests.everyday_requests(target, tokenizer, out, n, seed, batch)
+    raise ValueError(f"unknown requests {requests!r}; choose from {REQUESTS}")
+
+
+def second_turns(requests: str, n_convs: int, start: int, rng: random.Random) -> list[int]:
+    """Which of a batch's conversations get a second turn: a quarter of them, and with everyday requests
+    also every conversation-category one (the bench's conversations are two turns long)."""
+    return [i for i in range(n_convs) if rng.random() < 0.25
+            or (requests == "everyday" and CATEGORIES[(start + i) % len(CATEGORIES)] == "conversation")]
 
 
 # ---------------------------------------------------------------- the target's answers
@@ -152,14 +175,21 @@ def answer(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, conversa
 
 def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int,
                        max_new_tokens: int = 256, seed: int = 0, batch: int = 64,
-                       deadline: float | None = None) -> list[torch.Tensor]:
+                       deadline: float | None = None, requests: str = "library") -> list[torch.Tensor]:
     """n conversations in the seven categories with the target's replies (alternately greedy and sampled at
     T = 1, batch by batch: 64 at a time, 1.9 s a conversation on 2 CPU cores against 3.0 s at 16; a quarter
-    of them get a second turn), as token ids through the chat template.
-    Saved after each batch in out/chat_conversations.pt, so an interrupted run resumes where it stopped."""
+    of them get a second turn: second_turns), as token ids through the chat template; the first messages
+    from `requests` (first_messages). Saved after each batch in out/chat_conversations.pt, so an
+    interrupted run resumes where it stopped."""
     path = out / "chat_conversations.pt"
-    state = torch.load(path) if path.exists() else {"conversations": [], "seconds": 0.0}
-    firsts = instructions(n, seed)
+    state = torch.load(path) if path.exists() else {"conversations": [], "seconds": 0.0, "requests": requests}
+    if state.get("requests", "library") != requests:
+        raise ValueError(f"{path} holds answers to {state.get('requests', 'library')} requests, not {requests}: "
+                         "pass another --out")
+    started = time.perf_counter()
+    firsts = first_messages(requests, target, tokenizer, out, n, seed, batch)
+    follow_ups = FOLLOW_UPS if requests == "library" else chat_requests.FOLLOW_UPS
+    state["material_seconds"] = state.get("material_seconds", 0.0) + time.perf_counter() - started
     bar = tqdm(total=n, initial=len(state["conversations"]), desc="chat conversations", mininterval=10)
     while len(state["conversations"]) < n:
         if deadline is not None and time.time() > deadline:
@@ -170,12 +200,12 @@ def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
         sampled = index % 2 == 1
         started = time.perf_counter()
         rows = answer(target, tokenizer, convs, max_new_tokens, sampled, seed + index)
-        second = [i for i in range(len(convs)) if rng.random() < 0.25]
+        second = second_turns(requests, len(convs), start, rng)
         if second:  # a second turn: the target's reply, then a follow-up question
             replies = [tokenizer.decode(rows[i][len(encode_chat(tokenizer, convs[i])):], skip_special_tokens=True)
                        for i in second]
-            longer = answer(target, tokenizer, [follow_up(convs[i], r, rng) for i, r in zip(second, replies)],
-                            max_new_tokens // 2, sampled, seed + index + 7)
+            turns = [follow_up(convs[i], r, rng, follow_ups) for i, r in zip(second, replies)]
+            longer = answer(target, tokenizer, turns, max_new_tokens // 2, sampled, seed + index + 7)
             for i, row in zip(second, longer):
                 rows[i] = row
         state["conversations"] += [r.to(torch.int32) for r in rows]
@@ -199,10 +229,11 @@ def pack(conversations: list[torch.Tensor], seq_len: int, eos: int) -> torch.Ten
 
 
 def chat_rows(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int, seq_len: int,
-              seed: int = 0, deadline: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              seed: int = 0, deadline: float | None = None,
+              requests: str = "library") -> tuple[torch.Tensor, torch.Tensor]:
     """(train rows, held-out rows) of seq_len tokens from n conversations (chat_conversations): the last
     twentieth of the conversations, packed apart, are held out."""
-    conversations = chat_conversations(target, tokenizer, out, n, seed=seed, deadline=deadline)
+    conversations = chat_conversations(target, tokenizer, out, n, seed=seed, deadline=deadline, requests=requests)
     held = max(1, n // 20)
     eos = tokenizer.eos_token_id
     return pack(conversations[:-held], seq_len, eos), pack(conversations[-held:], seq_len, eos)
@@ -214,8 +245,16 @@ def summary(out: Path) -> dict | None:
     if not path.exists():
         return None
     state = torch.load(path)
+    if state.get("requests", "library") == "library":
+        instructions_were = ("templates over the standard library's prose and code and word lists "
+                             "(speclab.train.chat_data), answered by the target, half the batches greedy and "
+                             "half sampled at T = 1, a quarter with a second turn")
+    else:
+        instructions_were = ("everyday requests written for speclab over passages the target wrote "
+                             "(speclab.train.chat_requests), answered by the target, half the batches greedy "
+                             "and half sampled at T = 1, every conversation-category one and a quarter of "
+                             "the others with a second turn")
     return {"conversations": len(state["conversations"]), "tokens": sum(len(c) for c in state["conversations"]),
             "answer_seconds": round(state["seconds"], 1), "categories": list(CATEGORIES),
-            "instructions": "templates over the standard library's prose and code and word lists "
-                            "(speclab.train.chat_data), answered by the target, half the batches greedy and "
-                            "half sampled at T = 1, a quarter with a second turn"}
+            "requests": state.get("requests", "library"),
+            "material_seconds": round(state.get("material_seconds", 0.0), 1), "instructions": instructions_were}

@@ -175,7 +175,8 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
     if features is not None and "train_rows" in features:
         return features
     if m_corpus(m) == "chat":
-        rows, held = chat_rows(target, load_tokenizer(target_dir), out, m.conversations, m.seq_len, seed, deadline)
+        rows, held = chat_rows(target, load_tokenizer(target_dir), out, m.conversations, m.seq_len, seed, deadline,
+                               requests=getattr(m, "requests", "library"))
         held = held[:m.heldout_rows]
     else:
         rows, held = library_rows(target, target_dir, out, data, m, dev, seed, deadline)
@@ -208,7 +209,9 @@ def rows_spec(m) -> int | str:
     """What identifies a preset's training rows: their count for the library's (as files written before
     chat rows existed record it), the conversations and row length for chat rows."""
     if getattr(m, "corpus", "stdlib") == "chat":
-        return f"chat: {m.conversations} conversations, rows of {m.seq_len}"
+        requests = getattr(m, "requests", "library")  # (named only when not the first kind, as before it existed)
+        kind = "" if requests == "library" else f" of {requests} requests"
+        return f"chat: {m.conversations} conversations{kind}, rows of {m.seq_len}"
     return m.corpus_rows + m.generated
 
 

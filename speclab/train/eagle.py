@@ -67,6 +67,7 @@ class EaglePreset:
     # (speclab.train.chat_data), for a chat target such as SmolLM2.
     corpus: str = "stdlib"
     conversations: int = 0
+    requests: str = "library"  # chat rows' first messages (speclab.train.chat_data.first_messages)
 
 
 EAGLE_PRESETS = {
@@ -78,6 +79,9 @@ EAGLE_PRESETS = {
                               draft_vocab=16),
     "smollm2": EaglePreset(corpus="chat", conversations=640, heldout_rows=32, batch=8, eagle3_steps=3000,
                            draft_vocab=8192, eval_every=250),
+    # the rows of the shared draft's preset of the same name (one features file serves both)
+    "smollm2-everyday": EaglePreset(corpus="chat", conversations=1400, requests="everyday", heldout_rows=32,
+                                    batch=8, eagle3_steps=3000, draft_vocab=8192, eval_every=250),
     "micro": EaglePreset(corpus_rows=16, generated=4, heldout_rows=4, seq_len=32, prompt_len=8, batch=4, steps=6,
                          eagle3_steps=6, mtp_steps=6, warmup=2, eval_every=3, ttt_steps=2, eval_depth=3,
                          tree_prompts=1, tree_tokens=8, tree_repeats=1),

@@ -41,6 +41,7 @@ class SharedDraftPreset:
     # the rows (cached_features' fields; the EAGLE preset of the same name reads the same file)
     corpus: str = "chat"
     conversations: int = 640    # 10 batches of 64 replies: about 35 min of the target answering on 2 CPU cores
+    requests: str = "library"   # their first messages (speclab.train.chat_data.first_messages)
     corpus_rows: int = 0
     generated: int = 0
     prompt_len: int = 64
@@ -56,6 +57,8 @@ class SharedDraftPreset:
 
 PRESETS = {
     "smollm2": SharedDraftPreset(),
+    # everyday requests over the target's own passages (speclab.train.chat_requests) instead of the library's
+    "smollm2-everyday": SharedDraftPreset(conversations=1400, requests="everyday"),
     "micro": SharedDraftPreset(layers=1, draft_vocab=32, corpus="stdlib", conversations=0, corpus_rows=16,
                                generated=4, prompt_len=8, heldout_rows=4, seq_len=32, batch=4, steps=6, warmup=2,
                                eval_every=3),
