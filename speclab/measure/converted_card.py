@@ -15,6 +15,7 @@ from speclab.methods.eagle import NAME3
 from speclab.models import CONVERTED_PAIRS
 
 ROWS = {"speclab speculative": "distilled draft", f"speclab {NAME3}": "EAGLE-3 head",
+        f"speclab {NAME3}-chain": "EAGLE-3 head, a chain",
         "speclab prompt-lookup": "prompt lookup", "hf assisted": "transformers' assisted generation (the draft)",
         "hf prompt-lookup": "transformers' prompt lookup"}
 
@@ -36,11 +37,27 @@ def training_section(name: str, record: dict, what: str) -> list[str]:
             f"- Draft vocabulary: {vocab.get('size')} tokens, holding the target's own next token at "
             f"{vocab.get('heldout_coverage', 0):.1%} of held-out positions.",
             f"- Held-out top-1 agreement with the target: {first[top1]} at the start, {last[top1]} at the end "
-            "(held out: the last twentieth of the conversations, answered at T = 1).", ""]
+            "(held out: the last twentieth of the conversations, answered at T = 1).",
+            *([f"- The conversations: {chat['instructions']}."] if chat.get("instructions") else []), ""]
+
+
+def preset_name(record: dict, name: str) -> str:
+    """The training preset a record's rows came from: the pair's own, or its everyday-requests one."""
+    return f"{name}-everyday" if record["preset"].get("requests", "library") == "everyday" else name
+
+
+FAST = " (fast)"  # bench --fast's suffix for a row on the fast path (chapter 10)
+
+
+def row_label(method: str) -> str:
+    plain = method.removesuffix(FAST)
+    label = ROWS.get(plain, plain.removeprefix("speclab "))
+    return label + (", fast path" if method.endswith(FAST) else "")
 
 
 def category_table(bench: dict) -> list[str]:
-    """tokens per target pass and speedup of each row, one column per chat category."""
+    """The speedup of each row over target-only on its own path (and α where it drafts), one column per
+    chat category; on a record with --fast rows, target-only's fast path is shown against its eager one."""
     workloads = bench["workloads"] if "workloads" in bench else [bench]
     names = [w["workload"].removeprefix("chat-") for w in workloads]
     methods = [r["method"] for r in workloads[0]["rows"] if r["method"] != "speclab target-only"]
@@ -48,22 +65,28 @@ def category_table(bench: dict) -> list[str]:
     for method in methods:
         cells = []
         for w in workloads:
-            base = next(r for r in w["rows"] if r["method"] == "speclab target-only")["tokens_per_s"]
+            on_fast = method.endswith(FAST) and method != "speclab target-only" + FAST
+            base = next(r for r in w["rows"] if r["method"] == "speclab target-only" + (FAST if on_fast else ""))
             row = next((r for r in w["rows"] if r["method"] == method), None)
             if row is None:
                 cells.append("-")
                 continue
             stats = row.get("stats") or {}  # none for transformers' rows
-            cells.append(f"{row['tokens_per_s'] / base:.2f}x" + (f", α {stats['alpha']:.2f}" if stats.get("drafted")
-                                                               else ""))
-        lines.append(f"| {ROWS.get(method, method.removeprefix('speclab '))} | " + " | ".join(cells) + " |")
+            cells.append(f"{row['tokens_per_s'] / base['tokens_per_s']:.2f}x"
+                         + (f", α {stats['alpha']:.2f}" if stats.get("drafted") else ""))
+        label = "target-only, fast path over eager" if method == "speclab target-only" + FAST else row_label(method)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     first = workloads[0]
     prompts = len(next(r for r in first["rows"] if r["method"] == "speclab target-only")["prompt_seconds"])
-    return lines + ["", f"Speed over target-only and α, the per-token acceptance, on {prompts} prompts a category "
-                        f"x {first['max_new_tokens']} new tokens, K = {first['k']}, temperature "
-                        f"{first['temperature']:g}, one repeat, on {first['cpu']} ({first['threads']} threads), torch "
-                        f"{first['torch']}. The EAGLE-3 row drafts the default EAGLE-2 tree (no tree.json: its "
-                        "settings were not timed for chat)."]
+    repeats = first.get("repeats", 1)
+    plain = {m.removesuffix(FAST) for m in methods}
+    trees = (" The EAGLE-3 row drafts the default EAGLE-2 tree (no tree.json: its settings were not timed for "
+             "chat)." if f"speclab {NAME3}" in plain else "")
+    chains = f" The EAGLE-3 chain drafts K tokens in a row." if f"speclab {NAME3}-chain" in plain else ""
+    return lines + ["", f"Speed over target-only on the same path and α, the per-token acceptance, on {prompts} "
+                        f"prompts a category x {first['max_new_tokens']} new tokens, K = {first['k']}, temperature "
+                        f"{first['temperature']:g}, the median of {repeats} repeat{'s' if repeats != 1 else ''}, on "
+                        f"{first['cpu']} ({first['threads']} threads), torch {first['torch']}.{trees}{chains}"]
 
 
 def lossless_section(record: dict, path: Path) -> list[str]:
@@ -99,14 +122,15 @@ def converted_card(name: str, benches: list[Path], lossless: Path | None = None)
                                   "scoring a draft vocabulary (speclab/shared_draft.py); "
                                   f"{draft['own_parameters'] / 1e6:.1f}M parameters of its own, float16. Distilled "
                                   "on the target's distributions (soft cross-entropy over the draft vocabulary) "
-                                  "by `python -m speclab train shared-draft --target smollm2 --preset smollm2`.")
+                                  f"by `python -m speclab train shared-draft --target {name} --preset "
+                                  f"{preset_name(draft, name)}`.")
     head = read(pair.folder / NAME3 / "record.json")
     if head:
         lines += training_section(f"EAGLE-3 head (`{NAME3}/`)", head,
                                   f"The reference layout (SafeAILab/EAGLE cnets.py) on layers "
                                   f"{head['feature_layers']}; {head['parameters'] / 1e6:.1f}M parameters; the "
                                   f"training-time test {head['preset']['ttt_steps']} steps deep; by `python -m "
-                                  f"speclab train {NAME3} --target {name} --preset {name}`.")
+                                  f"speclab train {NAME3} --target {name} --preset {preset_name(head, name)}`.")
     for path in benches:
         bench = read(path)
         if bench:

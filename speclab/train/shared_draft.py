@@ -58,7 +58,7 @@ class SharedDraftPreset:
 PRESETS = {
     "smollm2": SharedDraftPreset(),
     # everyday requests over the target's own passages (speclab.train.chat_requests) instead of the library's
-    "smollm2-everyday": SharedDraftPreset(conversations=1400, requests="everyday"),
+    "smollm2-everyday": SharedDraftPreset(conversations=1400, requests="everyday", steps=2000),
     "micro": SharedDraftPreset(layers=1, draft_vocab=32, corpus="stdlib", conversations=0, corpus_rows=16,
                                generated=4, prompt_len=8, heldout_rows=4, seq_len=32, batch=4, steps=6, warmup=2,
                                eval_every=3),
