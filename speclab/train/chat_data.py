@@ -28,6 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from speclab import corpus
 from speclab.measure.workloads import chat_records, encode_chat
 from speclab.train import chat_requests
+from speclab.train.replies import answer
 from speclab.train.loop import stopped
 
 CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
@@ -43,7 +44,6 @@ QUESTIONS = ("What is {t}?", "Explain {t} to a ten-year-old.", "Give three facts
 FOLLOW_UPS = ("Can you make that shorter?", "Give me an example.", "Why is that?", "Can you explain the "
               "second point in more detail?", "Summarize that in one sentence.", "What should I do next?")
 ITEMS = ("apples", "notebooks", "tickets", "bottles of water", "pencils", "plants", "books", "cupcakes")
-MAX_PROMPT_TOKENS = 192
 
 
 # ---------------------------------------------------------------- instructions from the library
@@ -135,7 +135,9 @@ def first_messages(requests: str, target: PreTrainedModel, tokenizer: PreTrained
     if requests == "library":
         return instructions(n, seed)
     if requests == "everyday":
-        return chat_requests.everyday_requests(target, tokenizer, out, n, seed, batch)
+        firsts = chat_requests.everyday_requests(target, tokenizer, out, n, seed, batch)
+        check_disjoint(firsts)
+        return firsts
     raise ValueError(f"unknown requests {requests!r}; choose from {REQUESTS}")
 
 
@@ -147,32 +149,6 @@ def second_turns(requests: str, n_convs: int, start: int, rng: random.Random) ->
 
 
 # ---------------------------------------------------------------- the target's answers
-@torch.inference_mode()
-def answer(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, conversations: list[list[dict]],
-           max_new_tokens: int, sampled: bool, seed: int) -> list[torch.Tensor]:
-    """The target's replies (ids up to its end-of-turn token or max_new_tokens), batched with left padding;
-    each returned row is prompt + reply."""
-    prompts = [encode_chat(tokenizer, c)[-MAX_PROMPT_TOKENS:] for c in conversations]
-    width = max(len(p) for p in prompts)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):], mask[i, width - len(p):] = p, 1
-    torch.manual_seed(seed)
-    dev = next(target.parameters()).device
-    out = target.generate(ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=max_new_tokens,
-                          do_sample=sampled, temperature=1.0 if sampled else None, top_k=None, top_p=None,
-                          pad_token_id=pad).cpu()
-    rows = []
-    for i, p in enumerate(prompts):
-        reply = out[i, width:]
-        ends = (reply == tokenizer.eos_token_id).nonzero()
-        reply = reply[: int(ends[0]) + 1] if len(ends) else reply
-        rows.append(torch.cat([p, reply]))
-    return rows
-
-
 def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int,
                        max_new_tokens: int = 256, seed: int = 0, batch: int = 64,
                        deadline: float | None = None, requests: str = "library") -> list[torch.Tensor]:

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from speclab.measure.workloads import encode_chat
+from speclab.train.replies import answer
 
 CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
 LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese")
@@ -141,7 +142,6 @@ PASSAGE_PROMPT = "Write {kind} about {topic}. Use four or five sentences."
 def target_replies(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str],
                    max_new_tokens: int, batch: int) -> list[str]:
     """The target's greedy replies to single-turn prompts, as text."""
-    from speclab.train.chat_data import answer  # (here, not above: chat_data imports this module)
     texts = []
     for start in range(0, len(prompts), batch):
         convs = [[{"role": "user", "content": p}] for p in prompts[start:start + batch]]
@@ -271,8 +271,8 @@ def math_problem(rng: random.Random) -> str:
 def everyday_requests(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int, seed: int = 0,
                       batch: int = 64) -> list[list[dict]]:
     """n first user messages, the categories in turn (CATEGORIES), reproducible for a seed once the
-    target's material (material) is in out/; refused if any meets a bench prompt."""
-    from speclab.train.chat_data import check_disjoint
+    target's material (material) is in out/ (chat_data.first_messages refuses any that meets a bench
+    prompt)."""
     per = -(-n // len(CATEGORIES))
     state = material(target, tokenizer, out, passages=2 * per, translations=per, batch=batch)
     passages, foreign = state["passages"], state["foreign"]
@@ -283,5 +283,4 @@ def everyday_requests(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBas
         category = CATEGORIES[i % len(CATEGORIES)]
         passage = passages[(2 * turn + (category == "rag")) % len(passages)]
         convs.append([{"role": "user", "content": request(category, rng, passage, foreign[turn % len(foreign)])}])
-    check_disjoint(convs)
     return convs

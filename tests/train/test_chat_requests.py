@@ -65,7 +65,7 @@ def test_a_passage_sharing_material_with_a_bench_prompt_is_refused(monkeypatch, 
     bench = chat_records()[8]["messages"][0]["content"].split("\n\n", 1)[1]  # a summarization prompt's text
     monkeypatch.setattr(chat_requests, "target_replies", lambda t, tok, prompts, m, b: [bench] * len(prompts))
     with pytest.raises(ValueError, match="overlaps a bench prompt"):
-        chat_requests.everyday_requests(None, None, tmp_path, n=7, batch=4)
+        chat_data.first_messages("everyday", None, None, tmp_path, 7, 0, 4)
 
 
 def test_everyday_conversations_give_every_conversation_a_second_turn(fake_replies, tmp_path):

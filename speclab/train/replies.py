@@ -1,0 +1,36 @@
+"""The target's replies to chat conversations, batched with left padding: what the chat training rows
+(speclab.train.chat_data) and the target's own passages (speclab.train.chat_requests) are made of."""
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from speclab.measure.workloads import encode_chat
+
+MAX_PROMPT_TOKENS = 192
+
+
+@torch.inference_mode()
+def answer(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, conversations: list[list[dict]],
+           max_new_tokens: int, sampled: bool, seed: int) -> list[torch.Tensor]:
+    """The target's replies (ids up to its end-of-turn token or max_new_tokens), batched with left padding;
+    each returned row is prompt + reply."""
+    prompts = [encode_chat(tokenizer, c)[-MAX_PROMPT_TOKENS:] for c in conversations]
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):], mask[i, width - len(p):] = p, 1
+    torch.manual_seed(seed)
+    dev = next(target.parameters()).device
+    out = target.generate(ids.to(dev), attention_mask=mask.to(dev), max_new_tokens=max_new_tokens,
+                          do_sample=sampled, temperature=1.0 if sampled else None, top_k=None, top_p=None,
+                          pad_token_id=pad).cpu()
+    rows = []
+    for i, p in enumerate(prompts):
+        reply = out[i, width:]
+        ends = (reply == tokenizer.eos_token_id).nonzero()
+        reply = reply[: int(ends[0]) + 1] if len(ends) else reply
+        rows.append(torch.cat([p, reply]))
+    return rows
