@@ -82,7 +82,7 @@ def category_table(bench: dict) -> list[str]:
     plain = {m.removesuffix(FAST) for m in methods}
     trees = (" The EAGLE-3 row drafts the default EAGLE-2 tree (no tree.json: its settings were not timed for "
              "chat)." if f"speclab {NAME3}" in plain else "")
-    chains = f" The EAGLE-3 chain drafts K tokens in a row." if f"speclab {NAME3}-chain" in plain else ""
+    chains = " The EAGLE-3 chain drafts K tokens in a row." if f"speclab {NAME3}-chain" in plain else ""
     return lines + ["", f"Speed over target-only on the same path and α, the per-token acceptance, on {prompts} "
                         f"prompts a category x {first['max_new_tokens']} new tokens, K = {first['k']}, temperature "
                         f"{first['temperature']:g}, the median of {repeats} repeat{'s' if repeats != 1 else ''}, on "
