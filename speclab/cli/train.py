@@ -10,6 +10,8 @@ drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, 
     python -m speclab train pard --target DIR --out runs/pard     # a parallel draft (K tokens a pass)
     python -m speclab train shared-draft --target smollm2 --out runs/smollm2 --preset smollm2
                                         # a draft reading SmolLM2's embeddings, over a draft vocabulary
+    python -m speclab train eagle-tree --target smollm2 --head speclab/pairs/smollm2/eagle3 --prompts chat
+                                        # EAGLE-2's settings for a trained head, timed on this machine
 
 --target takes a directory, a hub id, or the name of a converted pair (smollm2: its cached conversion);
 --install then copies into that pair's folder (speclab/pairs/smollm2), where load_drafter finds it.
@@ -44,7 +46,7 @@ from speclab.train.parallel_draft import PRESETS as PARD_PRESETS
 from speclab.train.parallel_draft import train_parallel_draft
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
 from speclab.train.shared_draft import train_shared_draft
-from speclab.train.tuning import choose_eagle_tree
+from speclab.train.tuning import CANDIDATES, PROMPTS, choose_eagle_tree
 
 TARGET_HELP = ("target model: a local directory (the bundled one is speclab/pairs/stdlib/target), a hub id, or a "
                "converted pair's name (smollm2)")
@@ -181,6 +183,24 @@ def add_parallel_draft_command(sub) -> None:
     cmd.set_defaults(run=run_parallel_draft)
 
 
+def add_eagle_tree_command(sub) -> None:
+    cmd = sub.add_parser("eagle-tree", help="time EAGLE-2's settings for a trained EAGLE head on this machine and "
+                         "write the fastest, greedy and sampled, to its tree.json (what train eagle and eagle3 run "
+                         "when training ends; load_drafter reads it)")
+    cmd.add_argument("--target", required=True, help=TARGET_HELP)
+    cmd.add_argument("--head", type=Path, required=True,
+                     help="the head's directory (e.g. speclab/pairs/smollm2/eagle3)")
+    cmd.add_argument("--prompts", choices=PROMPTS, default="code", help="what the settings are timed on: held-out "
+                     "library code, or chat requests (a chat target's; none is a bench prompt)")
+    cmd.add_argument("--candidates", choices=sorted(CANDIDATES), default="deep", help="the settings tried: deep "
+                     "chains and trees (a head accepted often), or short ones (a head accepted under half the time)")
+    cmd.add_argument("--num-prompts", type=int, default=8)
+    cmd.add_argument("--max-new-tokens", type=int, default=128)
+    cmd.add_argument("--repeats", type=int, default=3, help="timed runs of each setting (the median counts)")
+    cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    cmd.set_defaults(run=run_eagle_tree)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"{PROG} train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -191,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_exit_command(sub)
     add_shared_draft_command(sub)
     add_parallel_draft_command(sub)
+    add_eagle_tree_command(sub)
     return parser
 
 
@@ -245,30 +266,32 @@ def run_head(args) -> None:
           f"{last['heldout_top1_by_step']}, {report['log']['seconds'] / 60:.1f} min")
     folder = args.method.bundled
     if args.version is not None and report["inputs"] == "feature+token":
-        if EAGLE_PRESETS[args.preset].corpus == "chat":  # the tuning prompts are library code, not chats
-            print("EAGLE-2's settings are timed on held-out library code, not a chat target's text: this head "
-                  "keeps the default tree (no tree.json written)")
-        else:
-            choose_tree(args, folder)
+        m = EAGLE_PRESETS[args.preset]
+        choose_tree(args.target, args.out / folder, args.device, prompts="chat" if m.corpus == "chat" else "code",
+                    candidate_set=m.tree_candidates, num_prompts=m.tree_prompts, max_new_tokens=m.tree_tokens,
+                    repeats=m.tree_repeats)
     if args.install:
         if report["inputs"] != "feature+token":
             raise SystemExit("an ablation head (--inputs feature or token) is measured, not installed")
         print(f"installed into {install(args.out, folder, pair_folder(args))}")
 
 
-def choose_tree(args, folder: str) -> None:
-    """Time EAGLE-2's settings with the new head, greedy and sampled, and write the fastest to its tree.json."""
-    m = EAGLE_PRESETS[args.preset]
+def choose_tree(target: str, head_dir: Path, device: str, **tuning) -> None:
+    """Time EAGLE-2's settings with a trained head, greedy and sampled, and write the fastest to its
+    tree.json (speclab.train.tuning.choose_eagle_tree, with `tuning`'s prompts, sizes and candidates)."""
     for temperature in (0.0, 1.0):  # greedy rounds and sampled ones want different trees
         started = time.perf_counter()
-        choice = choose_eagle_tree(args.target, args.out / folder, num_prompts=m.tree_prompts,
-                                   max_new_tokens=m.tree_tokens, repeats=m.tree_repeats, device=args.device,
-                                   temperature=temperature)
+        choice = choose_eagle_tree(target, head_dir, device=device, temperature=temperature, **tuning)
         print(f"EAGLE-2 settings timed against target-only at temperature {temperature:g} on "
               f"{choice['prompts']} ({(time.perf_counter() - started) / 60:.1f} min):")
         for row in choice["table"]:
             print(f"  {describe_tree(row)}: {row['tokens_per_pass']:.2f} tokens/pass, {row['speedup']:.2f}x")
-        print(f"chosen: {describe_tree(choice)} (written to {args.out / folder / 'tree.json'})")
+        print(f"chosen: {describe_tree(choice)} (written to {head_dir / 'tree.json'})")
+
+
+def run_eagle_tree(args) -> None:
+    choose_tree(args.target, args.head, args.device, prompts=args.prompts, candidate_set=args.candidates,
+                num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats)
 
 
 def run_exit(args) -> None:

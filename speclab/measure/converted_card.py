@@ -11,11 +11,12 @@ import json
 from pathlib import Path
 
 from speclab import packaged
-from speclab.methods.eagle import NAME3
+from speclab.methods.eagle import NAME3, describe_tree
 from speclab.models import CONVERTED_PAIRS
 
 ROWS = {"speclab speculative": "distilled draft", f"speclab {NAME3}": "EAGLE-3 head",
         f"speclab {NAME3}-chain": "EAGLE-3 head, a chain",
+        "speclab adaptive-confidence": "distilled draft, confidence stop",
         "speclab prompt-lookup": "prompt lookup", "hf assisted": "transformers' assisted generation (the draft)",
         "hf prompt-lookup": "transformers' prompt lookup"}
 
@@ -52,12 +53,25 @@ FAST = " (fast)"  # bench --fast's suffix for a row on the fast path (chapter 10
 def row_label(method: str) -> str:
     plain = method.removesuffix(FAST)
     label = ROWS.get(plain, plain.removeprefix("speclab "))
+    if plain.startswith("speclab speculative K="):  # a row of a K sweep
+        label = f"distilled draft, K = {plain.rsplit('=', 1)[1]}"
     return label + (", fast path" if method.endswith(FAST) else "")
 
 
-def category_table(bench: dict) -> list[str]:
+def tree_sentence(tree: dict | None, temperature: float) -> str:
+    """Which EAGLE-2 settings the EAGLE-3 row drafted at `temperature`: those timed for the head (its
+    tree.json, greedy or sampled), else the default tree."""
+    timed = (tree or {}) if temperature == 0 else (tree or {}).get("sampled")
+    if not timed:
+        return "The EAGLE-3 row drafts the default EAGLE-2 tree (the head has no tree.json timed for it)."
+    return (f"The EAGLE-3 row drafts the EAGLE-2 settings timed for the head ({describe_tree(timed)}; tree.json, "
+            f"timed on {timed['prompts']} on {timed['hardware']}).")
+
+
+def category_table(bench: dict, tree: dict | None = None) -> list[str]:
     """The speedup of each row over target-only on its own path (and α where it drafts), one column per
-    chat category; on a record with --fast rows, target-only's fast path is shown against its eager one."""
+    chat category; on a record with --fast rows, target-only's fast path is shown against its eager one.
+    `tree`: the EAGLE-3 head's tree.json, which says what its row drafted."""
     workloads = bench["workloads"] if "workloads" in bench else [bench]
     names = [w["workload"].removeprefix("chat-") for w in workloads]
     methods = [r["method"] for r in workloads[0]["rows"] if r["method"] != "speclab target-only"]
@@ -80,8 +94,7 @@ def category_table(bench: dict) -> list[str]:
     prompts = len(next(r for r in first["rows"] if r["method"] == "speclab target-only")["prompt_seconds"])
     repeats = first.get("repeats", 1)
     plain = {m.removesuffix(FAST) for m in methods}
-    trees = (" The EAGLE-3 row drafts the default EAGLE-2 tree (no tree.json: its settings were not timed for "
-             "chat)." if f"speclab {NAME3}" in plain else "")
+    trees = f" {tree_sentence(tree, first['temperature'])}" if f"speclab {NAME3}" in plain else ""
     chains = " The EAGLE-3 chain drafts K tokens in a row." if f"speclab {NAME3}-chain" in plain else ""
     return lines + ["", f"Speed over target-only on the same path and α, the per-token acceptance, on {prompts} "
                         f"prompts a category x {first['max_new_tokens']} new tokens, K = {first['k']}, temperature "
@@ -131,10 +144,11 @@ def converted_card(name: str, benches: list[Path], lossless: Path | None = None)
                                   f"{head['feature_layers']}; {head['parameters'] / 1e6:.1f}M parameters; the "
                                   f"training-time test {head['preset']['ttt_steps']} steps deep; by `python -m "
                                   f"speclab train {NAME3} --target {name} --preset {preset_name(head, name)}`.")
+    tree = read(pair.folder / NAME3 / "tree.json")
     for path in benches:
         bench = read(path)
         if bench:
-            lines += [f"## By task ({path.name})", "", *category_table(bench), ""]
+            lines += [f"## By task ({path.name})", "", *category_table(bench, tree), ""]
     checks = read(lossless) if lossless else None
     if checks:
         lines += lossless_section(checks, lossless)

@@ -268,6 +268,24 @@ def math_problem(rng: random.Random) -> str:
         f"The mean of {k} numbers is {n}. Adding one more number makes the mean {n + 1}. What is that number?"))
 
 
+# Requests for timing a chat drafter's settings (speclab.train.tuning): the categories whose requests need
+# none of the target's material, drawn from the training forms with a seed training runs do not take (they
+# default to 0). One may repeat a training request (there are only 120 code requests); what matters is that
+# none is a bench prompt, since settings chosen on the prompts they are timed on would flatter them.
+TUNING_CATEGORIES = ("conversation", "qa", "math", "code")
+TUNING_SEED = 7919
+
+
+def tuning_requests(n: int) -> list[list[dict]]:
+    """n first user messages for timing EAGLE-2's settings on a chat target: TUNING_CATEGORIES in turn,
+    drawn with TUNING_SEED (reproducible, and needing no target)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"ask for at least one tuning request, not {n!r}")
+    rng = random.Random(TUNING_SEED)
+    return [[{"role": "user", "content": request(TUNING_CATEGORIES[i % len(TUNING_CATEGORIES)], rng, "", ("", ""))}]
+            for i in range(n)]
+
+
 def everyday_requests(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int, seed: int = 0,
                       batch: int = 64) -> list[list[dict]]:
     """n first user messages, the categories in turn (CATEGORIES), reproducible for a seed once the

@@ -9,6 +9,7 @@ from speclab.measure.workloads import chat_records
 from speclab.train import chat_data, chat_requests
 from speclab.train.data import rows_spec
 from speclab.train.shared_draft import PRESETS
+from speclab.train.tuning import tuning_inputs
 from tests.conftest import tiny_model
 from tests.test_packaged import chat_tokenizer
 
@@ -84,3 +85,15 @@ def test_everyday_conversations_give_every_conversation_a_second_turn(fake_repli
 def test_the_rows_of_everyday_requests_are_told_apart_from_the_librarys():
     assert rows_spec(PRESETS["smollm2"]) == "chat: 640 conversations, rows of 256"  # as in the shipped records
     assert rows_spec(PRESETS["smollm2-everyday"]) == "chat: 1400 conversations of everyday requests, rows of 256"
+
+
+def test_tuning_requests_are_reproducible_need_no_target_and_meet_no_bench_prompt():
+    requests = chat_requests.tuning_requests(8)
+    assert requests == chat_requests.tuning_requests(8) and len(requests) == 8
+    assert all(len(r) == 1 and r[0]["role"] == "user" and r[0]["content"] for r in requests)
+    assert "Python" in requests[chat_requests.TUNING_CATEGORIES.index("code")][0]["content"]
+    chat_data.check_disjoint(requests)
+    with pytest.raises(ValueError, match="at least one"):
+        chat_requests.tuning_requests(0)
+    with pytest.raises(ValueError, match="choose from"):
+        tuning_inputs(None, "prose", 2)
