@@ -28,7 +28,8 @@
              target (train medusa --target DIR --out DIR), an EAGLE-1 or EAGLE-3 head
              (train eagle ... | train eagle3 ...), an MTP module (train mtp ...), layer-skip
              exit adapters (train exit ...), or a draft reading a target's embeddings over a
-             draft vocabulary (train shared-draft --target smollm2 --preset smollm2 --out DIR)
+             draft vocabulary (train shared-draft --target smollm2 --preset smollm2 --out DIR);
+             train eagle-tree re-times a trained EAGLE head's EAGLE-2 settings on this machine
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 
