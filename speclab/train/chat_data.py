@@ -26,9 +26,9 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from speclab import corpus
-from speclab.measure.workloads import chat_records, encode_chat
+from speclab.measure.workloads import chat_records
 from speclab.train import chat_requests
-from speclab.train.replies import answer
+from speclab.train.replies import answer, reply_text
 from speclab.train.loop import stopped
 
 CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
@@ -178,8 +178,7 @@ def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
         rows = answer(target, tokenizer, convs, max_new_tokens, sampled, seed + index)
         second = second_turns(requests, len(convs), start, rng)
         if second:  # a second turn: the target's reply, then a follow-up question
-            replies = [tokenizer.decode(rows[i][len(encode_chat(tokenizer, convs[i])):], skip_special_tokens=True)
-                       for i in second]
+            replies = [reply_text(tokenizer, convs[i], rows[i]) for i in second]
             turns = [follow_up(convs[i], r, rng, follow_ups) for i, r in zip(second, replies)]
             longer = answer(target, tokenizer, turns, max_new_tokens // 2, sampled, seed + index + 7)
             for i, row in zip(second, longer):

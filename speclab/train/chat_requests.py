@@ -27,8 +27,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from speclab.measure.workloads import encode_chat
-from speclab.train.replies import answer
+from speclab.train.replies import answer, reply_text
 
 CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
 LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese")
@@ -146,7 +145,7 @@ def target_replies(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     for start in range(0, len(prompts), batch):
         convs = [[{"role": "user", "content": p}] for p in prompts[start:start + batch]]
         for conv, row in zip(convs, answer(target, tokenizer, convs, max_new_tokens, sampled=False, seed=0)):
-            texts.append(tokenizer.decode(row[len(encode_chat(tokenizer, conv)):], skip_special_tokens=True))
+            texts.append(reply_text(tokenizer, conv, row))
     return texts
 
 

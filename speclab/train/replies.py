@@ -34,3 +34,10 @@ def answer(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, conversa
         reply = reply[: int(ends[0]) + 1] if len(ends) else reply
         rows.append(torch.cat([p, reply]))
     return rows
+
+
+def reply_text(tokenizer: PreTrainedTokenizerBase, conversation: list[dict], row: torch.Tensor) -> str:
+    """The reply of an `answer` row as text: the row starts with the conversation's prompt, cut to its last
+    MAX_PROMPT_TOKENS tokens, so a longer prompt's full length would cut into the reply."""
+    prompt = min(len(encode_chat(tokenizer, conversation)), MAX_PROMPT_TOKENS)
+    return tokenizer.decode(row[prompt:], skip_special_tokens=True)

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from speclab.measure.workloads import chat_records
+from speclab.measure.workloads import chat_records, encode_chat
 from speclab.train import chat_data
 from tests.conftest import tiny_model
 from tests.test_packaged import chat_tokenizer
@@ -50,7 +50,7 @@ def test_the_targets_answers_are_saved_batch_by_batch_and_resumed(small_library,
     target, tok = tiny_model("llama", layers=1, vocab=64, seed=0), chat_tokenizer()
     first = chat_data.chat_conversations(target, tok, tmp_path, n=4, max_new_tokens=6, batch=2)
     assert len(first) == 4 and all(c.dtype == torch.int32 for c in first)
-    prompt = chat_data.encode_chat(tok, chat_data.instructions(4)[0])
+    prompt = encode_chat(tok, chat_data.instructions(4)[0])
     assert torch.equal(first[0][:len(prompt)], prompt.to(torch.int32)) and len(first[0]) > len(prompt)
     more = chat_data.chat_conversations(target, tok, tmp_path, n=6, max_new_tokens=6, batch=2)
     assert all(torch.equal(a, b) for a, b in zip(first, more[:4])) and len(more) == 6

@@ -5,12 +5,14 @@ import random
 import pytest
 import torch
 
-from speclab.measure.workloads import chat_records
+from speclab.measure.workloads import chat_records, encode_chat
 from speclab.train import chat_data, chat_requests
 from speclab.train.data import rows_spec
+from speclab.train.replies import MAX_PROMPT_TOKENS, reply_text
 from speclab.train.shared_draft import PRESETS
 from speclab.train.tuning import tuning_inputs
 from tests.conftest import tiny_model
+from tests.test_models import WORDS
 from tests.test_packaged import chat_tokenizer
 
 PASSAGE = ("The old mill by the river opened again on Saturday. Volunteers had repaired its wheel over two "
@@ -97,3 +99,12 @@ def test_tuning_requests_are_reproducible_need_no_target_and_meet_no_bench_promp
         chat_requests.tuning_requests(0)
     with pytest.raises(ValueError, match="choose from"):
         tuning_inputs(None, "prose", 2)
+
+
+def test_a_reply_is_read_after_the_prompt_answer_kept_even_where_it_cut_the_prompt():
+    tok = chat_tokenizer()
+    for length in (5, MAX_PROMPT_TOKENS + 40):  # a short prompt, and one answer() cuts to its last tokens
+        conv = [{"role": "user", "content": " ".join(WORDS[i % len(WORDS)] for i in range(length))}]
+        reply = tok(" ".join(WORDS[:3]), return_tensors="pt").input_ids[0]
+        row = torch.cat([encode_chat(tok, conv)[-MAX_PROMPT_TOKENS:], reply])
+        assert reply_text(tok, conv, row) == " ".join(WORDS[:3])
