@@ -180,7 +180,7 @@ def print_settings(args, target, draft, device, workload: str, num_prompts: int)
 def needs_draft_model(row: str) -> bool:
     """Whether a bench row drafts with the pair's draft model (the draft-model rows, transformers' assisted)."""
     method = by_bench_row(row)
-    return row in NEEDS_DRAFT_MODEL or (method is not None and method.weights == "draft")
+    return row in NEEDS_DRAFT_MODEL or (method is not None and method.uses_draft_model(row))
 
 
 def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from speclab.measure.acceptance import acceptance_table, format_acceptance_table
 from speclab.measure.lossless import lossless_check
 from speclab.methods import REGISTRY, load_drafter
 from speclab.methods.draft_model import NAME as DRAFT_MODEL
+from speclab.methods.lookup_first import NAME as LOOKUP_FIRST
 from speclab.measure.workloads import WORKLOADS
 
 
@@ -57,7 +58,9 @@ def check_lossless(args, target, draft, prompts) -> None:
         if name not in REGISTRY:
             raise SystemExit(f"unknown method {name!r}; choose from {sorted(REGISTRY)}")
         try:  # one drafter for every decode: start() resets it for each, as for a new request
-            drafter = load_drafter(name, target, draft=draft) if name == DRAFT_MODEL else load_drafter(name, target)
+            # the pair's draft for the draft model, and behind prompt lookup (lookup_first's default drafter)
+            with_draft = name in (DRAFT_MODEL, LOOKUP_FIRST)
+            drafter = load_drafter(name, target, draft=draft) if with_draft else load_drafter(name, target)
         except (OSError, ValueError) as err:
             print(f"{name}: skipped ({err})")
             continue

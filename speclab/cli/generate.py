@@ -10,7 +10,8 @@ from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_
                                  lookahead_setting, require_draft, weights_given)
 from speclab.decoding import generate, speculative_generate
 from speclab.measure.workloads import encode_chat
-from speclab.methods import METHODS, REGISTRY, draft_model, eagle, layer_skip, load_drafter, lookahead, mtp, ngram
+from speclab.methods import (METHODS, REGISTRY, draft_model, eagle, layer_skip, load_drafter, lookahead, lookup_first,
+                             mtp, ngram)
 from speclab.runner import FAST_MODES
 
 TARGET_ONLY = "target-only"
@@ -61,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")
     g.add_argument("--exit-adapter", action="store_true", help="layer_skip: with the exit adapter shipped for the "
                    "bundled target")
+    g.add_argument("--then", default=draft_model.NAME,
+                   choices=[m for m in METHODS if m not in (ngram.NAME, lookup_first.NAME)],
+                   help=f"{lookup_first.NAME}: the method that drafts where prompt lookup finds no match (default "
+                   f"{draft_model.NAME}), with its own flags")
     add_adaptive_args(g)
     return g
 
@@ -75,7 +80,10 @@ def settings_given(name: str, args) -> dict:
 
 def drafter_options(name: str, args, draft) -> dict:
     """load_drafter's options for the method `name` from generate's flags: its settings, and its weights
-    (Method.weights: the directory a flag names, or the pair's draft model)."""
+    (Method.weights: the directory a flag names, or the pair's draft model); for lookup_first, those of the
+    method behind it (--then)."""
+    if name == lookup_first.NAME:
+        return {"drafter": args.then, **drafter_options(args.then, args, draft)}
     options = dict(settings_given(name, args))
     weights = REGISTRY[name].weights
     if weights:
@@ -86,7 +94,7 @@ def drafter_options(name: str, args, draft) -> dict:
 def decode(args, method: str, target, draft, ids, common: dict):
     if method == TARGET_ONLY:
         return generate(target, ids, **common)
-    if method == draft_model.NAME:
+    if draft_model.NAME in (method, drafter_options(method, args, draft).get("drafter")):
         require_draft(args, draft, f"--method {method}")
     drafter = load_drafter(method, target, **drafter_options(method, args, draft))
     k = args.k
@@ -99,7 +107,8 @@ def decode(args, method: str, target, draft, ids, common: dict):
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     method = GENERATE_METHODS[args.method]
-    if args.eagle_tree and method not in EAGLE_METHODS:
+    eagle_drafts = method in EAGLE_METHODS or (method == lookup_first.NAME and args.then in EAGLE_METHODS)
+    if args.eagle_tree and not eagle_drafts:
         raise SystemExit(f"--eagle-tree sets EAGLE's draft tree: use it with --method {' or '.join(EAGLE_METHODS)}, "
                          f"not {args.method}")
     target, draft, tok, device = load(args)

@@ -1,7 +1,8 @@
 """What the course's notebooks share besides the teaching: which machine produced a timing, numbers
-glued into the book's prose, a decode trace drawn token by token, and token trees drawn.
+glued into the book's prose, a decode trace drawn token by token (round by round, or as running text
+coloured by who produced each token), and token trees drawn.
 
-    from speclab.course.notebook import draw_tree, glue, machine, trace_html
+    from speclab.course.notebook import draw_tree, glue, machine, output_html, trace_html
 """
 from __future__ import annotations
 
@@ -110,6 +111,25 @@ def trace_html(trace: list[Round], tokenizer) -> str:
         for i, r in enumerate(trace))
     return (f"<div>{legend}</div><table><tr><th>round</th><th>accepted</th>"
             f"<th style='text-align:left'>drafts, then the target's token</th></tr>{rows}</table>")
+
+
+WHO = {"lookup": "#f5d76e", "drafter": "#b7e4b0", "target": "#eeeeee"}  # output_html's colours
+
+
+def output_html(trace: list[Round], tokenizer, sources: list[str] | None = None) -> str:
+    """A speculative run's output as running text, each token coloured by who produced it: an accepted
+    draft (by `sources[i]`, "lookup" or "drafter", for the i-th round that drafted; all "drafter"
+    without sources) or the target itself (its correction or bonus token)."""
+    spans, drafted_rounds = [], iter(sources or [])
+    for r in trace:
+        who = next(drafted_rounds, "drafter") if r.drafted else "target"
+        kept = r.new_tokens
+        for i, t in enumerate(kept):
+            kind = who if i < len(kept) - 1 else "target"
+            text = html.escape(tokenizer.decode([t])).replace("\n", "&#8629;<br>")
+            spans.append(f'<span title="{kind}" style="background:{WHO[kind]};white-space:pre-wrap">{text}</span>')
+    legend = " ".join(f'<span style="background:{c};padding:1px 4px">{k}</span>' for k, c in WHO.items())
+    return f"<div>{legend}</div><div style='font-family:monospace;line-height:1.6'>{''.join(spans)}</div>"
 
 
 def tree_layout(parents: list[int]) -> tuple[dict[int, float], dict[int, float]]:

@@ -145,7 +145,7 @@ def drafter_for(row: str, options: Mapping, target, draft, weights: Mapping[str,
     loaded = {**method.bench_rows[row], **options}
     if method.weights and (weights or {}).get(method.name) is not None:
         loaded[method.weights] = weights[method.name]
-    if method.weights == "draft":
+    if method.uses_draft_model(row):
         loaded["draft"] = draft
     return load_drafter(method.name, target, **loaded)
 
@@ -162,8 +162,9 @@ def default_methods(target, draft=None, weights: Mapping[str, str | Path] | None
         return True
 
     def trained(base: str) -> bool:  # rows that read weights trained for a target (the draft is given)
-        method = by_bench_row(base)
-        return method is not None and method.bundled is not None and method.weights != "draft"
+        method = by_bench_row(base)  # a row whose drafter is another method's (lookup_first's) reads that one's
+        return method is not None and not method.uses_draft_model(base) and \
+            (method.bundled is not None or "drafter" in method.bench_rows[base])
 
     unfit = {base for base, options in row_settings(METHODS, layer_skip=layer_skip).values()
              if trained(base) and not fits(base, options)}

@@ -15,6 +15,7 @@ method is a new module and an entry here (plus its tests and its chapter).
     layer_skip    the target's first layers (+ exit adapter)    methods/layer_skip.py
     pard          a parallel draft: K tokens from one pass       methods/parallel_draft.py
     suffix        suffix decoding: suffix trees over the request and earlier outputs  methods/suffix.py
+    lookup_first  prompt lookup where the text repeats, another method's drafter elsewhere  methods/lookup_first.py
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from pathlib import Path
 import torch
 
 from speclab.drafting import Drafter
-from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram, parallel_draft, shipped, suffix
+from speclab.methods import (draft_model, eagle, layer_skip, lookahead, lookup_first, medusa, mtp, ngram,
+                             parallel_draft, shipped, suffix)
 from speclab.models import BUNDLED_DIR, load_pair
 from speclab.serving import checkpoints
 
@@ -58,6 +60,12 @@ class Method:
     bench_rows: Mapping[str, Mapping] = field(default_factory=dict)
     decode_options: Mapping[str, Mapping] = field(default_factory=dict)
 
+    def uses_draft_model(self, row: str | None = None) -> bool:
+        """Whether the method (or its bench row `row`) drafts with a draft model: the bench hands those
+        rows the pair's draft."""
+        return self.weights == "draft" or (row is not None and
+                                           self.bench_rows.get(row, {}).get("drafter") == draft_model.NAME)
+
 
 def _load_draft_model(target, draft=None, **rest) -> Drafter:
     if rest:
@@ -76,6 +84,15 @@ def _load_layer_skip(target, **options) -> Drafter:
         raise ValueError(f"layer_skip needs exit_layer=E, the last layer that drafts (1 to "
                          f"{target.config.num_hidden_layers - 1})")
     return layer_skip.load_layer_skip(target, bundled=shipped_weights(layer_skip.NAME, target), **options)
+
+
+def _load_lookup_first(target, drafter: str = draft_model.NAME, max_ngram: int = 3, min_ngram: int = 2,
+                       **options) -> Drafter:
+    """Prompt lookup in front of `drafter` (a registered method's name, loaded with `options`)."""
+    if drafter in (ngram.NAME, lookup_first.NAME):
+        raise ValueError(f"lookup_first's drafter= is the trained drafter lookup goes in front of (e.g. "
+                         f"{draft_model.NAME!r} or {eagle.NAME3!r}), not {drafter!r}")
+    return lookup_first.LookupFirstDrafter(load_drafter(drafter, target, **options), max_ngram, min_ngram)
 
 
 # SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
@@ -121,6 +138,10 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            bench_rows={"speclab layer-skip": {}}),
     Method(parallel_draft.NAME, _load_parallel_draft, weights="model", bundled="pard", train="pard",
            bench_rows={"speclab pard": {}}),
+    # no weights of its own: the drafter behind lookup loads (or is handed) its own
+    Method(lookup_first.NAME, _load_lookup_first,
+           bench_rows={"speclab lookup-then-draft": {"drafter": draft_model.NAME},
+                       "speclab lookup-then-eagle3": {"drafter": eagle.NAME3}}),
 )}
 METHODS = tuple(REGISTRY)  # vLLM's names where vLLM has the method
 
@@ -203,6 +224,9 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     layer_skip   the target's first exit_layer= E layers draft (1..L-1); adapter=False (no new
                  weights), True (the exit adapters shipped for the bundled target) or a directory
                  written by train exit
+    lookup_first prompt lookup where the sequence's last min_ngram=2 .. max_ngram=3 tokens occurred
+                 before, else drafter= (a method's name, default draft_model) loaded with the
+                 remaining options (llama.cpp's and TensorRT-LLM's precedence)
 
     A weights directory in vLLM's or SGLang's layout (speclab.serving.checkpoints: what `python -m
     speclab export` writes, or a head published for a hub target) is read into speclab's head;

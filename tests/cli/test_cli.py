@@ -154,6 +154,13 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(micro, t
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle3", "--eagle3", str(tmp_path / "eagle3")])
     assert "speculative (eagle-3)" in capsys.readouterr().out
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"),
+          "--prompt", "import os\nimport os\n", "--max-new-tokens", "8", "--device", "cpu", "--method", "lookup_first",
+          "--then", "eagle3", "--eagle3", str(tmp_path / "eagle3"), "--eagle-tree", "chain", "--k", "2"])
+    assert "speculative (prompt lookup, else eagle-3 chain)" in capsys.readouterr().out
+    main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
+          "--max-new-tokens", "8", "--device", "cpu", "--method", "lookup_first", "--k", "2"])
+    assert "speculative (prompt lookup, else draft model)" in capsys.readouterr().out
     eagle = ["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
              "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle", "--eagle", str(tmp_path / "eagle")]
     main(eagle)
@@ -204,7 +211,8 @@ def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs
     assert "no draft model for this pair: left out speclab speculative" in table and "hf assisted" in table
     assert "\nprompt-lookup " in table and "\nlayer-skip E=1 " in table and "\nspeculative " not in table
     for command in (["bench", "--methods", "speclab target-only,speclab speculative"], ["evaluate"],
-                    ["generate", "--prompt", "w1 w2"]):
+                    ["generate", "--prompt", "w1 w2"], ["generate", "--prompt", "w1 w2", "--method", "lookup_first"],
+                    ["bench", "--methods", "speclab target-only,speclab lookup-then-draft"]):
         with pytest.raises(SystemExit, match="needs a draft model: the smollm2 pair has no draft yet.*train shared-draft"):
             main([*command, "--pair", "smollm2", "--device", "cpu"])
     main(["profile", "--pair", "smollm2", "--device", "cpu"])  # the target alone

@@ -52,6 +52,17 @@ def test_trace_kinds_and_html():
     assert page.count("<tr>") == 3 and "⏎" in page and "&lt;" in page and "line-through" in page
 
 
+def test_output_html_colours_each_token_by_who_produced_it():
+    from speclab.course.notebook import output_html
+    rounds = [Round(drafted=[1, 2], accepted=2, next_token=3), Round(drafted=[], accepted=0, next_token=4),
+              Round(drafted=[5, 6], accepted=1, next_token=7)]
+    page = output_html(rounds, Tok(), ["lookup", "drafter"])
+    kinds = [part.split('"')[0] for part in page.split('title="')[1:]]
+    # round 1: two lookup drafts and the bonus; round 2 drafted nothing; round 3: one accepted draft, the correction
+    assert kinds == ["lookup", "lookup", "target", "target", "drafter", "target"]
+    assert output_html(rounds, Tok()).count('title="drafter"') == 3  # without sources: every draft is the drafter's
+
+
 def test_draw_tree_puts_parents_above_the_middle_of_their_children():
     import matplotlib
     matplotlib.use("Agg")
