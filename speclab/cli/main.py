@@ -3,10 +3,12 @@
   generate   decode a prompt with the bundled pair (or --pair smollm2, a hub or a local pair) and
              print statistics
              (--method: any drafting method of the registry, speclab.methods, by vLLM's names, or
-             target-only; --k-schedule heuristic and --confidence-threshold for adaptive K)
+             target-only; --method lookup_first --then M: prompt lookup in front of method M;
+             --k-schedule heuristic and --confidence-threshold for adaptive K)
   bench      target-only vs every drafting method (draft model with fixed and adaptive K, prompt
              lookup, lookahead, Medusa, EAGLE-1's chain, EAGLE-2's tree with an EAGLE-1 or an EAGLE-3
-             head, MTP, layer skipping) vs transformers' assisted generation and prompt lookup,
+             head, MTP, layer skipping, prompt lookup in front of the draft or EAGLE-3) vs
+             transformers' assisted generation and prompt lookup,
              side by side, on one or more
              workloads (code, prose, the copying sets edit and quote, the chat prompts by task
              chat-*, or chat for all seven), and the speedup model checked against the costs
