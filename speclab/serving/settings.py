@@ -22,7 +22,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from speclab.methods import draft_model, eagle, layer_skip, lookahead, medusa, mtp, ngram, parallel_draft, suffix
+from speclab.methods import (draft_model, eagle, layer_skip, lookahead, lookup_first, medusa, mtp, ngram, parallel_draft,
+                             suffix)
 
 ENGINES = ("speclab", "vllm", "sglang", "tensorrt-llm", "llama.cpp", "transformers")
 
@@ -47,6 +48,8 @@ class Options:
     confidence_threshold   stop a round's draft below this confidence (None: draft k tokens)
     suffix       suffix decoding's (max_tree_depth, max_cached_requests, max_spec_factor, min_token_prob)
     mask_token_id  a parallel draft's mask token (its config's pard_token)
+    then         lookup_first's drafter where lookup finds no match (a method's name; its settings are
+                 these same options)
     """
 
     k: int = 4
@@ -62,6 +65,7 @@ class Options:
     lookahead: tuple[int, int, int] = (4, 4, 4)
     suffix: tuple[int, int, float, float] = (24, 10000, 1.0, 0.1)
     mask_token_id: int | None = None
+    then: str = draft_model.NAME
 
 
 @dataclass(frozen=True)
@@ -341,9 +345,33 @@ def _parallel_draft(engine: str, o: Options) -> dict:
     raise _no(engine, "no parallel drafting: a draft model there drafts token by token")
 
 
+def _lookup_first(engine: str, o: Options) -> dict:
+    """Prompt lookup in front of o.then. llama.cpp has this very precedence for a comma-separated
+    --spec-type (a draftless type before a drafter); TensorRT-LLM's nearest puts another matcher in front."""
+    if o.then in (ngram.NAME, lookup_first.NAME) or o.then not in WRITERS:
+        raise ValueError(f"lookup_first puts prompt lookup in front of a trained drafter; then={o.then!r} is not one")
+    behind = WRITERS[o.then](engine, o) if engine in ("speclab", "llama.cpp") else None
+    if engine == "speclab":
+        return {"method": lookup_first.NAME, "drafter": o.then, "max_ngram": o.max_ngram, "min_ngram": o.min_ngram,
+                **{key: value for key, value in behind.items() if key != "method"}}
+    if engine == "llama.cpp":
+        if o.min_ngram != o.max_ngram:
+            raise _no(engine, "ngram-simple looks up one n-gram size (--spec-ngram-size-n); set "
+                              f"min_ngram = max_ngram (got {o.min_ngram}..{o.max_ngram})")
+        return {**behind, "--spec-type": f"ngram-simple,{behind['--spec-type']}",
+                "--spec-ngram-size-n": o.max_ngram, "--spec-ngram-size-m": o.k}
+    raise _no(engine, {
+        "vllm": "one method per speculative_config: no prompt lookup in front of a drafter",
+        "sglang": "one --speculative-algorithm: no prompt lookup in front of a drafter",
+        "tensorrt-llm": "no prompt lookup in front of a drafter; the nearest: use_sa_spec=True with "
+                        "sa_spec_threshold=N on an Eagle3, MTP or PARD config puts its suffix automaton (the "
+                        "longest match in the request, no max_ngram) in front once a match is N tokens long",
+        "transformers": "generate() takes an assistant model or prompt lookup, not both"}[engine])
+
+
 WRITERS = {draft_model.NAME: _draft_model, ngram.NAME: _ngram, eagle.NAME: _eagle(1), eagle.NAME3: _eagle(3),
            medusa.NAME: _medusa, mtp.NAME: _mtp, layer_skip.NAME: _layer_skip, lookahead.NAME: _lookahead,
-           suffix.NAME: _suffix, parallel_draft.NAME: _parallel_draft}
+           suffix.NAME: _suffix, parallel_draft.NAME: _parallel_draft, lookup_first.NAME: _lookup_first}
 
 
 def k_by_batch(policy: dict[int, int], max_batch: int) -> tuple[tuple[int, int, int], ...]:

@@ -139,3 +139,21 @@ def test_vllm_builds_its_own_config_from_the_settings():
         "ngram", 3, 4, 2)
     with pytest.raises(Exception):
         SpeculativeConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_maximum=4)
+
+
+def test_lookup_in_front_of_a_drafter_is_written_where_an_engine_has_that_precedence():
+    mine = engine_settings("lookup_first", "speclab", k=2, min_ngram=2, then="eagle3", path="H")
+    assert mine.settings == {"method": "lookup_first", "drafter": "eagle3", "max_ngram": 3, "min_ngram": 2,
+                             "head": "H", "depth": 2, "tree": "chain"}
+    llama = engine_settings("lookup_first", "llama.cpp", k=3, min_ngram=2, max_ngram=2, path="D.gguf")
+    assert llama.settings["--spec-type"] == "ngram-simple,draft-simple"  # the draftless type takes precedence
+    assert (llama.settings["--spec-ngram-size-n"], llama.settings["--model-draft"]) == (2, "D.gguf")
+    with pytest.raises(Unsupported, match="one n-gram size"):
+        engine_settings("lookup_first", "llama.cpp", min_ngram=2, max_ngram=3)
+    with pytest.raises(Unsupported, match="use_sa_spec=True with sa_spec_threshold"):  # the nearest, named
+        engine_settings("lookup_first", "tensorrt-llm", then="eagle3")
+    for engine in ("vllm", "sglang", "transformers"):
+        with pytest.raises(Unsupported):
+            engine_settings("lookup_first", engine)
+    with pytest.raises(ValueError, match="trained drafter"):
+        engine_settings("lookup_first", "speclab", then="ngram")
