@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--exit-adapter", action="store_true", help="layer_skip: with the exit adapter shipped for the "
                    "bundled target")
     g.add_argument("--then", default=draft_model.NAME,
-                   choices=[m for m in METHODS if m not in (ngram.NAME, lookup_first.NAME)],
+                   choices=[m for m in METHODS if m not in (*lookup_first.DRAFTLESS, lookup_first.NAME)],
                    help=f"{lookup_first.NAME}: the method that drafts where prompt lookup finds no match (default "
                    f"{draft_model.NAME}), with its own flags")
     add_adaptive_args(g)

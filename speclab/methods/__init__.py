@@ -89,7 +89,7 @@ def _load_layer_skip(target, **options) -> Drafter:
 def _load_lookup_first(target, drafter: str = draft_model.NAME, max_ngram: int = 3, min_ngram: int = 2,
                        **options) -> Drafter:
     """Prompt lookup in front of `drafter` (a registered method's name, loaded with `options`)."""
-    if drafter in (ngram.NAME, lookup_first.NAME):
+    if drafter in (*lookup_first.DRAFTLESS, lookup_first.NAME):
         raise ValueError(f"lookup_first's drafter= is the trained drafter lookup goes in front of (e.g. "
                          f"{draft_model.NAME!r} or {eagle.NAME3!r}), not {drafter!r}")
     return lookup_first.LookupFirstDrafter(load_drafter(drafter, target, **options), max_ngram, min_ngram)

@@ -27,10 +27,17 @@ from __future__ import annotations
 import torch
 
 from speclab.drafting import Draft, Drafter
+from speclab.methods.lookahead import NAME as LOOKAHEAD
+from speclab.methods.lookahead import LookaheadDrafter
+from speclab.methods.ngram import NAME as NGRAM
 from speclab.methods.ngram import PromptLookupDrafter
+from speclab.methods.suffix import NAME as SUFFIX
+from speclab.methods.suffix import SuffixDrafter
 from speclab.sampling import SamplingParams
 
 NAME = "lookup_first"  # speclab's name: neither vLLM nor SGLang has this combination
+# the methods that draft from the text itself, which lookup would only stand in front of
+DRAFTLESS = (NGRAM, SUFFIX, LOOKAHEAD)
 
 
 LOOKUP, DRAFTER = "lookup", "drafter"  # who drafted a round
@@ -43,9 +50,10 @@ class LookupFirstDrafter(Drafter):
     `lookup_rounds`, `drafter_rounds` count them."""
 
     def __init__(self, drafter: Drafter, max_ngram: int = 3, min_ngram: int = 2):
-        if not isinstance(drafter, Drafter) or isinstance(drafter, (PromptLookupDrafter, LookupFirstDrafter)):
+        draftless = (PromptLookupDrafter, SuffixDrafter, LookaheadDrafter, LookupFirstDrafter)
+        if not isinstance(drafter, Drafter) or isinstance(drafter, draftless):
             raise ValueError("lookup_first puts prompt lookup in front of a trained drafter (draft_model, eagle3, "
-                             f"eagle, mtp, medusa, layer_skip, ...); got {type(drafter).__name__}")
+                             f"eagle, mtp, medusa, layer_skip, pard); got {type(drafter).__name__}")
         self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.drafter = drafter
         self.name = f"prompt lookup, else {drafter.name}"
@@ -85,9 +93,6 @@ class LookupFirstDrafter(Drafter):
     def start(self, prompt: torch.Tensor) -> None:
         self.sources = {0: []}
         self.drafter.start(prompt)
-
-    def forget_requests(self) -> None:
-        self.drafter.forget_requests()
 
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:

@@ -348,7 +348,7 @@ def _parallel_draft(engine: str, o: Options) -> dict:
 def _lookup_first(engine: str, o: Options) -> dict:
     """Prompt lookup in front of o.then. llama.cpp has this very precedence for a comma-separated
     --spec-type (a draftless type before a drafter); TensorRT-LLM's nearest puts another matcher in front."""
-    if o.then in (ngram.NAME, lookup_first.NAME) or o.then not in WRITERS:
+    if o.then in (*lookup_first.DRAFTLESS, lookup_first.NAME) or o.then not in WRITERS:
         raise ValueError(f"lookup_first puts prompt lookup in front of a trained drafter; then={o.then!r} is not one")
     behind = WRITERS[o.then](engine, o) if engine in ("speclab", "llama.cpp") else None
     if engine == "speclab":

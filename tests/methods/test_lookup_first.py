@@ -151,6 +151,9 @@ def test_bad_input_is_refused_with_what_to_do(models):
     target, draft = models
     with pytest.raises(ValueError, match="trained drafter"):
         load_drafter(NAME, target, drafter="ngram")
+    for draftless in ("ngram", "suffix", "lookahead"):
+        with pytest.raises(ValueError, match="trained drafter"):
+            load_drafter(NAME, target, drafter=draftless)
     with pytest.raises(ValueError, match="trained drafter"):
         LookupFirstDrafter(PromptLookupDrafter())
     with pytest.raises(ValueError, match="min_ngram"):
