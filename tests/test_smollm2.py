@@ -56,6 +56,18 @@ def test_the_trained_draft_and_eagle3_head_are_greedy_exact(smollm2, workload):
     assert speculative_generate(target, load_drafter("eagle3", target), ids, **common).tokens.tolist() == reference
 
 
+@pytest.mark.parametrize("workload", ["chat-summarization", "chat-rag"])
+def test_lookup_in_front_of_either_trained_drafter_is_greedy_exact_where_answers_copy(smollm2, workload):
+    target, draft, tok, _ = smollm2
+    ids = prompt_ids(tok, workload, 1)[0]
+    common = {"max_new_tokens": 48, "eos_token_id": tok.eos_token_id}
+    reference = generate(target, ids, **common).tokens.tolist()
+    for behind in ({"drafter": "draft_model", "draft": draft}, {"drafter": "eagle3"}):
+        drafter = load_drafter("lookup_first", target, **behind)
+        assert speculative_generate(target, drafter, ids, k=2, **common).tokens.tolist() == reference
+        assert drafter.lookup_rounds > 0 and drafter.drafter_rounds > 0  # both drafted here
+
+
 def test_sampling_with_the_trained_draft_keeps_the_targets_distribution_and_a_broken_rule_does_not(smollm2):
     target, draft, tok, _ = smollm2
     # chat-qa's second prompt: an uncertain first token the draft half agrees with, so the broken rule is
