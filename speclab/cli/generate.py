@@ -94,9 +94,10 @@ def drafter_options(name: str, args, draft) -> dict:
 def decode(args, method: str, target, draft, ids, common: dict):
     if method == TARGET_ONLY:
         return generate(target, ids, **common)
-    if draft_model.NAME in (method, drafter_options(method, args, draft).get("drafter")):
+    options = drafter_options(method, args, draft)
+    if draft_model.NAME in (method, options.get("drafter")):
         require_draft(args, draft, f"--method {method}")
-    drafter = load_drafter(method, target, **drafter_options(method, args, draft))
+    drafter = load_drafter(method, target, **options)
     k = args.k
     if k is None:  # EAGLE-2's tree has its own depth (tree.json's, measured): a K would only cut it
         k = drafter.own_depth or 4

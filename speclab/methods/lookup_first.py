@@ -38,8 +38,6 @@ from speclab.sampling import SamplingParams
 NAME = "lookup_first"  # speclab's name: neither vLLM nor SGLang has this combination
 # the methods that draft from the text itself, which lookup would only stand in front of
 DRAFTLESS = (NGRAM, SUFFIX, LOOKAHEAD)
-
-
 LOOKUP, DRAFTER = "lookup", "drafter"  # who drafted a round
 
 
