@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--fast", nargs="?", const="static", choices=FAST_MODES, default=None,
                    help="also run every speclab row on the fast path (a static cache written by position; "
                    "'compiled' adds torch.compile), as '<row> (fast)', in the same interleaved runs: chapter 10")
+    b.add_argument("--stop-at-eos", action="store_true", help="stop each prompt's decoding at the tokenizer's "
+                   "end-of-sequence token, included (a chat answer's end of turn), as Spec-Bench does; default: "
+                   "decode --max-new-tokens tokens whatever comes, past the end of an answer too")
     b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.add_argument("--batch-sizes", type=int_list, default=None, metavar="B,B,...",
@@ -170,7 +173,9 @@ def bench_batches(args) -> dict:
 def print_settings(args, target, draft, device, workload: str, num_prompts: int) -> None:
     settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
-    print(f"device {device}, {num_prompts} {workload} prompts, K={args.k}{lookup}, {args.max_new_tokens} new tokens, "
+    limit = "at most " if args.stop_at_eos else ""
+    print(f"device {device}, {num_prompts} {workload} prompts, K={args.k}{lookup}, {limit}{args.max_new_tokens} new "
+          f"tokens{' (stops at EOS)' if args.stop_at_eos else ''}, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"median of {args.repeats} interleaved repeats; target {target.dtype}, "
           f"draft {draft.dtype if draft is not None else 'none'}; "
@@ -200,14 +205,23 @@ def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
     return methods
 
 
-def bench_rows(args, target, draft, prompts, paths) -> list:
+def stop_token(args, tokenizer) -> int | None:
+    """The token --stop-at-eos stops at: the tokenizer's EOS (SmolLM2's chat template ends a turn with it)."""
+    if not args.stop_at_eos:
+        return None
+    if tokenizer.eos_token_id is None:
+        raise SystemExit("--stop-at-eos: this tokenizer has no end-of-sequence token; leave the flag out")
+    return int(tokenizer.eos_token_id)
+
+
+def bench_rows(args, target, draft, prompts, paths, tok) -> list:
     weights = weights_given(args)
     methods = methods_to_run(args, target, draft, weights)
     return run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
                      repeats=args.repeats, weights=weights, lookahead=args.lookahead, lookup_k=args.lookup_k,
                      lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
                      adaptive_k=args.adaptive_k, confidence_thresholds=args.confidence_threshold, paths=paths,
-                     block=args.block, time_alone=True)
+                     block=args.block, time_alone=True, eos_token_id=stop_token(args, tok))
 
 
 def summary_of(args, device, workload: str, rows: list) -> dict:
@@ -219,7 +233,7 @@ def summary_of(args, device, workload: str, rows: list) -> dict:
                 lookahead=[list(s) for s in args.lookahead],
                 layer_skip=[list(s) for s in args.layer_skip], k_sweep=args.k_sweep,
                 adaptive_k=args.adaptive_k or max(args.k_sweep or [max(args.k, 8)]),
-                confidence_threshold=args.confidence_threshold, fast=args.fast,
+                confidence_threshold=args.confidence_threshold, fast=args.fast, stop_at_eos=args.stop_at_eos,
                 rows=[r.to_record() for r in rows])
 
 
@@ -288,7 +302,7 @@ def prompt_count(args, workload: str) -> int:
 def bench_workload(args, target, draft, tok, device, workload: str, num_prompts: int, paths) -> dict:
     prompts = [p.to(device) for p in prompts_for(args, tok, workload, num_prompts)]
     print_settings(args, target, draft, device, workload, len(prompts))
-    rows = bench_rows(args, target, draft, prompts, paths)
+    rows = bench_rows(args, target, draft, prompts, paths, tok)
     print(format_table([r for r in rows if not r.method.endswith(FAST)]))
     summary = summary_of(args, device, workload, rows)
     summary.update(check_model(args, target, draft, rows))
@@ -305,6 +319,8 @@ def bench_workload(args, target, draft, tok, device, workload: str, num_prompts:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.batch_sizes:
+        if args.stop_at_eos:  # a batch's sequences would end at different steps: chapter 11 times fixed lengths
+            raise SystemExit("--stop-at-eos times single prompts; leave it out with --batch-sizes")
         record = bench_batches(args)
         if args.json:
             with open(args.json, "w") as f:

@@ -257,10 +257,11 @@ class BenchRow:
                    list(record.get("prompt_seconds", [])), record.get("alone_ms"))
 
 
-def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int, **extra):
-    # eos_token_id=None: go on past EOS as speclab's loops do (min_new_tokens would forbid EOS instead, and
-    # where the target's argmax is EOS transformers' text would part from speclab's)
-    kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=None, do_sample=temperature > 0,
+def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature: float, seed: int,
+                 eos_token_id: int | None = None, **extra):
+    # eos_token_id None: go on past EOS as speclab's loops do (min_new_tokens would forbid EOS instead, and
+    # where the target's argmax is EOS transformers' text would part from speclab's); given, both stop there
+    kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, do_sample=temperature > 0,
                   pad_token_id=target.config.pad_token_id if target.config.pad_token_id is not None else 0)
     if temperature > 0:
         torch.manual_seed(seed)
@@ -277,12 +278,13 @@ def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature:
 
 
 def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new_tokens: int,
-               temperature: float, seed: int, drafters: dict | None = None, options: dict | None = None):
+               temperature: float, seed: int, drafters: dict | None = None, options: dict | None = None,
+               eos_token_id: int | None = None):
     """(new token ids, seconds, stats or None) for one prompt. `drafters`: the speclab methods' drafters
     (make_drafters); the draft model and prompt lookup are built here when it is not given. `options`:
-    more speculative_generate options (the adaptive-K rows')."""
+    more speculative_generate options (the adaptive-K rows'). `eos_token_id`: stop at this token (with it)."""
     device = model_device(target)
-    common = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    common = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, eos_token_id=eos_token_id)
     drafters = drafters if drafters is not None else make_drafters((method,), target, draft)
     with timer(device) as t:
         if method == "speclab target-only":
@@ -290,13 +292,14 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
         elif method in drafters:
             result = speculative_generate(target, drafters[method], prompt, k=k, **common, **(options or {}))
         elif method == "hf target-only":
-            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed)
+            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, eos_token_id)
         elif method == "hf assisted":
-            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, assistant_model=draft,
-                                  num_assistant_tokens=k, num_assistant_tokens_schedule="constant",
-                                  assistant_confidence_threshold=0.0)
+            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, eos_token_id,
+                                  assistant_model=draft, num_assistant_tokens=k,
+                                  num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
         elif method == "hf prompt-lookup":
-            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, prompt_lookup_num_tokens=k)
+            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, eos_token_id,
+                                  prompt_lookup_num_tokens=k)
         else:
             raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
     if isinstance(result, torch.Tensor):
@@ -336,7 +339,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               k_sweep=None, adaptive_k: int | None = None,
               confidence_thresholds=CONFIDENCE_THRESHOLDS,
               paths: Mapping[torch.nn.Module, FastPath] | None = None, block: bool = False,
-              time_alone: bool = False) -> list[BenchRow]:
+              time_alone: bool = False, eos_token_id: int | None = None) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
     one row per method with the totals over the prompts from the median repeat. `weights`: method name ->
     the directory of its trained weights (Medusa heads, an EAGLE-1 or EAGLE-3 head, an MTP module; default:
@@ -351,7 +354,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     speclab row that drafts a chain with the rejection rule runs again with block verification, as
     "<row> (block)", the same drafter on the same drafts' prompts and seeds (chapter 13). `time_alone`: the
     draft-model rows' passes are also timed with each model alone, beside them (BenchRow.alone_ms), for
-    the model check's loop-against-alone comparison."""
+    the model check's loop-against-alone comparison. `eos_token_id`: every row stops a prompt's decoding
+    at this token (a chat answer's end of turn), as Spec-Bench does; None decodes max_new_tokens past it."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS + REFERENCE_METHODS]
@@ -410,11 +414,17 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
         row = method.removesuffix(FAST)
         with fast_paths(paths if method.endswith(FAST) else {}):
             return run_method(row, target, draft, prompt, k_of[row], max_new, temperature, row_seed,
-                              drafters_of(method), options_of.get(row))
+                              drafters_of(method), options_of.get(row), eos_token_id)
 
     if warmup:
+        # a fast row decodes the longest prompt in full, so that every compiled graph the timed runs meet
+        # (each pass width, each bucket of cache the contexts reach) compiles here: a graph compiled inside
+        # a timed run cost a chat prompt 50 s in one record's run, against 3 s decoded
+        longest = max(prompts, key=len)
         for method in methods:
-            run_row(method, prompts[0], min(16, max_new_tokens), seed)
+            fast = method.endswith(FAST)
+            run_row(method, longest if fast else prompts[0], max_new_tokens if fast else min(16, max_new_tokens),
+                    seed)
 
     def decode(method: str, i: int):
         drafter = drafters_of(method).get(method.removesuffix(FAST))

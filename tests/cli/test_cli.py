@@ -130,6 +130,21 @@ def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_poli
     assert len(record["calibration_rows"]) == len(record["rows"])
 
 
+def test_bench_stop_at_eos_stops_at_the_tokenizers_eos_and_says_so(micro, tmp_path, capsys):
+    capsys.readouterr()
+    common = ["bench", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--prompt", "import os\n",
+              "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1",
+              "--methods", "speclab target-only,speclab speculative"]
+    main(common + ["--stop-at-eos", "--json", str(tmp_path / "eos.json")])
+    out = capsys.readouterr().out
+    assert "at most 8 new tokens (stops at EOS)" in out
+    record = json.loads((tmp_path / "eos.json").read_text())
+    assert record["stop_at_eos"] is True
+    assert all(r["new_tokens"] <= 8 and r["matches_target_only"] in (None, True) for r in record["rows"])
+    with pytest.raises(SystemExit, match="--stop-at-eos times single prompts"):
+        main(common + ["--stop-at-eos", "--batch-sizes", "1,2"])
+
+
 def test_the_bench_help_lists_the_bench_methods(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "--help"])

@@ -72,6 +72,51 @@ def test_transformers_rows_go_on_past_eos_as_speclab_does(pair, prompt):
     assert rows[1].matches_target_only and rows[2].matches_target_only
 
 
+def test_with_an_eos_token_every_row_stops_there_and_keeps_it(pair, prompt):
+    """--stop-at-eos: a chat answer ends at its end-of-turn token, and what the target writes after it is not
+    the category's text. Every row (speclab's loops, the fast path, transformers' generate) stops at the
+    token, with it, and the greedy outputs stay equal; without it they go on."""
+    from speclab.decoding import generate
+    from speclab.measure import bench
+    target, draft = pair
+    greedy = generate(target, prompt, max_new_tokens=12).tokens.tolist()
+    stop = greedy[4]
+    ends = greedy.index(stop) + 1  # the first time the target emits it
+    methods = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf target-only",
+               "hf assisted")
+    paths = bench.prepare_fast_paths(target, draft, "static", max_width=4)
+    rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, warmup=False,
+                     eos_token_id=stop, paths=paths)
+    assert len(rows) == len(methods) + 3  # the speclab rows again on the fast path
+    assert all(r.new_tokens == ends for r in rows), [(r.method, r.new_tokens) for r in rows]
+    assert all(r.matches_target_only for r in rows[1:])
+    assert rows[1].stats.new_tokens == ends
+    past = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods[:2], warmup=False)
+    assert all(r.new_tokens == 12 for r in past)
+
+
+def test_the_warm_up_decodes_the_longest_prompt_in_full_on_the_fast_path(pair, prompt, monkeypatch):
+    """A compiled graph compiled inside a timed run (a longer prompt's cache reaching a new bucket) is
+    timed as decoding: the warm-up runs each fast row over the longest prompt for every new token."""
+    from speclab.measure import bench
+    from speclab.runner import fast_path_of
+    calls = []
+    real = bench.run_method
+
+    def spy(method, target, draft, prompt, k, max_new, *args, **kwargs):
+        calls.append((method, len(prompt), max_new, fast_path_of(target) is not None))
+        return real(method, target, draft, prompt, k, max_new, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "run_method", spy)
+    target, draft = pair
+    paths = bench.prepare_fast_paths(target, draft, "static", max_width=4)
+    methods = ("speclab target-only", "speclab speculative")
+    run_bench(target, draft, [prompt[:5], prompt], k=3, max_new_tokens=10, methods=methods, paths=paths)
+    warm = calls[:4]
+    assert warm == [("speclab target-only", 5, 10, False), ("speclab speculative", 5, 10, False),
+                    ("speclab target-only", len(prompt), 10, True), ("speclab speculative", len(prompt), 10, True)]
+
+
 def test_the_speedup_interval_is_a_bootstrap_over_prompts():
     base = BenchRow("speclab target-only", 80, 16.0, prompt_seconds=[2.0] * 8)
     same = BenchRow("a", 80, 8.0, prompt_seconds=[1.0] * 8)  # 2x on every prompt
@@ -301,10 +346,10 @@ def test_a_row_derived_from_a_drafter_that_learns_from_requests_gets_its_own(pai
     used: dict = {}
     original = bench.run_method
 
-    def spy(method, target, draft, prompt, k, max_new, temperature, seed, drafters=None, options=None):
+    def spy(method, target, draft, prompt, k, max_new, temperature, seed, drafters=None, options=None, eos=None):
         if method != "speclab target-only":
             used.setdefault((method, fast_paths_on()), set()).add(id(drafters[method]))
-        return original(method, target, draft, prompt, k, max_new, temperature, seed, drafters, options)
+        return original(method, target, draft, prompt, k, max_new, temperature, seed, drafters, options, eos)
 
     def fast_paths_on():
         from speclab.runner import fast_path_of
