@@ -6,6 +6,10 @@ import time
 from contextlib import contextmanager
 
 import torch
+import torch.nn.functional as F
+
+# on a CPU, a 16-bit product of at least this many rows runs in float32 (linear)
+CPU_FLOAT32_ROWS = 16
 
 
 def cpu_name() -> str:
@@ -56,6 +60,25 @@ def draft_dtype(device: torch.device, target_dtype: torch.dtype) -> torch.dtype:
     target pass is half as large). The target stays in float32 on a CPU: its rounding *is* the output.
     """
     return torch.float16 if device.type == "cpu" else target_dtype
+
+
+def wide_half_on_cpu(x: torch.Tensor) -> bool:
+    """Whether a product over x's rows is a 16-bit one of CPU_FLOAT32_ROWS rows or more on a CPU."""
+    return x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16) and \
+        x.numel() // max(x.shape[-1], 1) >= CPU_FLOAT32_ROWS
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, except that a 16-bit product over many rows on a CPU (a draft's prefill, a head catching
+    up over the prompt) runs in float32 and is rounded back to x's precision. A CPU without 16-bit
+    matrix units runs a half-precision GEMM row by row: for 576 x 1536 weights, 0.11 ms a row in float16
+    against a float32 cast of the weight (0.9 ms, once a call) and 0.02 ms a row after it (AMD EPYC, 2
+    threads): the cast pays from about 14 rows. A draft's decode steps (a row or a few) keep its 16-bit
+    weights, which is what makes them cheap to stream. Only acceptance can move with this, never the
+    output: it is the draft's precision, not the target's (draft_dtype)."""
+    if wide_half_on_cpu(x):
+        return F.linear(x.float(), weight.float(), None if bias is None else bias.float()).to(x.dtype)
+    return F.linear(x, weight, bias)
 
 
 def synchronize(device: torch.device | str) -> None:

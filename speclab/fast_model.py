@@ -24,6 +24,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from speclab.devices import linear, wide_half_on_cpu
+
 FAST_ARCHITECTURES = ("llama",)  # config.model_type values this file reproduces exactly
 
 
@@ -190,6 +192,8 @@ class FastLlama(torch.nn.Module):
         if rows.shape[0] <= self.gemv_rows:
             out = torch.stack([(rows[i] * weight).sum(-1) for i in range(rows.shape[0])])
             return out.view(*x.shape[:-1], weight.shape[0])
+        if wide_half_on_cpu(x):  # a 16-bit draft's prefill on a CPU: in float32 (speclab.devices.linear)
+            return linear(x, weight)
         return x @ weight.t()
 
     def attention(self, layer: FastLayer, h: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,

@@ -37,6 +37,27 @@ def test_draft_dtype_is_half_on_cpu_and_the_targets_elsewhere():
     assert devices.draft_dtype(torch.device("mps"), torch.float16) == torch.float16
 
 
+def test_linear_runs_wide_half_products_on_a_cpu_in_float32():
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 32).half(), torch.randn(48).half()
+    wide = torch.randn(2, devices.CPU_FLOAT32_ROWS // 2, 32).half()  # rows counted over leading dims
+    with mock.patch("torch.nn.functional.linear", wraps=torch.nn.functional.linear) as spy:
+        out = devices.linear(wide, weight, bias)
+    assert spy.call_args.args[0].dtype == torch.float32 and out.dtype == torch.float16
+    expected = torch.nn.functional.linear(wide.float(), weight.float(), bias.float()).half()
+    assert torch.equal(out, expected)
+    narrow = wide[:1, :devices.CPU_FLOAT32_ROWS - 1]  # a decode step's few rows keep 16 bits
+    with mock.patch("torch.nn.functional.linear", wraps=torch.nn.functional.linear) as spy:
+        devices.linear(narrow, weight, bias)
+    assert spy.call_args.args[0].dtype == torch.float16
+    full = torch.randn(devices.CPU_FLOAT32_ROWS, 32)  # float32 as it is
+    assert torch.equal(devices.linear(full, weight.float()), torch.nn.functional.linear(full, weight.float()))
+    assert devices.wide_half_on_cpu(wide) and not devices.wide_half_on_cpu(narrow)
+    on_gpu = mock.Mock(device=torch.device("cuda"), dtype=torch.float16, shape=(64, 32))
+    on_gpu.numel.return_value = 64 * 32
+    assert not devices.wide_half_on_cpu(on_gpu)  # a GPU's 16-bit GEMM is its fast path
+
+
 def test_timer_synchronises_the_gpu_before_reading_the_clock():
     with mock.patch("torch.cuda.synchronize") as sync:
         with devices.timer("cuda") as t:

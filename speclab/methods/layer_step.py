@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.llama.modeling_llama import rotate_half  # the same function in Qwen2/3, Mistral
 
+from speclab.devices import linear
 from speclab.fast_model import looped_attention
 from speclab.runner import (COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_CPU_OPTIONS, COMPILED_MAX_WIDTH,
                             graph_width, read_end)
@@ -160,7 +161,8 @@ class LayerStep:
         if self.frozen:
             return self._fused[name][1:]
         training = torch.is_grad_enabled() and any(m.weight.requires_grad for m in linears)
-        key = tuple((m.weight.data_ptr(), m.weight._version) for m in linears)
+        # with the dtype: a cast frees the old storage and may get the same address for the new one
+        key = tuple((m.weight.data_ptr(), m.weight._version, m.weight.dtype) for m in linears)
         if training or self._fused.get(name, (None,))[0] != key:
             weights = [m.weight if training else m.weight.detach() for m in linears]
             weight = torch.cat(weights)
@@ -187,7 +189,7 @@ class LayerStep:
         if attn_input is None:  # EAGLE-1's layer has no input norm (an Identity): its input is fc's output
             norm = layer.input_layernorm
             attn_input = rms_norm(x, norm) if hasattr(norm, "weight") else norm(x)
-        qkv = F.linear(attn_input, *self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj)))
+        qkv = linear(attn_input, *self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj)))
         qkv = qkv.view(batch, n, -1, self.head_dim)
         q, k, v = qkv.split((self.heads, self.kv_heads, self.kv_heads), dim=2)
         if hasattr(attn, "q_norm"):  # Qwen3 norms each head's query and key before the rotation
@@ -207,10 +209,10 @@ class LayerStep:
         else:
             out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible,
                                                  scale=self.scale, enable_gqa=self.grouped)
-        x = x + F.linear(out.transpose(1, 2).reshape(batch, n, -1), attn.o_proj.weight, attn.o_proj.bias)
-        gate, up = F.linear(rms_norm(x, layer.post_attention_layernorm),
+        x = x + linear(out.transpose(1, 2).reshape(batch, n, -1), attn.o_proj.weight, attn.o_proj.bias)
+        gate, up = linear(rms_norm(x, layer.post_attention_layernorm),
                             *self.fused("gate_up", (mlp.gate_proj, mlp.up_proj))).chunk(2, dim=-1)
-        x = x + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        x = x + linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         return x[0] if single else x
 
 

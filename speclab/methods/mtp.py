@@ -24,7 +24,7 @@ from pathlib import Path
 
 from torch import nn
 
-from speclab.methods.eagle import EagleDrafter, EagleHead
+from speclab.methods.eagle import EagleDrafter, EagleHead, head_dtype
 
 NAME = "mtp"  # the method's name in the registry (vLLM's)
 
@@ -77,5 +77,5 @@ class MtpDrafter(EagleDrafter):
 def load_mtp(target: nn.Module, module: str | Path | MtpModule, num_tokens: int = 1) -> MtpDrafter:
     """An MTP drafter for `target` from a directory written by `python -m speclab train mtp` or a module."""
     if not isinstance(module, MtpModule):
-        module = MtpModule.load(module, device=target.device)
+        module = MtpModule.load(module, device=target.device, dtype=head_dtype(target))
     return MtpDrafter(module, target, num_tokens)

@@ -16,7 +16,7 @@ from speclab.decoding import generate, speculative_generate
 from speclab.devices import pick_device, timer
 from speclab.measure.bench import time_interleaved
 from speclab.measure.workloads import TUNING, encode_chat, tuning_prompts
-from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, FeatureHead, measured_settings
+from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, FeatureHead, head_dtype, measured_settings
 from speclab.models import load_model, load_tokenizer
 from speclab.train.chat_data import check_disjoint
 from speclab.train.chat_requests import TUNING_CATEGORIES, tuning_requests
@@ -84,7 +84,7 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
     room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
     encoded, described = tuning_inputs(tok, prompts, num_prompts)
     inputs = [ids[-room:].to(dev) for ids in encoded]
-    head = FeatureHead.load(head_dir, device=dev)
+    head = FeatureHead.load(head_dir, device=dev, dtype=head_dtype(target))  # timed as it drafts
     greedy = temperature == 0
     if candidates is None:
         candidates = CANDIDATES[candidate_set][0 if greedy else 1]

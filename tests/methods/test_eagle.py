@@ -321,6 +321,22 @@ def test_a_head_for_another_target_is_refused_with_what_to_do(tmp_path):
         assert "train eagle" in str(error.value)
 
 
+def test_a_loaded_head_drafts_in_a_drafts_precision_and_stays_exact(tmp_path):
+    """On a CPU load_drafter's head drafts in float16 as a draft model does (devices.draft_dtype); a
+    loaded head stays in float32, the precision heads train in; greedy output is the target's either
+    way, the prompt's catch-up (many rows) included."""
+    from speclab import load_drafter
+    target = tiny_model("llama", layers=2, seed=0)
+    EagleHead.for_target(target).save(tmp_path / "eagle")
+    half, full = load_drafter("eagle", target, head=tmp_path / "eagle").head, EagleHead.load(tmp_path / "eagle")
+    assert half.dtype == torch.float16 and full.dtype == torch.float32
+    prompt = torch.arange(1, 40) % target.config.vocab_size  # past devices.CPU_FLOAT32_ROWS
+    reference = generate(target, prompt, max_new_tokens=12).tokens.tolist()
+    for head in (half, full):
+        drafter = EagleDrafter(head, target, tree="chain")
+        assert speculative_generate(target, drafter, prompt, k=3, max_new_tokens=12).tokens.tolist() == reference
+
+
 def test_a_target_whose_layers_cannot_be_mirrored_is_refused():
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=96))
     with pytest.raises(TypeError, match="Llama-family"):
