@@ -854,6 +854,8 @@ def load_eagle(target: nn.Module, head: str | Path | FeatureHead, version: int |
         head = FeatureHead.load(head, device=target.device, dtype=head_dtype(target))
     elif settings != "fastest":
         raise ValueError("settings= reads a head directory's tree.json: pass the directory, not a loaded head")
+    else:  # a loaded head (one read from an engine's layout too) drafts as a shipped one does
+        head = head.to(device=target.device, dtype=head_dtype(target))
     if version is not None and head.version != version:
         raise ValueError(f"this is an {head.name} head, not an EAGLE-{version} head: load it with "
                          f"load_drafter({head.train_command!r}, head=...)")

@@ -78,4 +78,6 @@ def load_mtp(target: nn.Module, module: str | Path | MtpModule, num_tokens: int 
     """An MTP drafter for `target` from a directory written by `python -m speclab train mtp` or a module."""
     if not isinstance(module, MtpModule):
         module = MtpModule.load(module, device=target.device, dtype=head_dtype(target))
+    else:  # in a draft's precision, as a loaded one
+        module = module.to(device=target.device, dtype=head_dtype(target))
     return MtpDrafter(module, target, num_tokens)

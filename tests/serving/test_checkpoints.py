@@ -124,8 +124,8 @@ def test_an_eagle1_head_for_vllm_folds_its_bias_into_its_own_embeddings(target, 
     ours = head.fc(torch.cat([embed(tokens), features], -1))
     theirs = torch.cat([state["embed_tokens.weight"][tokens], features], -1) @ state["fc.weight"].T  # no bias
     torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)
-    loaded = load_drafter("eagle", target, head=tmp_path, tree="chain", depth=3)
-    torch.testing.assert_close(loaded.head.fc.bias, head.fc.bias, atol=1e-4, rtol=1e-4)
+    loaded = load_drafter("eagle", target, head=tmp_path, tree="chain", depth=3)  # drafts in half here
+    torch.testing.assert_close(loaded.head.fc.bias.float(), head.fc.bias, atol=1e-3, rtol=1e-3)
     assert decode(target, loaded)[0] == decode(target, load_drafter("eagle", target, head=head, tree="chain",
                                                                    depth=3))[0]
 
@@ -138,8 +138,8 @@ def test_an_eagle1_head_for_sglang_keeps_its_bias_and_sglangs_name(target, tmp_p
     assert config["architectures"] == ["LlamaForCausalLMEagle"]
     assert torch.equal(state["fc.bias"], head.fc.bias) and "embed_tokens.weight" not in state
     loaded = load_drafter("eagle", target, head=tmp_path, tree="chain", depth=3)
-    for name, value in head.state_dict().items():
-        assert torch.equal(loaded.head.state_dict()[name], value), name
+    for name, value in head.state_dict().items():  # every weight, in the precision the head drafts in
+        assert torch.equal(loaded.head.state_dict()[name], value.to(loaded.head.dtype)), name
 
 
 def test_medusa_heads_for_vllm_keep_their_biases(target, tmp_path):
