@@ -30,12 +30,19 @@ def judge(lab_name: str, tests: str, cells: list[str], env: dict[str, str] | Non
     with tempfile.TemporaryDirectory(prefix="speclab-answers-") as workdir:
         process = AnswerProcess(definitions(cells), workdir, isolate, env)
         try:
-            results = _run_all(lab, RemoteNamespace(process))
+            return verdict(lab, RemoteNamespace(process))
         finally:
             process.kill()
+
+
+def verdict(lab: Lab, ns: Any) -> dict[str, Any]:
+    """Every case of `lab` (its hidden tests loaded) against the answers in `ns`: the learner's feedback and
+    the points. `ns` is the answer worker's namespace when grading; a plain dict runs the answers in process
+    (the test suite checks every lab's feedback on its stubs that way)."""
+    results = _run_all(lab, ns)
     feedback = ("\n".join(r.report(hidden_details=False) for r in results) + "\n"
-                + ScoreSummary(lab_name, results).report())
-    return {"lab": lab_name, "feedback": feedback, "questions": {
+                + ScoreSummary(lab.name, results).report())
+    return {"lab": lab.name, "feedback": feedback, "questions": {
         r.question: {"answer": r.answer, "points": r.points, "earned": r.earned,
                      "timed_out": any(c.timed_out for c in r.cases)} for r in results}}
 

@@ -93,3 +93,22 @@ def test_an_error_in_the_learners_code_is_worded_and_an_exit_is_survived():
         assert ns.get("f")(4) == 0.25
     finally:
         process.kill()
+
+
+def test_tensors_reach_the_worker_as_the_case_sent_them():
+    """The judge sends plain tensors as dtype, shape and bytes (not torch's archive format, ~1 ms a tensor):
+    values, dtype, shape and requires_grad arrive; a view arrives as its values; a Parameter by torch's way."""
+    process, ns = worker("import torch\ndef f(*ts):\n"
+                         "    return [(str(t.dtype), list(t.shape), t.tolist(), t.requires_grad,\n"
+                         "             type(t).__name__) for t in ts]\n")
+    try:
+        base = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+        sent = [base, base.t()[1:], torch.tensor([True, False]), torch.zeros(0, 2, dtype=torch.int8),
+                torch.tensor(2.5, dtype=torch.bfloat16), torch.ones(2, requires_grad=True),
+                torch.nn.Parameter(torch.ones(1)), torch.tensor([1.0]).expand(3)]
+        got = ns.get("f")(*sent)
+        for t, (dtype, shape, values, grad, kind) in zip(sent, got):
+            assert (dtype, shape, values, grad) == (str(t.dtype), list(t.shape), t.tolist(), t.requires_grad)
+            assert kind == type(t).__name__
+    finally:
+        process.kill()

@@ -19,6 +19,7 @@ import pytest
 
 from speclab.course.checks import Lab
 from speclab.course.grading import RESULT_MARK, grade_folder
+from speclab.course.judge import verdict
 from speclab.course.labbuild import cell_kind, checks_source, learner_notebook, stale, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -950,18 +951,27 @@ def test_the_readme_links_every_lab_on_colab_from_the_configured_repository():
 
 
 # ---------------------------------------------------------------- in kernels, through the grader
+# The learner versions handed to the whole grader, beside every solved version: one whose answers build models
+# (lab 1), one of tensors and statistics (lab 7), one whose checks call back into the judge (lab 9). Every
+# learner version runs under nbval (pyproject.toml's testpaths: labs/lab*.ipynb, top to bottom, unchanged), and
+# what each lab's checks say of its stubs, in the notebook and in the grader's feedback, is checked in process
+# below: grading all thirteen here as well cost the suite a judge and an answer worker per lab (~20 s each).
+LEARNER_GRADED = ["lab01", "lab07", "lab09"]
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Every learner version, and every learner version with the solutions filled in (what a learner who
-    got everything right hands in), run by the grader, two at a time. This is where the instructor labs
-    run in the suite (not under nbval as well): a solved version is its source with the hidden test cells
+    """Every learner version with the solutions filled in (what a learner who got everything right hands in),
+    and the learner versions of LEARNER_GRADED, run by the grader, two at a time. This is where the instructor
+    labs run in the suite (not under nbval as well): a solved version is its source with the hidden test cells
     handed to the judge, so every cell of every source runs here, and every check's output is compared
     below (each must pass)."""
     tmp = tmp_path_factory.mktemp("labs")
     subs = tmp / "submissions"
     subs.mkdir()
     for lab in LABS:
-        shutil.copy(ROOT / "labs" / f"{lab}.ipynb", subs / f"learner_{lab}.ipynb")
+        if lab in LEARNER_GRADED:
+            shutil.copy(ROOT / "labs" / f"{lab}.ipynb", subs / f"learner_{lab}.ipynb")
         nbformat.write(learner_notebook(read(ROOT / "labs" / "source" / f"{lab}.ipynb"), lab, keep_solutions=True),
                        subs / f"solved_{lab}.ipynb")
     grade_folder(subs, tmp / "scores.csv", timeout=300, jobs=2, executed_dir=tmp / "executed")
@@ -992,7 +1002,7 @@ def test_the_solved_version_runs_and_every_check_passes(lab, graded):
     assert row["percent"] == "100", row
 
 
-@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("lab", LEARNER_GRADED)
 def test_the_learner_version_runs_unchanged_and_every_check_fails_with_its_message(lab, graded):
     rows, executed = graded
     row = rows[f"learner_{lab}.ipynb"]
@@ -1032,7 +1042,7 @@ def test_the_executed_feedback_notebooks_give_no_hidden_check_away(lab, graded):
     public_names = {c.name for c in checker.cases if not c.hidden}
     hidden_names = [c.name for c in checker.cases if c.hidden and not any(c.name in n for n in public_names)]
     assert hidden and hidden_names
-    for who in ("solved", "learner"):
+    for who in ("solved", "learner") if lab in LEARNER_GRADED else ("solved",):
         name = f"{who}_{lab}.ipynb"
         assert rows[name]["percent"] == ("100" if who == "solved" else "0"), rows[name]
         handed_in = "\n".join(strings(json.loads(nbformat.writes(read(executed.parent / "submissions" / name)))))
@@ -1047,3 +1057,38 @@ def test_the_executed_feedback_notebooks_give_no_hidden_check_away(lab, graded):
         assert not shown, f"{name}: the feedback names hidden cases: {shown}"
         feedback = "".join(o.get("text", "") for o in read(executed / name).cells[-1].outputs)
         assert "Total:" in feedback and all(f"{q} " in feedback for q in checker.questions), feedback
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_each_check_says_what_failed_on_the_stubs_as_the_learner_sees_it(lab, capsys):
+    """What `check("qN")` prints in the learner version (the public checks shipped in the package) when the
+    answer is the untouched stub: a failure, in words, with no hint for an answer not yet attempted. The
+    learner versions of LEARNER_GRADED are checked the same way in a kernel, through the grader."""
+    stubs, lab_obj = answers(lab, keep=False), Lab(lab)
+    for qid in lab_obj.questions:
+        capsys.readouterr()
+        lab_obj.check(qid, stubs)
+        out = capsys.readouterr().out
+        assert out.startswith(f"✗ {qid} · "), out
+        for part in ("First failing check:", "What happened:"):
+            assert part in out, f"{lab} {qid}: {part!r} missing from\n{out}"
+        assert "Hint:" not in out, f"{lab} {qid}: a hint for an answer not yet attempted\n{out}"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_graders_feedback_on_the_stubs_names_no_hidden_case(lab):
+    """The judge's feedback (speclab.course.judge.verdict, run here in process on the stubs) scores 0 and
+    holds no hidden case's name or message: the learner versions of the other labs are not graded in a kernel
+    above, and this is the part of their feedback that depends on the lab."""
+    checker = all_checks(lab)
+    public_names = {c.name for c in checker.cases if not c.hidden}
+    hidden_names = [c.name for c in checker.cases if c.hidden and not any(c.name in n for n in public_names)]
+    assert hidden_names
+    result = verdict(checker, answers(lab, keep=False))
+    assert sum(q["earned"] for q in result["questions"].values()) == 0, result["questions"]
+    shown = [n for n in hidden_names if n in result["feedback"]]
+    assert not shown, f"{lab}: the feedback names hidden cases: {shown}"
+    counted = re.findall(r"(\d+) hidden checks? failed", result["feedback"])  # counted, never described
+    assert [int(n) for n in counted] == [sum(c.hidden for c in checker.cases if c.question == q)
+                                         for q in checker.questions], result["feedback"]
+    assert "Total: 0.00 of" in result["feedback"] and all(f"{q} " in result["feedback"] for q in checker.questions)

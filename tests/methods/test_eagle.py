@@ -276,7 +276,7 @@ def test_a_short_training_lowers_both_losses():
 
 def sampled_joint(target, drafter, settings) -> tuple[np.ndarray, int]:
     counts, accepted = np.zeros((lossless.VOCAB, lossless.VOCAB)), 0
-    for seed in range(2000):
+    for seed in range(1000):  # the rule without the residual: chi-square ~210 on 50 degrees of freedom here
         result = speculative_generate(target, drafter, lossless.PROMPT, k=2, max_new_tokens=2, seed=seed, **settings)
         t1, t2 = result.tokens.tolist()
         counts[t1, t2] += 1

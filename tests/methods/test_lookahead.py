@@ -183,7 +183,7 @@ def exact_joint(target, settings) -> np.ndarray:
     return lossless.exact_joint(target, settings, LOOKAHEAD_PROMPT)
 
 
-def sampled_joint(target, settings, samples=2000) -> tuple[np.ndarray, int]:
+def sampled_joint(target, settings, samples=1000) -> tuple[np.ndarray, int]:
     counts, accepted = np.zeros((VOCAB, VOCAB)), 0
     drafter = LookaheadDrafter(window=3, ngram=3, pool=2)
     for seed in range(samples):

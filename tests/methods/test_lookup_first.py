@@ -76,9 +76,9 @@ def test_lookup_drafts_where_the_tail_repeats_and_the_drafter_keeps_up_elsewhere
             assert r.drafted == alone[:len(r.drafted)]
 
 
-def sampled_joint(target, make, prompt, settings) -> tuple[np.ndarray, dict]:
+def sampled_joint(target, make, prompt, settings, samples) -> tuple[np.ndarray, dict]:
     counts, by = np.zeros((lossless.VOCAB, lossless.VOCAB)), {"lookup": 0, "drafter": 0}
-    for seed in range(lossless.SAMPLES):
+    for seed in range(samples):
         drafter = make()
         t1, t2 = speculative_generate(target, drafter, prompt, k=2, max_new_tokens=2, seed=seed,
                                       **settings).tokens.tolist()
@@ -91,6 +91,9 @@ def sampled_joint(target, make, prompt, settings) -> tuple[np.ndarray, dict]:
 # The first round of a 2-token run drafts one token: by lookup after a prompt whose last two tokens
 # occurred before ("1 4" is followed by "1"), by the draft model after one whose did not.
 PROMPTS = {"lookup drafts": torch.tensor([3, 1, 4, 1, 5, 2, 1, 4]), "the draft model drafts": lossless.PROMPT}
+# The broken rule on lookup rounds is a subtle bias (chi-square ~100 on 39 degrees of freedom at 2500 samples,
+# p ~ 2e-7): those runs keep 2500; the draft model's rounds fail far past the threshold at the shared size.
+SAMPLES = {"lookup drafts": 2500, "the draft model drafts": lossless.SAMPLES}
 
 
 @pytest.mark.parametrize("which", list(PROMPTS))
@@ -98,8 +101,9 @@ PROMPTS = {"lookup drafts": torch.tensor([3, 1, 4, 1, 5, 2, 1, 4]), "the draft m
 def test_sampling_keeps_the_targets_distribution(lossless_pair, which, settings):
     target, draft = lossless_pair
     prompt = PROMPTS[which]
-    counts, by = sampled_joint(target, lambda: LookupFirstDrafter(ModelDrafter(draft)), prompt, settings)
-    assert by["lookup" if which == "lookup drafts" else "drafter"] >= lossless.SAMPLES
+    counts, by = sampled_joint(target, lambda: LookupFirstDrafter(ModelDrafter(draft)), prompt, settings,
+                               SAMPLES[which])
+    assert by["lookup" if which == "lookup drafts" else "drafter"] >= SAMPLES[which]
     assert chi_square_pvalue(counts, lossless.exact_joint(target, settings, prompt)) > 1e-3
 
 
@@ -110,7 +114,8 @@ def test_the_check_catches_a_rule_without_residual(lossless_pair, which, monkeyp
     monkeypatch.setattr(verification, "residual_distribution", lambda p, q: p)
     target, draft = lossless_pair
     settings = dict(temperature=1.0)
-    counts, _ = sampled_joint(target, lambda: LookupFirstDrafter(ModelDrafter(draft)), PROMPTS[which], settings)
+    counts, _ = sampled_joint(target, lambda: LookupFirstDrafter(ModelDrafter(draft)), PROMPTS[which], settings,
+                              SAMPLES[which])
     assert chi_square_pvalue(counts, lossless.exact_joint(target, settings, PROMPTS[which])) < 1e-6
 
 

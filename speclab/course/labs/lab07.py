@@ -214,30 +214,50 @@ def node_ref(p, tokens, qs, u):
 
 
 def run_try(f, p, tokens, qs, u):
-    """The learner's answer, checked for shape: (i, None) or (None, residual)."""
-    call = (f"try_children(p={show(p)}, tokens={show(tokens)}, qs={'None' if qs is None else show(qs)}, "
-            f"u={show(u)})")
+    """The learner's answer, checked for shape: (i, None) or (None, residual). Returns a function that words
+    the call for a message (only wanted on a failure: the statistical cases make thousands of calls), the
+    accepted child or None, and the residual."""
+    def call():
+        return (f"try_children(p={show(p)}, tokens={show(tokens)}, qs={'None' if qs is None else show(qs)}, "
+                f"u={show(u)})")
     result = f(p.clone(), torch.as_tensor(tokens), None if qs is None else qs.clone(), u)
-    expect_pair(result, call, "(index of the accepted child, None) or (None, residual)")
+    if not well_formed_try(result, len(tokens)):
+        expect_pair(result, call(), "(index of the accepted child, None) or (None, residual)")
+        i, r = result
+        expect(i is not None or r is not None,
+               f"{call()} returned (None, None): when every child is rejected return the residual")
+        expect(isinstance(i, int) or (hasattr(i, "item") and not isinstance(i, float)),
+               f"{call()} returned {show(result)}; the first entry must be an int (the accepted child's index) "
+               "or None")
+        expect(False, f"{call()} accepted child {int(i)}, but there are only {len(tokens)} children")
+    i, r = result
+    return call, (None if i is None else int(i)), r
+
+
+def well_formed_try(result, k):
+    """(i, None) with 0 <= i < k an int, or (None, something): what run_try words when it does not hold."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        return False
     i, r = result
     if i is None:
-        expect(r is not None, f"{call} returned (None, None): when every child is rejected return the residual")
-    else:
-        expect(isinstance(i, int) or (hasattr(i, "item") and not isinstance(i, float)),
-               f"{call} returned {show(result)}; the first entry must be an int (the accepted child's index) or None")
-        expect(0 <= int(i) < len(tokens), f"{call} accepted child {int(i)}, but there are only {len(tokens)} children")
-    return call, (None if i is None else int(i)), r
+        return r is not None
+    if not (isinstance(i, int) or (hasattr(i, "item") and not isinstance(i, float))):
+        return False
+    try:
+        return 0 <= int(i) < k
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 def check_node(f, p, tokens, qs, u, why=""):
     u = torch.tensor(u)
     call, i, r = run_try(f, p, tokens, qs, u)
     want_i, want_r = node_ref(p, tokens, qs, u)
-    expect(i == want_i, f"{call} returned {'child ' + str(i) + ' accepted' if i is not None else 'all rejected'}; "
+    expect(i == want_i, f"{call()} returned {'child ' + str(i) + ' accepted' if i is not None else 'all rejected'}; "
            f"expected {'child ' + str(want_i) + ' accepted' if want_i is not None else 'all rejected'}"
            + (f" ({why})" if why else ""))
     if want_i is None:
-        expect_allclose(r, want_r, call + " residual", why=why)
+        expect_allclose(r, want_r, call() + " residual", why=why)
 
 
 def emitted_counts(f, p, propose, n, seed):
@@ -253,8 +273,8 @@ def emitted_counts(f, p, propose, n, seed):
             counts[int(tokens[i])] += 1
         else:
             r = torch.as_tensor(plain_rows(r), dtype=torch.float32)
-            expect(r.shape == p.shape and bool((r >= -1e-6).all()) and abs(float(r.sum()) - 1) < 1e-4,
-                   f"{call} returned the residual {show(r)}; expected a probability distribution over {len(p)} tokens")
+            if not (r.shape == p.shape and bool((r >= -1e-6).all()) and abs(float(r.sum()) - 1) < 1e-4):
+                expect(False, f"{call()} returned the residual {show(r)}; expected a probability distribution over {len(p)} tokens")
             counts[int(torch.multinomial(r.clamp(min=0), 1, generator=g))] += 1
     return counts
 
