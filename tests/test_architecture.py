@@ -14,6 +14,8 @@ DEFERRED = {
                                              "course's); the module says so when it is missing",
     ("speclab/serving/vllm_engine.py", "vllm"): "the same: run in the serving environment (requirements-serving.txt)",
     ("speclab/serving/load_test.py", "aiohttp"): "the serving environment's HTTP client (vLLM's dependency)",
+    ("speclab/course/checks.py", "scipy"): "scipy.stats costs each of the grader's kernels, judges and answer "
+                                           "workers ~2 s to import; only a distribution check needs it",
 }
 
 
