@@ -254,14 +254,12 @@ def _tensor_from_wire(rest: tuple) -> torch.Tensor:
         numel *= n
     if numel * torch.empty((), dtype=dtype).element_size() != len(raw):
         raise WireError("a tensor whose bytes do not match its shape")
-    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape) if raw else torch.empty(shape, dtype=dtype)
-    if rest[3] and t.is_floating_point():
-        t.requires_grad_()
-    return t
+    return _tensor_from_bytes(rest[0], tuple(shape), raw, bool(rest[3]) and dtype.is_floating_point)
 
 
-def _tensor_from_judge(dtype: str, shape: tuple, raw: bytes, requires_grad: bool) -> torch.Tensor:
-    """A tensor the judge sent (`_JudgePickler.reducer_override`), in the worker: a copy it owns."""
+def _tensor_from_bytes(dtype: str, shape: tuple, raw: bytes, requires_grad: bool) -> torch.Tensor:
+    """A tensor from its dtype, shape and bytes, as a copy it owns: what the judge sends the worker
+    (`_JudgePickler.reducer_override`), and what `_tensor_from_wire` rebuilds once it has checked them."""
     t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(DTYPES[dtype]).reshape(shape) if raw else \
         torch.empty(shape, dtype=DTYPES[dtype])
     return t.requires_grad_() if requires_grad else t
@@ -317,14 +315,14 @@ class _JudgePickler(pickle.Pickler):
         return None
 
     def reducer_override(self, obj: Any):
-        """A plain tensor as its dtype, shape and bytes, rebuilt by `_tensor_from_judge`. torch's own pickling
+        """A plain tensor as its dtype, shape and bytes, rebuilt by `_tensor_from_bytes`. torch's own pickling
         writes a legacy torch.save archive per storage, ~1 ms a tensor each way: a statistical case that calls
         the learner's function 3000 times spent most of its time there. Subclasses (a Parameter), tensors with
         a graph behind them and anything not strided on the CPU keep torch's pickling."""
         if (type(obj) is torch.Tensor and obj.grad_fn is None and obj.layout == torch.strided
                 and obj.device.type == "cpu" and str(obj.dtype) in DTYPES):
             _, dtype, shape, raw, requires_grad, _ = _tensor_to_wire(obj)
-            return _tensor_from_judge, (dtype, tuple(shape), raw, requires_grad)
+            return _tensor_from_bytes, (dtype, tuple(shape), raw, requires_grad)
         return NotImplemented
 
 
