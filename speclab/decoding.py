@@ -287,7 +287,8 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                 drafts = drafter.propose_rows([s.row for s, _ in drafting_seqs], [s.ids for s, _ in drafting_seqs],
                                               [kr for _, kr in drafting_seqs], sampling, generator) \
                     if drafting_seqs else []
-            by_row = {s.row: d.cut(kr) for (s, kr), d in zip(drafting_seqs, drafts) if d is not None}
+            by_row = {s.row: d.cut(kr).to(runner.device) for (s, kr), d in zip(drafting_seqs, drafts)
+                      if d is not None}
             proposals = [by_row[s.row] if s.row in by_row else Draft(s.ids.new_empty(0)) for s in live]
 
             cached = [runner.lengths[s.row] for s in live]

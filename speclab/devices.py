@@ -21,6 +21,12 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
+def gpu_name(device: str | torch.device) -> str | None:
+    """The GPU's name for a record (a CUDA device), None on a CPU: speedups move with the host."""
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
+
+
 def pick_device(device: str | torch.device | None = None) -> torch.device:
     """The requested device, or the best one present: cuda, then mps, then cpu."""
     if device is not None and str(device) != "auto":

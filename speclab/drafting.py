@@ -57,6 +57,9 @@ class SideBranch:
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
+    def to(self, device: torch.device) -> SideBranch:
+        return SideBranch(self.tokens.to(device), self.depths, self.sees.to(device))
+
 
 @dataclass
 class Draft:
@@ -99,6 +102,14 @@ class Draft:
             return self
         index = torch.tensor(keep, dtype=torch.long, device=self.tokens.device)
         return Draft(self.tokens[index], None if self.probs is None else self.probs[index], parents, self.side)
+
+    def to(self, device: torch.device) -> Draft:
+        """The draft on `device` (itself when it is there): a drafter written for the CPU, a learner's
+        say, drafts for a target on a GPU unchanged."""
+        if self.tokens.device == device:
+            return self
+        return Draft(self.tokens.to(device), None if self.probs is None else self.probs.to(device), self.parents,
+                     None if self.side is None else self.side.to(device))
 
     @property
     def vocab_width(self) -> int:

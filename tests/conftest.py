@@ -18,10 +18,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 from speclab import models
 
+# Where the models these fixtures build live: the CPU, unless SPECLAB_TEST_DEVICE names another device. On a
+# GPU machine, `SPECLAB_TEST_DEVICE=cuda python -m pytest -o addopts="" tests/test_runner.py ...` runs the
+# device-agnostic tests there (.ci/gpu-check: the fast path's CUDA graphs).
+DEVICE = torch.device(os.environ.get("SPECLAB_TEST_DEVICE", "cpu"))
+
 
 def tiny_model(arch: str = "llama", layers: int = 2, vocab: int = 96, seed: int = 0, **kwargs) -> torch.nn.Module:
-    """speclab's tiny random model with the tests' defaults: 96 ids, EOS id 1."""
-    return models.tiny_model(arch, layers=layers, vocab=vocab, seed=seed, eos_token_id=1, **kwargs)
+    """speclab's tiny random model with the tests' defaults: 96 ids, EOS id 1, on DEVICE."""
+    return models.tiny_model(arch, layers=layers, vocab=vocab, seed=seed, eos_token_id=1, **kwargs).to(DEVICE)
 
 
 @pytest.fixture(scope="session")

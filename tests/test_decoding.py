@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from speclab import PromptLookupDrafter, generate, speculative_generate
-from speclab.drafting import Draft, Drafter
+from speclab.drafting import Draft, Drafter, SideBranch
 from tests.conftest import tiny_model
 
 
@@ -95,6 +95,19 @@ def test_draft_with_a_narrower_padded_vocabulary(prompt):
     draft = tiny_model("qwen2", vocab=96, seed=1, layers=1)
     reference = generate(target, prompt, max_new_tokens=25).tokens.tolist()
     assert speculative_generate(target, draft, prompt, k=4, max_new_tokens=25).tokens.tolist() == reference
+
+
+def test_a_draft_moves_to_the_targets_device_whole():
+    """The loop moves each proposal to the target's device (Draft.to): a drafter written for the CPU drafts
+    for a target on a GPU unchanged. The meta device stands in for the GPU here (.ci/gpu-check runs the
+    custom drafters of this file on a real one)."""
+    side = SideBranch(torch.tensor([7, 8]), [1, 2], torch.eye(2, dtype=torch.bool))
+    draft = Draft(torch.tensor([3, 4]), torch.full((2, 5), 0.2), [-1, 0], side)
+    assert draft.to(torch.device("cpu")) is draft
+    moved = Draft(draft.tokens, draft.probs, draft.parents).to(torch.device("meta"))
+    assert moved.tokens.is_meta and moved.probs.is_meta and moved.parents == [-1, 0] and len(moved) == 2
+    side_moved = side.to(torch.device("cpu"))  # SideBranch checks its mask's values: no meta stand-in
+    assert side_moved.tokens.tolist() == [7, 8] and side_moved.depths == [1, 2] and torch.equal(side_moved.sees, side.sees)
 
 
 def test_a_custom_drafter_plugs_in_unchanged(pair, prompt):

@@ -77,3 +77,10 @@ def test_decode_loop_times_with_device_synchronisation(pair, prompt):
         result = speclab.speculative_generate(target, draft, prompt, k=2, max_new_tokens=5)
     assert sync.call_count >= 4 and all(str(c.args[0]) == "cpu" for c in sync.call_args_list)
     assert result.stats.device == "cpu"
+
+
+def test_a_record_names_the_gpu_it_ran_on_and_none_on_a_cpu():
+    assert devices.gpu_name("cpu") is None
+    with mock.patch("torch.cuda.get_device_name", return_value="NVIDIA H200") as name:
+        assert devices.gpu_name(torch.device("cuda")) == "NVIDIA H200"
+    name.assert_called_once()

@@ -30,10 +30,11 @@ def small_pair():
 @torch.no_grad()
 def exact_joint(target, settings, prompt: torch.Tensor = PROMPT) -> np.ndarray:
     """P(t1, t2) under target-only sampling with these settings, by enumerating t1."""
+    prompt = prompt.to(target.device)
     first = logits_to_probs(target(prompt.view(1, -1)).logits[0, -1], **settings)
-    rows = [first[t1] * logits_to_probs(target(torch.cat([prompt, torch.tensor([t1])]).view(1, -1)).logits[0, -1],
+    rows = [first[t1] * logits_to_probs(target(torch.cat([prompt, prompt.new_tensor([t1])]).view(1, -1)).logits[0, -1],
                                         **settings) for t1 in range(VOCAB)]
-    return torch.stack(rows).numpy()
+    return torch.stack(rows).cpu().numpy()
 
 
 def sampled_joint(target, draft, settings, k=2, **options) -> np.ndarray:

@@ -12,7 +12,7 @@ from speclab.measure.acceptance import chi_square_pvalue
 from speclab.methods import METHODS, load_drafter
 from speclab.methods.draft_model import ModelDrafter
 from speclab.runner import StaticRunner, disable_fast_path, enable_fast_path, fast_path_of
-from tests.conftest import tiny_model
+from tests.conftest import DEVICE, tiny_model
 from tests.test_lossless import SETTINGS, exact_joint, sampled_joint
 from tests.test_tree_decoding import RandomTreeDrafter
 
@@ -159,7 +159,7 @@ def test_the_compiled_path_decodes_the_same_tokens(prompt):
 
 @pytest.fixture(scope="module")
 def bundled():
-    return load_pair(device="cpu")
+    return load_pair(device=DEVICE, dtype=torch.float32)  # float32 on a GPU too: eager and fast, same sums
 
 
 @pytest.mark.parametrize("method", METHODS)

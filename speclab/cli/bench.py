@@ -13,7 +13,7 @@ from speclab import theory
 from speclab.cli.main import command_parser
 from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, layer_skip_setting, load,
                                  lookahead_setting, prompts_for, require_draft, weights_given)
-from speclab.devices import cpu_name
+from speclab.devices import cpu_name, gpu_name
 from speclab.measure.bench import (FAST, METHODS, REFERENCE_METHODS, default_methods, format_table, model_check,
                                    prepare_fast_paths, run_bench)
 from speclab.measure import batching
@@ -160,8 +160,8 @@ def bench_batches(args) -> dict:
               + ", ".join(f"{b}: {s['policy_speedup'][b]:.2f}/{s['best_speedup'][b]:.2f}/{s['k4_speedup'].get(b, float('nan')):.2f}"
                           for b in s["best_k"]) + "; repeats moved rows by "
               + ", ".join(f"{b}: {100 * x:.0f}%" for b, x in s["spread"].items()))
-    return dict(device=str(device), cpu=cpu_name(), threads=torch.get_num_threads(), torch=torch.__version__,
-                fast=mode, workload=args.workload, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+    return dict(device=str(device), gpu=gpu_name(device), cpu=cpu_name(), threads=torch.get_num_threads(),
+                torch=torch.__version__, fast=mode, workload=args.workload, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                 batch_sizes=sizes, ks=ks, context=context, target_pass_ms=cal.target_ms, draft_step_ms=cal.draft_ms,
                 alpha=cal.alpha, naive=naive, predicted=predicted, modelled_policy=modelled, policy=policy,
                 calibration_rows=batching.rows_to_dicts(cal.rows), bandwidth_gbs=bandwidth, gflops=gflops,
@@ -174,7 +174,8 @@ def print_settings(args, target, draft, device, workload: str, num_prompts: int)
     settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
     limit = "at most " if args.stop_at_eos else ""
-    print(f"device {device}, {num_prompts} {workload} prompts, K={args.k}{lookup}, {limit}{args.max_new_tokens} new "
+    gpu = f" ({gpu_name(device)})" if gpu_name(device) else ""
+    print(f"device {device}{gpu}, {num_prompts} {workload} prompts, K={args.k}{lookup}, {limit}{args.max_new_tokens} new "
           f"tokens{' (stops at EOS)' if args.stop_at_eos else ''}, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"median of {args.repeats} interleaved repeats; target {target.dtype}, "
@@ -227,8 +228,8 @@ def bench_rows(args, target, draft, prompts, paths, tok) -> list:
 def summary_of(args, device, workload: str, rows: list) -> dict:
     # a ratio depends on the machine (how it charges a pass over several positions): say which one
     # the settings under their flags' names
-    return dict(device=str(device), cpu=cpu_name(), torch=torch.__version__, workload=workload,
-                temperature=args.temperature, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+    return dict(device=str(device), gpu=gpu_name(device), cpu=cpu_name(), torch=torch.__version__,
+                workload=workload, temperature=args.temperature, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                 k=args.k, lookup_k=args.lookup_k or args.k, threads=torch.get_num_threads(),
                 lookahead=[list(s) for s in args.lookahead],
                 layer_skip=[list(s) for s in args.layer_skip], k_sweep=args.k_sweep,
