@@ -40,8 +40,11 @@ import torch
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # speclab/: library code, not the learner's
 # One case of one question; an endless loop in a learner's function ends here. The slowest correct cases (lab 7's
 # q4 statistics, 3000 calls each) take about 5 s through the grader's judge on a loaded 2-core AMD EPYC: 15 s
-# leaves room for a slow Colab runtime.
-CASE_TIME_LIMIT_S = 15.0
+# leaves room for a slow Colab runtime. The grader runs a submission's own check() calls under its --case-timeout
+# too (the learner's kernel gets it in CASE_LIMIT_ENV), so a looping answer ends at the same limit in the notebook
+# as in the judge, and score() does not wait for it again.
+CASE_LIMIT_ENV = "SPECLAB_CASE_LIMIT_S"
+CASE_TIME_LIMIT_S = float(os.environ.get(CASE_LIMIT_ENV, 15.0))
 
 
 # ================================================================ what a check case uses

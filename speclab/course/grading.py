@@ -43,7 +43,7 @@ from pathlib import Path
 
 import nbformat
 
-from speclab.course.checks import CASE_TIME_LIMIT_S, Lab
+from speclab.course.checks import CASE_LIMIT_ENV, CASE_TIME_LIMIT_S, Lab
 from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, stale
 
 RESULT_MARK = "@@speclab-grade@@"
@@ -186,7 +186,7 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
     with tempfile.TemporaryDirectory(prefix="speclab-grade-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
-        env = _learner_env(work, threads)
+        env = _learner_env(work, threads, case_limit)
         executed, note = _execute(nb, Path(tmp), env, isolate, timeout, cell_timeout, grade)
         result = _judge(lab, tests, cells, env, worker_isolate or [], timeout, case_limit)
     grade.seconds = round(time.perf_counter() - start, 1)
@@ -206,11 +206,12 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
     return grade
 
 
-def _learner_env(work: Path, threads: int | None) -> dict[str, str]:
-    """A clean environment for the learner's kernel and answer worker: no credentials, no hub access."""
+def _learner_env(work: Path, threads: int | None, case_limit: float = CASE_TIME_LIMIT_S) -> dict[str, str]:
+    """A clean environment for the learner's kernel and answer worker: no credentials, no hub access, and the
+    grader's case limit for the notebook's own check() calls."""
     env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
            "HOME": str(work), "TMPDIR": str(work), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-           "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+           "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", CASE_LIMIT_ENV: f"{case_limit:g}"}
     if threads:  # notebooks graded side by side share the cores instead of each taking all of them
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "VIRTUAL_ENV", "PYTHONPATH"):

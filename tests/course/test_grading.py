@@ -408,6 +408,13 @@ def test_two_looping_answers_cost_their_questions_only_within_the_notebook_timeo
         answer = feedback.split(head)[1].split("\n✓")[0].split("\n✗")[0]
         assert f"took longer than {ATTACK_LIMITS['lab09'][1]:g} s" in answer, feedback
     assert "was interrupted" in feedback  # the demo cells that call them
+    # the notebook's own checks ran under the grader's case limit too: each ended there, and score() did not
+    # wait for the looping functions again
+    nb = nbformat.read(executed / "lab09_loop_two.ipynb", as_version=4)
+    said = {c.source: "".join(o.get("text", "") for o in c.outputs) for c in nb.cells if c.cell_type == "code"}
+    for qid in ("q2", "q4"):
+        assert f"took longer than {ATTACK_LIMITS['lab09'][1]:g} s" in said[f'check("{qid}")'], said[f'check("{qid}")']
+    assert "Total: 4.00 of 9 points" in said["score()"], said["score()"]
 
 
 def test_an_endless_ungraded_cell_is_interrupted_and_costs_nothing(attacked):
