@@ -107,7 +107,8 @@ def test_a_draft_moves_to_the_targets_device_whole():
     moved = Draft(draft.tokens, draft.probs, draft.parents).to(torch.device("meta"))
     assert moved.tokens.is_meta and moved.probs.is_meta and moved.parents == [-1, 0] and len(moved) == 2
     side_moved = side.to(torch.device("cpu"))  # SideBranch checks its mask's values: no meta stand-in
-    assert side_moved.tokens.tolist() == [7, 8] and side_moved.depths == [1, 2] and torch.equal(side_moved.sees, side.sees)
+    assert side_moved.tokens.tolist() == [7, 8] and side_moved.depths == [1, 2]
+    assert torch.equal(side_moved.sees, side.sees)
 
 
 def test_a_custom_drafter_plugs_in_unchanged(pair, prompt):

@@ -161,7 +161,8 @@ def bench_batches(args) -> dict:
                           for b in s["best_k"]) + "; repeats moved rows by "
               + ", ".join(f"{b}: {100 * x:.0f}%" for b, x in s["spread"].items()))
     return dict(device=str(device), gpu=gpu_name(device), cpu=cpu_name(), threads=torch.get_num_threads(),
-                torch=torch.__version__, fast=mode, workload=args.workload, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                torch=torch.__version__, fast=mode, workload=args.workload, max_new_tokens=args.max_new_tokens,
+                repeats=args.repeats,
                 batch_sizes=sizes, ks=ks, context=context, target_pass_ms=cal.target_ms, draft_step_ms=cal.draft_ms,
                 alpha=cal.alpha, naive=naive, predicted=predicted, modelled_policy=modelled, policy=policy,
                 calibration_rows=batching.rows_to_dicts(cal.rows), bandwidth_gbs=bandwidth, gflops=gflops,
@@ -175,8 +176,8 @@ def print_settings(args, target, draft, device, workload: str, num_prompts: int)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
     limit = "at most " if args.stop_at_eos else ""
     gpu = f" ({gpu_name(device)})" if gpu_name(device) else ""
-    print(f"device {device}{gpu}, {num_prompts} {workload} prompts, K={args.k}{lookup}, {limit}{args.max_new_tokens} new "
-          f"tokens{' (stops at EOS)' if args.stop_at_eos else ''}, "
+    print(f"device {device}{gpu}, {num_prompts} {workload} prompts, K={args.k}{lookup}, "
+          f"{limit}{args.max_new_tokens} new tokens{' (stops at EOS)' if args.stop_at_eos else ''}, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"median of {args.repeats} interleaved repeats; target {target.dtype}, "
           f"draft {draft.dtype if draft is not None else 'none'}; "
@@ -229,7 +230,8 @@ def summary_of(args, device, workload: str, rows: list) -> dict:
     # a ratio depends on the machine (how it charges a pass over several positions): say which one
     # the settings under their flags' names
     return dict(device=str(device), gpu=gpu_name(device), cpu=cpu_name(), torch=torch.__version__,
-                workload=workload, temperature=args.temperature, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                workload=workload, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                repeats=args.repeats,
                 k=args.k, lookup_k=args.lookup_k or args.k, threads=torch.get_num_threads(),
                 lookahead=[list(s) for s in args.lookahead],
                 layer_skip=[list(s) for s in args.layer_skip], k_sweep=args.k_sweep,
