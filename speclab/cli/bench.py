@@ -175,8 +175,8 @@ def print_settings(args, target, draft, device, workload: str, num_prompts: int)
     settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
     limit = "at most " if args.stop_at_eos else ""
-    gpu = f" ({gpu_name(device)})" if gpu_name(device) else ""
-    print(f"device {device}{gpu}, {num_prompts} {workload} prompts, K={args.k}{lookup}, "
+    gpu = gpu_name(device)
+    print(f"device {device}{f' ({gpu})' if gpu else ''}, {num_prompts} {workload} prompts, K={args.k}{lookup}, "
           f"{limit}{args.max_new_tokens} new tokens{' (stops at EOS)' if args.stop_at_eos else ''}, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"median of {args.repeats} interleaved repeats; target {target.dtype}, "
