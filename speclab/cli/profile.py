@@ -15,8 +15,9 @@ import torch
 from speclab.cli.main import command_parser
 from speclab.cli.options import add_pair_args, load
 from speclab.devices import cpu_name
-from speclab.measure.profiling import (compiled_alone_ms, copy_bandwidth_gbs, decode_bandwidth_gbs, decode_floor_ms,
-                                      forward_ms_by_positions, gemv_bandwidth_gbs, parameter_bytes, step_breakdown)
+from speclab.measure.profiling import (GEMV_SIZES_MB, compiled_alone_ms, copy_bandwidth_gbs, decode_bandwidth_gbs,
+                                      decode_floor_ms, forward_ms_by_positions, gemv_bandwidth_by_size,
+                                      gemv_bandwidth_gbs, parameter_bytes, step_breakdown)
 from speclab.runner import FAST_MODES, disable_fast_path, enable_fast_path, model_device, runner_for
 
 POSITIONS = [1, 2, 4, 8, 16, 32, 64]
@@ -126,6 +127,11 @@ def steps_and_floor(args, target, draft, device) -> dict:
                   f"{extra['compiled_alone_ms']:.2f} ms a token; first compiled step {extra['compile_seconds']:.0f} s")
     print(f"bandwidth floor: {parameter_bytes(target) / 1e6:.1f} MB of weights at {gemv:.1f} GB/s (a matrix-vector "
           f"product over 64 MB here) = {floor:.2f} ms a step")
+    by_size = gemv_bandwidth_by_size(device, GEMV_SIZES_MB)  # where the weights live decides which floor applies
+    extra["gemv_gbs_by_mb"] = by_size
+    print("a matrix-vector product by the matrix's size: "
+          + ", ".join(f"{mb} MB {gbs:.1f} GB/s" for mb, gbs in by_size.items())
+          + " (a drop: past a cache)")
     return extra
 
 

@@ -201,17 +201,31 @@ def gemv_bandwidth_gbs(device: torch.device | str, megabytes: int = 64, repeats:
     `megabytes`, larger than most processors' caches, so every weight comes from memory, as in a decode
     step. Its reciprocal times a model's weight bytes is the step's bandwidth floor (decode_floor_ms). A
     processor whose last-level cache holds the matrix (one Xeon here reports 480 MB) measures that cache
-    instead, which is also the floor for a model small enough to stay there (chapter 10.3)."""
+    instead, which is also the floor for a model small enough to stay there (gemv_bandwidth_by_size shows
+    which, chapter 10.1)."""
     device = torch.device(device)
     cols = 1024
-    weights = torch.randn(megabytes * 2**20 // 4 // cols, cols, device=device)
-    x = torch.randn(1, cols, device=device)
+    # uniform values: the product's time does not depend on them, and rand fills a gigabyte twice as fast
+    weights = torch.rand(megabytes * 2**20 // 4 // cols, cols, device=device)
+    x = torch.rand(1, cols, device=device)
     samples = []
     for _ in range(repeats + 1):
         with timer(device) as t:
             x @ weights.t()
         samples.append(t["seconds"])
     return weights.numel() * 4 / statistics.median(samples[1:]) / 1e9
+
+
+GEMV_SIZES_MB = (16, 64, 256, 1024)  # from inside most last-level caches to past every one
+
+
+def gemv_bandwidth_by_size(device: torch.device | str, sizes_mb: tuple[int, ...] = GEMV_SIZES_MB,
+                           repeats: int = 5) -> dict[int, float]:
+    """gemv_bandwidth_gbs for matrices of each size (MB -> GB/s). Where the bandwidth drops, the matrix
+    stopped fitting in a cache: a model whose weights are smaller than that is read from the cache at every
+    decode step (the weights stay there from one step to the next), and its floor is the cache's
+    bandwidth; a larger model's floor is the memory's. On a GPU the drop comes at its L2's size."""
+    return {mb: gemv_bandwidth_gbs(device, mb, repeats) for mb in sizes_mb}
 
 
 def matmul_gflops(device: torch.device | str, n: int = 2048, repeats: int = 5) -> float:

@@ -94,7 +94,9 @@ def test_generate_refuses_a_bad_k(tmp_path):
         main(["generate", "--prompt", "x", "--k", "not-a-number"])
 
 
-def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path, capsys):
+def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path, capsys, monkeypatch):
+    import speclab.cli.profile as profile
+    monkeypatch.setattr(profile, "GEMV_SIZES_MB", (1, 4))  # small matrices: the sweep's sizes are not the point here
     out = micro
     main(["profile", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--device", "cpu", "--fast",
           "--json", str(tmp_path / "profile-{device}.json")])
@@ -104,7 +106,9 @@ def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path
     assert record["positions"][:2] == [1, 2] and len(record["target_ms"]) == len(record["positions"])
     assert set(record["steps"]) == {"eager", "fast"} and record["fast_mode"] == "static"
     assert len(record["fast_target_ms"]) == len(record["positions"]) and record["floor_ms"] > 0
-    assert "bandwidth floor:" in capsys.readouterr().out
+    assert record["gemv_gbs_by_mb"].keys() == {"1", "4"}  # JSON's keys are strings
+    said = capsys.readouterr().out
+    assert "bandwidth floor:" in said and "1 MB" in said and "4 MB" in said
 
 
 def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_policy(micro, tmp_path, capsys,

@@ -75,6 +75,11 @@ def test_a_step_breakdown_splits_the_measured_step(pair):
     assert profiling.gemv_bandwidth_gbs("cpu", megabytes=8, repeats=2) > 0
 
 
+def test_the_bandwidth_by_size_measures_each_size_it_is_given():
+    by_size = profiling.gemv_bandwidth_by_size("cpu", sizes_mb=(1, 4), repeats=2)
+    assert list(by_size) == [1, 4] and min(by_size.values()) > 0
+
+
 def test_compile_alone_times_transformers_model_and_gives_its_forward_back():
     from speclab.runner import disable_fast_path, enable_fast_path
     model = tiny_model("llama", layers=1)
