@@ -224,7 +224,7 @@ def gemv_bandwidth_by_size(device: torch.device | str, sizes_mb: tuple[int, ...]
     """gemv_bandwidth_gbs for matrices of each size (MB -> GB/s). Where the bandwidth drops, the matrix
     stopped fitting in a cache: a model whose weights are smaller than that is read from the cache at every
     decode step (the weights stay there from one step to the next), and its floor is the cache's
-    bandwidth; a larger model's floor is the memory's. On a GPU the drop comes at its L2's size."""
+    bandwidth; a larger model's floor is the memory's. On a GPU its L2 cache plays that part."""
     return {mb: gemv_bandwidth_gbs(device, mb, repeats) for mb in sizes_mb}
 
 
