@@ -17,7 +17,7 @@ from speclab.cli.options import add_pair_args, load
 from speclab.devices import cpu_name
 from speclab.measure.profiling import (GEMV_SIZES_MB, compiled_alone_ms, copy_bandwidth_gbs, decode_bandwidth_gbs,
                                       decode_floor_ms, forward_ms_by_positions, gemv_bandwidth_by_size,
-                                      gemv_bandwidth_gbs, parameter_bytes, step_breakdown)
+                                      gemv_bandwidth_gbs, parameter_bytes, step_breakdown, thread_scaling)
 from speclab.runner import FAST_MODES, disable_fast_path, enable_fast_path, model_device, runner_for
 
 POSITIONS = [1, 2, 4, 8, 16, 32, 64]
@@ -112,6 +112,9 @@ def steps_and_floor(args, target, draft, device) -> dict:
             extra["compile_seconds"] = first_step_seconds(target)  # compiles the one-token pass when compiled
             steps["fast"] = step_breakdown(target)
             fast = forward_times(target, draft)
+            threads = torch.get_num_threads()
+            if threads > 1:  # the step and the floor on one core and on all: what a second core buys each
+                extra["thread_scaling"] = thread_scaling(target, (1, threads))
         finally:
             for model in models:
                 disable_fast_path(model)
@@ -127,6 +130,9 @@ def steps_and_floor(args, target, draft, device) -> dict:
                   f"{extra['compiled_alone_ms']:.2f} ms a token; first compiled step {extra['compile_seconds']:.0f} s")
     print(f"bandwidth floor: {parameter_bytes(target) / 1e6:.1f} MB of weights at {gemv:.1f} GB/s (a matrix-vector "
           f"product over 64 MB here) = {floor:.2f} ms a step")
+    for n, at in extra.get("thread_scaling", {}).items():
+        print(f"{n} thread{'s' if n > 1 else ''}: fast step {at['step_ms']:.2f} ms, floor {at['floor_ms']:.2f} ms "
+              f"(at {at['gemv_gbs']:.1f} GB/s): {at['step_over_floor']:.2f}x the floor")
     by_size = gemv_bandwidth_by_size(device, GEMV_SIZES_MB)  # where the weights live decides which floor applies
     extra["gemv_gbs_by_mb"] = by_size
     print("a matrix-vector product by the matrix's size: "

@@ -6,7 +6,7 @@ import os
 import statistics
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -259,15 +259,10 @@ def native_stderr_silenced() -> Iterator[None]:
         os.close(saved), os.close(devnull)
 
 
-def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, seed: int = 0) -> dict[str, float]:
-    """Where a one-token decode step's time goes, in ms a step, on the path the model is set up for:
-    "total" (timed without the profiler), "matrix products" and "attention" (the self time of those
-    operators, from torch.profiler), "generated kernels" (a compiled graph's own code: inductor's fused
-    loops, matrix products written as loops included; 0 on an uncompiled path), "other operators" (every
-    other operator's self time: norms, rotary, copies) and "framework" (the rest: Python, module calls,
-    dispatch, cache bookkeeping between operators). The profiler adds a little to each operator, so
-    the split is a close picture, not a measurement to three digits."""
-    device = model_device(model)
+def decode_steps(model: torch.nn.Module, context: int = 128, steps: int = 20, seed: int = 0) -> Callable[[], None]:
+    """Cache `context` random tokens on the path the model is set up for and return a function that runs
+    `steps` one-token decode steps from there, each rolled back after it (as a rejected draft is): what
+    step_breakdown and thread_scaling time."""
     path = fast_path_of(model)
     if path is not None:  # the static cache holds the prefix and the step
         context = min(context, path.network.max_len - 1)
@@ -280,6 +275,19 @@ def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, 
             runner.forward(token.view(1), last_only=True)
             runner.rollback(context)
 
+    return decode
+
+
+def step_breakdown(model: torch.nn.Module, context: int = 128, steps: int = 20, seed: int = 0) -> dict[str, float]:
+    """Where a one-token decode step's time goes, in ms a step, on the path the model is set up for:
+    "total" (timed without the profiler), "matrix products" and "attention" (the self time of those
+    operators, from torch.profiler), "generated kernels" (a compiled graph's own code: inductor's fused
+    loops, matrix products written as loops included; 0 on an uncompiled path), "other operators" (every
+    other operator's self time: norms, rotary, copies) and "framework" (the rest: Python, module calls,
+    dispatch, cache bookkeeping between operators). The profiler adds a little to each operator, so
+    the split is a close picture, not a measurement to three digits."""
+    device = model_device(model)
+    decode = decode_steps(model, context, steps, seed)
     decode()  # warm up
     with timer(device) as t:
         decode()
@@ -322,6 +330,38 @@ def compiled_alone_ms(model: torch.nn.Module, context: int = 128, steps: int = 3
     finally:
         del model.forward
     return (t["seconds"] - p["seconds"]) * 1000 / steps
+
+
+def thread_scaling(model: torch.nn.Module, threads: tuple[int, ...], context: int = 128, steps: int = 20,
+                   rounds: int = 5) -> dict[int, dict[str, float]]:
+    """A one-token decode step (on the path the model is set up for, as step_breakdown times it) and the
+    bandwidth floor (the model's weights at gemv_bandwidth_gbs) at each thread count: {threads: {"step_ms",
+    "gemv_gbs", "floor_ms", "step_over_floor"}}, medians of `rounds` rounds that each time every count in
+    turn (a slower stretch of the machine then slows all alike). The floor falls with every core that
+    streams weights; the step falls only by the part of it that runs in parallel: Python between kernels
+    and the loops a compiled graph runs on one thread do not (Amdahl's law), so a step can sit nearer one
+    core's floor than two cores' (chapter 10.3). A compiled graph runs at any count without recompiling;
+    torch's count is restored afterwards."""
+    device, before = model_device(model), torch.get_num_threads()
+    decode = decode_steps(model, context, steps)
+    samples: dict[int, dict[str, list[float]]] = {n: {"step_ms": [], "gemv_gbs": []} for n in threads}
+    try:
+        for _ in range(rounds):
+            for n in threads:
+                torch.set_num_threads(n)
+                decode()  # warm: the first steps after a change of threads or of model pay for it
+                with timer(device) as t:
+                    decode()
+                samples[n]["step_ms"].append(t["seconds"] * 1000 / steps)
+                samples[n]["gemv_gbs"].append(gemv_bandwidth_gbs(device, repeats=5))
+    finally:
+        torch.set_num_threads(before)
+    out = {}
+    for n, got in samples.items():
+        step, gemv = statistics.median(got["step_ms"]), statistics.median(got["gemv_gbs"])
+        floor = decode_floor_ms(parameter_bytes(model), 0, gemv)
+        out[n] = {"step_ms": step, "gemv_gbs": gemv, "floor_ms": floor, "step_over_floor": step / floor}
+    return out
 
 
 def decode_bandwidth_gbs(model: torch.nn.Module, ms_per_step: float) -> float:

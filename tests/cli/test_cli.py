@@ -98,8 +98,13 @@ def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path
     import speclab.cli.profile as profile
     monkeypatch.setattr(profile, "GEMV_SIZES_MB", (1, 4))  # small matrices: the sweep's sizes are not the point here
     out = micro
-    main(["profile", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--device", "cpu", "--fast",
-          "--json", str(tmp_path / "profile-{device}.json")])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # as --threads 2 would, but given back to the test worker after
+    try:
+        main(["profile", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--device", "cpu", "--fast",
+              "--json", str(tmp_path / "profile-{device}.json")])
+    finally:
+        torch.set_num_threads(threads)
     written = list(tmp_path.glob("profile-*cpu.json"))
     assert len(written) == 1
     record = json.loads(written[0].read_text())
@@ -107,8 +112,10 @@ def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path
     assert set(record["steps"]) == {"eager", "fast"} and record["fast_mode"] == "static"
     assert len(record["fast_target_ms"]) == len(record["positions"]) and record["floor_ms"] > 0
     assert record["gemv_gbs_by_mb"].keys() == {"1", "4"}  # JSON's keys are strings
+    assert record["thread_scaling"].keys() == {"1", "2"} and record["threads"] == 2
     said = capsys.readouterr().out
     assert "bandwidth floor:" in said and "1 MB" in said and "4 MB" in said
+    assert "1 thread: fast step" in said and "2 threads: fast step" in said
 
 
 def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_policy(micro, tmp_path, capsys,

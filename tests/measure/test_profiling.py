@@ -80,6 +80,25 @@ def test_the_bandwidth_by_size_measures_each_size_it_is_given():
     assert list(by_size) == [1, 4] and min(by_size.values()) > 0
 
 
+def test_thread_scaling_times_the_step_and_the_floor_at_each_thread_count_and_restores_the_count(pair, monkeypatch):
+    target, _ = pair
+    seen = []
+
+    def gemv_gbs(device, repeats):  # the thread count each floor was measured at, as its bandwidth
+        seen.append(torch.get_num_threads())
+        return 10.0 * torch.get_num_threads()
+
+    monkeypatch.setattr(profiling, "gemv_bandwidth_gbs", gemv_gbs)
+    before = torch.get_num_threads()
+    scaling = profiling.thread_scaling(target, (1, 2), context=8, steps=3, rounds=2)
+    assert seen == [1, 2, 1, 2] and torch.get_num_threads() == before  # interleaved, then restored
+    weights = profiling.parameter_bytes(target)
+    for n, at in scaling.items():
+        assert at["gemv_gbs"] == 10.0 * n and at["floor_ms"] == pytest.approx(weights / (10e9 * n) * 1000)
+        assert at["step_over_floor"] == pytest.approx(at["step_ms"] / at["floor_ms"])
+    assert scaling[2]["floor_ms"] == pytest.approx(scaling[1]["floor_ms"] / 2) and scaling[1]["step_ms"] > 0
+
+
 def test_compile_alone_times_transformers_model_and_gives_its_forward_back():
     from speclab.runner import disable_fast_path, enable_fast_path
     model = tiny_model("llama", layers=1)
