@@ -14,7 +14,8 @@
              chat-*, or chat for all seven), and the speedup model checked against the costs
              measured in the loop; --fast [static|compiled]: every row again on the fast path
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth; --fast:
-             where a decode step's time goes on each path, against the bandwidth floor
+             where a decode step's time goes on each path, against the bandwidth floor (and the
+             fast step and the floor on one thread and on all: what a second core buys each)
   evaluate   acceptance table (K = 1..8, temperature 0 and 1) on held-out prompts; --lossless N:
              the chi-square check of sampling's first two tokens, and of a broken rule
   card       measure the bundled pair and write its model card (--pair smollm2: that pair's

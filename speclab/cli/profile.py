@@ -1,7 +1,8 @@
 """python -m speclab profile: each model's forward time against the positions it reads at once, the cost
 ratio c, and the memory bandwidth a decode step uses of what the device has (the target alone, without c,
 for a pair that has no draft yet); where a target decode step's time goes against its bandwidth floor;
-with --fast, the same on the fast path (chapter 10)."""
+with --fast, the same on the fast path, and on more than one thread the fast step and the floor at one
+thread and at all (profiling.thread_scaling; chapter 10)."""
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_pair_args(p)
     p.add_argument("--fast", nargs="?", const="static", choices=FAST_MODES, default=None,
                    help="also measure the fast path (a static cache written by position; 'compiled' adds "
-                   "torch.compile): its forward times and where its decode step's time goes")
+                   "torch.compile): its forward times and where its decode step's time goes; with more than "
+                   "one thread, its step and the floor on one thread and on all")
     p.add_argument("--json", default=None, help="also write the measurements here; {device} is replaced by the "
                    "device's name (chapter 1 reads book/measurements/profile-{device}.json)")
     return p
