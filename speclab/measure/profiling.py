@@ -335,15 +335,18 @@ def compiled_alone_ms(model: torch.nn.Module, context: int = 128, steps: int = 3
 def thread_scaling(model: torch.nn.Module, threads: tuple[int, ...], context: int = 128, steps: int = 20,
                    rounds: int = 5) -> dict[int, dict[str, float]]:
     """A one-token decode step (on the path the model is set up for, as step_breakdown times it) and the
-    bandwidth floor (the model's weights at gemv_bandwidth_gbs) at each thread count: {threads: {"step_ms",
-    "gemv_gbs", "floor_ms", "step_over_floor"}}, medians of `rounds` rounds that each time every count in
-    turn (a slower stretch of the machine then slows all alike). The floor falls with every core that
+    bandwidth floor at each thread count: {threads: {"step_ms", "gemv_gbs", "floor_ms", "step_over_floor"}},
+    medians of `rounds` rounds that each time every count in turn (a slower stretch of the machine then
+    slows all alike). The floor is the model's weights at the bandwidth a matrix-vector product over a matrix
+    of their size reaches (gemv_bandwidth_gbs): a cache's for a model that fits in one, the memory's for one
+    that does not (gemv_bandwidth_by_size). The floor falls with every core that
     streams weights; the step falls only by the part of it that runs in parallel: Python between kernels
     and the loops a compiled graph runs on one thread do not (Amdahl's law), so a step can sit nearer one
     core's floor than two cores' (chapter 10.3). A compiled graph runs at any count without recompiling;
     torch's count is restored afterwards."""
     device, before = model_device(model), torch.get_num_threads()
     decode = decode_steps(model, context, steps)
+    megabytes = max(16, round(parameter_bytes(model) / 2**20))
     samples: dict[int, dict[str, list[float]]] = {n: {"step_ms": [], "gemv_gbs": []} for n in threads}
     try:
         for _ in range(rounds):
@@ -353,7 +356,7 @@ def thread_scaling(model: torch.nn.Module, threads: tuple[int, ...], context: in
                 with timer(device) as t:
                     decode()
                 samples[n]["step_ms"].append(t["seconds"] * 1000 / steps)
-                samples[n]["gemv_gbs"].append(gemv_bandwidth_gbs(device, repeats=5))
+                samples[n]["gemv_gbs"].append(gemv_bandwidth_gbs(device, megabytes, repeats=5))
     finally:
         torch.set_num_threads(before)
     out = {}

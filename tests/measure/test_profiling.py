@@ -84,7 +84,8 @@ def test_thread_scaling_times_the_step_and_the_floor_at_each_thread_count_and_re
     target, _ = pair
     seen = []
 
-    def gemv_gbs(device, repeats):  # the thread count each floor was measured at, as its bandwidth
+    def gemv_gbs(device, megabytes, repeats):  # the thread count each floor was measured at, as its bandwidth
+        assert megabytes == max(16, round(profiling.parameter_bytes(target) / 2**20))  # a matrix the weights' size
         seen.append(torch.get_num_threads())
         return 10.0 * torch.get_num_threads()
 
