@@ -115,7 +115,7 @@ def steps_and_floor(args, target, draft, device) -> dict:
             steps["fast"] = step_breakdown(target)
             fast = forward_times(target, draft)
             threads = torch.get_num_threads()
-            if threads > 1:  # the step and the floor on one core and on all: what a second core buys each
+            if threads > 1 and device.type == "cpu":  # the step and the floor on one core and on all
                 extra["thread_scaling"] = thread_scaling(target, (1, threads))
         finally:
             for model in models:

@@ -339,11 +339,11 @@ def thread_scaling(model: torch.nn.Module, threads: tuple[int, ...], context: in
     medians of `rounds` rounds that each time every count in turn (a slower stretch of the machine then
     slows all alike). The floor is the model's weights at the bandwidth a matrix-vector product over a matrix
     of their size reaches (gemv_bandwidth_gbs): a cache's for a model that fits in one, the memory's for one
-    that does not (gemv_bandwidth_by_size). The floor falls with every core that
-    streams weights; the step falls only by the part of it that runs in parallel: Python between kernels
-    and the loops a compiled graph runs on one thread do not (Amdahl's law), so a step can sit nearer one
-    core's floor than two cores' (chapter 10.3). A compiled graph runs at any count without recompiling;
-    torch's count is restored afterwards."""
+    that does not (gemv_bandwidth_by_size). The floor falls with every core that streams weights; the step
+    falls only by the part of it that runs in parallel: Python between kernels and the loops a compiled
+    graph runs on one thread do not (Amdahl's law), so a step can sit nearer one core's floor than two
+    cores' (chapter 10.3). A compiled graph runs at any count without recompiling; torch's count is
+    restored afterwards."""
     device, before = model_device(model), torch.get_num_threads()
     decode = decode_steps(model, context, steps)
     megabytes = max(16, round(parameter_bytes(model) / 2**20))
