@@ -346,7 +346,8 @@ def thread_scaling(model: torch.nn.Module, threads: tuple[int, ...], context: in
     restored afterwards."""
     device, before = model_device(model), torch.get_num_threads()
     decode = decode_steps(model, context, steps)
-    megabytes = max(16, round(parameter_bytes(model) / 2**20))
+    weights = parameter_bytes(model)
+    megabytes = max(16, round(weights / 2**20))
     samples: dict[int, dict[str, list[float]]] = {n: {"step_ms": [], "gemv_gbs": []} for n in threads}
     try:
         for _ in range(rounds):
@@ -362,7 +363,7 @@ def thread_scaling(model: torch.nn.Module, threads: tuple[int, ...], context: in
     out = {}
     for n, got in samples.items():
         step, gemv = statistics.median(got["step_ms"]), statistics.median(got["gemv_gbs"])
-        floor = decode_floor_ms(parameter_bytes(model), 0, gemv)
+        floor = decode_floor_ms(weights, 0, gemv)
         out[n] = {"step_ms": step, "gemv_gbs": gemv, "floor_ms": floor, "step_over_floor": step / floor}
     return out
 
