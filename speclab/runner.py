@@ -232,13 +232,18 @@ COMPILED_GRAPHS = 256  # the compiled graphs dynamo may keep for FastLlama.forwa
 # Re-measured with COMPILED_CPU_OPTIONS, loops up to 16 rows vs up to 8 (ms at 8/12/16 rows): bundled
 # 7.9/10.2/12.3 vs 6.9/12.5/12.8, SmolLM2 48/67/87 vs 59/84/91; no clear gain, and wide passes pay on neither
 COMPILED_CPU_GEMV_ROWS = 8
-# inductor's options on a CPU. Freezing: the weights become constants, prepacked for MKL's GEMM (as vLLM's
-# CPU runner compiles); it halved the MKL products' time here. realize_reads_threshold 1: a value read more
-# than once is computed once and stored. By default inductor inlined a pointwise input (the last layer's
-# residual add and the final norm) into the looped lm_head product, recomputing it for each of the
-# vocabulary's rows and each pass row: a 5-row pass cost 2.6 single steps on SmolLM2 (53 vs 21 ms), 1.4 with
-# this (29 ms); on the bundled target 6.9 -> 4.2-5.0 ms, 1 row unchanged (2 threads, AMD EPYC)
-COMPILED_CPU_OPTIONS = {"freezing": True, "realize_reads_threshold": 1}
+# inductor's options on a CPU. realize_reads_threshold 1: a value read more than once is computed once and
+# stored. By default inductor inlined a pointwise input (the last layer's residual add and the final norm) into
+# the looped lm_head product, recomputing it for each of the vocabulary's rows and each pass row: a 5-row pass
+# cost 2.6 single steps on SmolLM2 (53 vs 21 ms), 1.4 with this (29 ms); on the bundled target 6.9 -> 4.2-5.0
+# ms, 1 row unchanged (2 threads, AMD EPYC). cpp.enable_kernel_profile: each generated kernel reports itself
+# to torch.profiler (a flag test when nothing profiles), so step_breakdown tells the kernels from the Python
+# that calls them. "freezing" as an option here does not make the weights constants: dynamo decides at
+# trace time, from the global torch._inductor.config.freezing, to pass them as graph inputs. Setting that
+# global instead (Intel Xeon, 2 threads, torch 2.13) did freeze them (MKL's prepacked linears in passes of
+# 16+ rows) but changed no pass beyond noise (1 row 4.66 vs 4.75 ms, 16 rows 9.04 vs 9.06, 64 rows 15.6 vs
+# 15.2) and doubled the compile time (45 -> 101 s for five widths): not used
+COMPILED_CPU_OPTIONS = {"freezing": True, "realize_reads_threshold": 1, "cpp.enable_kernel_profile": True}
 
 
 COMPILED_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)  # batch sizes compiled passes run at (padded up)

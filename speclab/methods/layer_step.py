@@ -131,8 +131,8 @@ class LayerStep:
     def freeze(self, positions: int, like: torch.Tensor) -> None:
         """Build the stacked weights and a rope table of `positions` rows for frozen steps: while `frozen`
         is set, a step reads them as they are and does nothing data-dependent (what torch.compile needs;
-        FastHeadStep sets it around its steps only). Those steps run the head as it was when built:
-        inductor's freezing makes its weights constants."""
+        FastHeadStep sets it around its steps only). Those steps run the head as it was when built: the
+        stacked weights are copies made here."""
         self.rope(torch.tensor([positions - 1], device=like.device), like)
         attn, mlp = self.layer.self_attn, self.layer.mlp
         with torch.no_grad():
@@ -312,7 +312,7 @@ class FastHeadStep:
         self.layer_step, self.head, self.max_len = step, head, max_len
         self.bucket = COMPILED_CPU_BUCKET if on_cpu else max_len
         self.cache = SlotCache(1, step.kv_heads, step.head_dim, max_len, like.dtype, like.device)
-        # on a CPU the target's inductor options (speclab.runner.COMPILED_CPU_OPTIONS): weights prepacked
+        # on a CPU the target's inductor options (speclab.runner.COMPILED_CPU_OPTIONS)
         options = dict(COMPILED_CPU_OPTIONS) if on_cpu else None
         self.forward = torch.compile(head.forward, dynamic=False, options=options)
         self.vocab_logits = torch.compile(head.vocab_logits, dynamic=False, options=options)

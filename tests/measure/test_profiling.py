@@ -75,6 +75,22 @@ def test_a_step_breakdown_splits_the_measured_step(pair):
     assert profiling.gemv_bandwidth_gbs("cpu", megabytes=8, repeats=2) > 0
 
 
+def test_a_compiled_step_counts_its_kernels_apart_from_the_python_that_calls_them():
+    from speclab.runner import disable_fast_path, enable_fast_path
+    model = tiny_model("llama", layers=1)
+    enable_fast_path(model, "compiled", max_len=64)
+    try:
+        parts = profiling.step_breakdown(model, context=8, steps=3)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            profiling.decode_steps(model, context=8, steps=2)()
+    finally:
+        disable_fast_path(model)
+    names = [e.key for e in prof.key_averages()]
+    assert any("cpp_fused" in n for n in names)  # each generated kernel reports itself to the profiler
+    assert any(n.startswith("## Call CompiledFxGraph") for n in names)  # and so does the Python calling them
+    assert parts["generated kernels"] > 0 and parts["framework"] > 0 and parts["matrix products"] == 0
+
+
 def test_the_bandwidth_by_size_measures_each_size_it_is_given():
     by_size = profiling.gemv_bandwidth_by_size("cpu", sizes_mb=(1, 4), repeats=2)
     assert list(by_size) == [1, 4] and min(by_size.values()) > 0
