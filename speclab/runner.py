@@ -242,7 +242,8 @@ COMPILED_CPU_GEMV_ROWS = 8
 # trace time, from the global torch._inductor.config.freezing, to pass them as graph inputs. Setting that
 # global instead (Intel Xeon, 2 threads, torch 2.13) did freeze them (MKL's prepacked linears in passes of
 # 16+ rows) but changed no pass beyond noise (1 row 4.66 vs 4.75 ms, 16 rows 9.04 vs 9.06, 64 rows 15.6 vs
-# 15.2) and doubled the compile time (45 -> 101 s for five widths): not used
+# 15.2) and doubled the compile time (45 -> 101 s for five widths): not used. The option stays: it still sends
+# the graph through inductor's inference (freezing) passes, and the records above were measured with it
 COMPILED_CPU_OPTIONS = {"freezing": True, "realize_reads_threshold": 1, "cpp.enable_kernel_profile": True}
 
 
