@@ -36,6 +36,8 @@
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 
+  book       the book's pages measured (stats: prose words, visible code, wide output, figures and
+             captions), or re-executed in place in the order of _toc.yml on this machine (execute)
   export     a method's trained weights for a pair's target in the layout vLLM or SGLang loads
              (python -m speclab export eagle3 --format vllm --out DIR), with serving.json: the
              target's directory and the engine's settings; --table: how vLLM, SGLang, TensorRT-LLM,
@@ -73,6 +75,7 @@ COMMANDS = {
     "train": ("train", "python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
                        "train medusa|eagle|eagle3|mtp|exit --target DIR --out DIR"),
     "labs": ("labs", "python -m speclab labs build | grade DIR --out scores.csv"),
+    "book": ("book", "python -m speclab book stats | book execute [--pages 08 09]"),
     "export": ("export", "a method's weights in vLLM's or SGLang's layout, with the engine's settings; "
                          "--table: every engine's settings for every method"),
 }

@@ -1,13 +1,27 @@
 """What the course's notebooks share besides the teaching: which machine produced a timing, numbers
-glued into the book's prose, a decode trace drawn token by token (round by round, or as running text
-coloured by who produced each token), and token trees drawn.
+glued into the book's prose, captioned figures and wide tables, the book's records read, a decode trace
+drawn token by token (round by round, or as running text coloured by who produced each token), and
+token trees drawn.
 
-    from speclab.course.notebook import draw_tree, glue, machine, output_html, trace_html
+    from speclab.course.notebook import figure, glue, html_table, machine, read_record
+
+A figure is drawn in a cell tagged `remove-output` (and `hide-input` when its code is plumbing) that ends
+in `figure("fig-name", fig)`; the prose shows it numbered and captioned with
+
+    ```{glue:figure} fig-name
+    :name: fig-name
+    :alt: what the figure shows, in words
+
+    Caption: what to see in it.
+    ```
+and refers to it as {numref}`fig-name`. In Jupyter or Colab the figure shows under its cell as usual.
 """
 from __future__ import annotations
 
 import html
+import json
 import platform
+from pathlib import Path
 
 import torch
 import transformers
@@ -28,6 +42,50 @@ def glue(name: str, value, display: bool = True) -> None:
         return None
     myst_glue(name, value, display=display)
     return None
+
+
+def figure(name: str, fig) -> None:
+    """Show a matplotlib figure under its cell and glue it as `name` for a ``{glue:figure}`` caption in the
+    book (module docstring); the figure is closed so that the inline backend does not draw it twice."""
+    import matplotlib.pyplot as plt
+
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        from IPython.display import display
+        display(fig)
+    else:
+        myst_glue(name, fig, display=True)
+    plt.close(fig)
+
+
+RECORDS = Path(__file__).resolve().parents[2] / "book" / "records"
+
+
+def read_record(name: str) -> dict:
+    """A record of the book (`book/records/NAME.json`): what a command measured on a named host, read back."""
+    path = Path(name) if Path(name).suffix == ".json" else RECORDS / f"{name}.json"
+    if not path.exists():
+        path = Path("records") / path.name   # a chapter run from book/ in a checkout without the package's tree
+    if not path.exists():
+        raise FileNotFoundError(f"no record {name!r}: expected book/records/{Path(name).stem}.json in the repository")
+    return json.loads(path.read_text())
+
+
+def html_table(rows: list[list], header: list[str], caption: str | None = None, align: str | None = None):
+    """A table as HTML (IPython.display.HTML), for tables too wide for printed text: one cell per value,
+    numbers right-aligned (or `align`, one of 'l'/'r' per column)."""
+    from IPython.display import HTML
+
+    def cell(value, i: int, tag: str = "td") -> str:
+        right = (align[i] == "r") if align else isinstance(value, (int, float))
+        style = "text-align:right" if right else "text-align:left"
+        return f"<{tag} style='{style}'>{html.escape(str(value))}</{tag}>"
+
+    head = "".join(cell(h, i, "th") for i, h in enumerate(header))
+    body = "".join("<tr>" + "".join(cell(v, i) for i, v in enumerate(row)) + "</tr>" for row in rows)
+    top = f"<caption style='caption-side:top;text-align:left'>{html.escape(caption)}</caption>" if caption else ""
+    return HTML(f"<table class='speclab-table'>{top}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
 def precision(target: torch.nn.Module, draft: torch.nn.Module | None = None) -> str:

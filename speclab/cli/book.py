@@ -1,0 +1,64 @@
+"""python -m speclab book: the book's pages measured (stats), or re-executed in place in the order of
+_toc.yml, one kernel at a time on this machine (execute), so every page's machine line names one host.
+
+    python -m speclab book stats
+    python -m speclab book execute [--pages 08 09]   # nothing else CPU-heavy should run meanwhile
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+
+from speclab.cli.main import command_parser
+from speclab.course import bookstats
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = command_parser("book")
+    sub = parser.add_subparsers(dest="action", required=True)
+    stats = sub.add_parser("stats", help="prose words, visible code, wide output lines, figures and captions a page")
+    stats.add_argument("--json", action="store_true", help="print the rows as JSON")
+    run = sub.add_parser("execute", help="re-execute the book's notebooks in place, in the order of _toc.yml")
+    run.add_argument("--pages", nargs="*", default=None,
+                     help="only the pages whose file name starts with one of these (e.g. 08 09_5)")
+    run.add_argument("--timeout", type=int, default=1800, help="seconds a cell may run (default 1800)")
+    return parser
+
+
+def execute(pages, timeout: int) -> int:
+    import nbformat
+    from nbclient import NotebookClient
+
+    chosen = [p for p in bookstats.book_pages() if not pages or any(p.stem.startswith(s) for s in pages)]
+    if not chosen:
+        print(f"no page of _toc.yml starts with {pages}", file=sys.stderr)
+        return 2
+    for path in chosen:
+        start = time.perf_counter()
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        nbformat.write(nb, path)
+        print(f"{path.relative_to(bookstats.ROOT)}: executed in {time.perf_counter() - start:.0f} s", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.action == "execute":
+        return execute(args.pages, args.timeout)
+    stats = [bookstats.page_stats(p) for p in bookstats.book_pages()]
+    if args.json:
+        print(json.dumps([asdict(s) for s in stats], indent=1))
+    else:
+        print(bookstats.table(stats))
+        missing = bookstats.unlinked_references()
+        print(f"\nbibliography entries without a url or doi: {len(missing)}" + (f" ({', '.join(missing)})" if missing else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
