@@ -41,7 +41,7 @@ def prose_words(markdown: str) -> int:
     text = "\n\n".join(paragraphs(markdown))
     text = re.sub(r"\$\$.*?\$\$|\$[^$\n]*\$", " ", text, flags=re.S)
     text = re.sub(r"\{[\w:-]+\}`[^`]*`|`[^`]*`", " x ", text)   # a role or a code span reads as one word
-    return len(re.findall(r"[A-Za-z][\w'-]*", text))
+    return len(re.findall(r"\S*[A-Za-z0-9]\S*", text))
 
 
 def numbers_in(paragraph: str) -> int:
