@@ -36,8 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_pair_args(g)
     add_sampling_args(g, k_default=None, k_help="draft tokens per round, or a tree's depth at most (default 4; for eagle and eagle3's "
                       "dynamic tree, its own depth)")
-    src = g.add_mutually_exclusive_group(required=True)
-    src.add_argument("--prompt", help="prompt text")
+    g.add_argument("text", nargs="?", default=None, metavar="PROMPT",
+                   help='the prompt, as typed: python -m speclab generate "def fibonacci(n):"')
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text (the same as PROMPT)")
     src.add_argument("--prompt-file", help="file holding the prompt text")
     g.add_argument("--chat", action="store_true", help="send the prompt as a user's message through the tokenizer's "
                    "chat template, the assistant's turn opened (for an instruction-tuned target such as smollm2)")
@@ -106,7 +108,15 @@ def decode(args, method: str, target, draft, ids, common: dict):
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    given = [name for name, value in (("PROMPT", args.text), ("--prompt", args.prompt),
+                                      ("--prompt-file", args.prompt_file)) if value is not None]
+    if len(given) != 1:
+        parser.error("give the prompt once: as PROMPT, --prompt TEXT or --prompt-file FILE"
+                     + (f" (got {' and '.join(given)})" if given else ""))
+    if args.text is not None:
+        args.prompt = args.text
     method = GENERATE_METHODS[args.method]
     eagle_drafts = method in EAGLE_METHODS or (method == lookup_first.NAME and args.then in EAGLE_METHODS)
     if args.eagle_tree and not eagle_drafts:

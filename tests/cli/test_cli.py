@@ -89,6 +89,19 @@ def test_bench_fast_runs_every_speclab_row_on_both_paths(micro, tmp_path, capsys
     assert "acceptance rate" in capsys.readouterr().out
 
 
+def test_generate_takes_the_prompt_as_typed(micro, capsys):
+    main(["generate", "import os\n", "--pair", str(micro / "target"), "--draft", str(micro / "draft"),
+          "--max-new-tokens", "4", "--device", "cpu"])
+    assert capsys.readouterr().out.startswith("import os\n")
+
+
+@pytest.mark.parametrize("argv", [[], ["a", "--prompt", "b"]], ids=["none", "twice"])
+def test_generate_asks_for_the_prompt_once(argv, capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", *argv])
+    assert "give the prompt once" in capsys.readouterr().err
+
+
 def test_generate_refuses_a_bad_k(tmp_path):
     with pytest.raises(SystemExit):
         main(["generate", "--prompt", "x", "--k", "not-a-number"])
