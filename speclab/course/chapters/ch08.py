@@ -1,0 +1,338 @@
+"""Chapter 8 (EAGLE): the pages' shared setup and their figures, each called in one line from a page.
+
+    from speclab.course.chapters import ch08
+    ch = ch08.setup()                      # the bundled pair, both EAGLE heads' folders and logs
+    figure("fig-08-heads", ch08.heads_diagram())
+"""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+import speclab
+from speclab.course.notebook import precision, tree_layout
+
+WIDTH = 7.5    # inches: the book's 780-pixel column
+FONT = 9       # points: the smallest text a figure uses
+GREEN, RED, DARK, YELLOW = "#b7e4b0", "#f4a6a6", "#4c9a4c", "#f5d76e"
+
+
+def count(module: torch.nn.Module) -> int:
+    """Parameters of a module."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def setup(threads: int = 1) -> SimpleNamespace:
+    """What every page of chapter 8 starts from: the bundled pair (target, draft, tokenizer, device),
+    the folders and training logs of the EAGLE-1 and EAGLE-3 heads shipped with it, the target's
+    embedding and lm_head, greedy sampling, the timings' precision, and two small text helpers
+    (ids_of: text -> token ids on the device; show: one token id -> its text, quoted)."""
+    torch.set_num_threads(threads)    # live timings on one thread, as the machine line says
+    target, draft, tokenizer, device = speclab.load_pair()
+    eagle_dir = speclab.models.BUNDLED_DIR / "eagle"
+    eagle3_dir = speclab.models.BUNDLED_DIR / "eagle3"
+    return SimpleNamespace(
+        target=target, draft=draft, tokenizer=tokenizer, device=device,
+        eagle_dir=eagle_dir, eagle3_dir=eagle3_dir,
+        record1=json.loads((eagle_dir / "record.json").read_text()),
+        record3=json.loads((eagle3_dir / "record.json").read_text()),
+        embed=target.get_input_embeddings(), lm_head=target.get_output_embeddings(),
+        greedy=speclab.SamplingParams(0.0), dtype=precision(target, draft),
+        ids_of=lambda text: tokenizer(text, return_tensors="pt").input_ids[0].to(device),
+        show=lambda t: repr(tokenizer.decode([int(t)])))
+
+
+# ---------------------------------------------------------------- boxes and arrows
+
+def _box(ax, x: float, y: float, w: float, h: float, text: str, color: str = "white") -> None:
+    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02",
+                                fc=color, ec="k", lw=0.8))
+    ax.text(x, y, text, ha="center", va="center", fontsize=FONT)
+
+
+def _arrow(ax, a: tuple[float, float], b: tuple[float, float], style: str = "-|>", **kw) -> None:
+    ax.add_patch(FancyArrowPatch(a, b, arrowstyle=style, mutation_scale=10, lw=0.9,
+                                 shrinkA=0, shrinkB=0, **kw))
+
+
+def heads_diagram() -> Figure:
+    """The EAGLE-1 head and the EAGLE-3 head side by side, boxes and arrows: what each reads, the fc
+    that projects it, the one decoder layer, and what it gives back (a feature for the target's
+    lm_head; a hidden state for the head's own lm_head, unrolled in training)."""
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.6))
+    frozen, learnt = "#e8e8e8", "#cfe0f3"
+    w, h = 2.3, 0.5
+    # EAGLE-1 (cnets1.py)
+    ax = axes[0]
+    _box(ax, 0.9, 0.4, 1.6, h, "token $x_{t+1}$\n-> embedding", frozen)
+    _box(ax, 3.1, 0.4, 1.6, h, "last feature $f_t$", frozen)
+    _box(ax, 2.0, 1.5, w, h, "fc: [e; f], 2H -> H", learnt)
+    _box(ax, 2.0, 2.5, w, h, "one decoder layer", learnt)
+    _box(ax, 2.0, 3.5, w, h, r"feature $\hat f_{t+1}$", learnt)
+    _box(ax, 2.0, 4.5, w, h, "target's lm_head\n-> draft token", frozen)
+    for a, b in [((0.9, 0.65), (1.6, 1.25)), ((3.1, 0.65), (2.4, 1.25)), ((2.0, 1.75), (2.0, 2.25)),
+                 ((2.0, 2.75), (2.0, 3.25)), ((2.0, 3.75), (2.0, 4.25))]:
+        _arrow(ax, a, b)
+    _arrow(ax, (3.15, 3.5), (3.6, 0.65), style="-|>", connectionstyle="arc3,rad=-0.35", ls="--")
+    ax.text(3.95, 2.1, "next step:\nreads $\\hat f$", fontsize=FONT, ha="center")
+    ax.set_title("EAGLE-1 head (cnets1.py)", fontsize=FONT + 1)
+    # EAGLE-3 (cnets.py)
+    ax = axes[1]
+    for x, name in [(0.7, "low"), (2.0, "mid"), (3.3, "high")]:
+        _box(ax, x, 0.4, 1.1, h, f"{name}\nlayer", frozen)
+        _arrow(ax, (x, 0.65), (2.0 + (x - 2.0) * 0.4, 1.25))
+    _box(ax, 2.0, 1.5, w, h, "fc: fuse, 3H -> H", learnt)
+    _box(ax, 0.5, 2.5, 0.9, h, "token\nembed.", frozen)
+    _box(ax, 2.2, 2.5, 1.9, h, "decoder layer\n(q, k, v read 2H)", learnt)
+    _arrow(ax, (2.0, 1.75), (2.0, 2.25))
+    _arrow(ax, (0.95, 2.5), (1.25, 2.5))
+    _box(ax, 2.0, 3.5, w, h, "norm -> own lm_head\n(draft vocabulary)", learnt)
+    _box(ax, 2.0, 4.5, w, h, "draft token (d2t -> target id)", frozen)
+    _arrow(ax, (2.0, 2.75), (2.0, 3.25))
+    _arrow(ax, (2.0, 3.75), (2.0, 4.25))
+    _arrow(ax, (3.15, 2.65), (2.45, 2.0), connectionstyle="arc3,rad=-1.2", ls="--")
+    ax.text(3.95, 1.75, "next step\nreads its\nown output\n(trained so:\ntraining-\ntime test)",
+            fontsize=FONT, ha="center")
+    ax.set_title("EAGLE-3 head (cnets.py)", fontsize=FONT + 1)
+    for ax in axes:
+        ax.set_xlim(-0.2, 4.4)
+        ax.set_ylim(0, 5)
+        ax.axis("off")
+    axes[0].text(0.0, -0.05, "grey: the target's, frozen; blue: the head's, trained", fontsize=FONT,
+                 transform=axes[0].transAxes)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- 8.2-8.4
+
+def ablation_figure(ablation: dict, live: dict, variants: dict, live_rows: int, live_len: int) -> Figure:
+    """Held-out top-1 against training step for the three input variants: the record on the left,
+    the live runs (quick_eagle's third result, (step, top-1) pairs) on the right."""
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.3), sharey=True)
+    for key, label in variants.items():
+        evals = ablation[key]["log"]["evals"]
+        axes[0].plot([e["step"] for e in evals], [e["heldout_top1"] for e in evals], label=label)
+        steps, acc = zip(*live[key][2])
+        axes[1].plot(steps, acc, "o-", ms=3, label=label)
+    axes[0].set_title("recorded (train eagle --inputs)", fontsize=FONT)
+    axes[1].set_title(f"live here: {live_rows} rows of {live_len} tokens", fontsize=FONT)
+    axes[0].set_ylabel("held-out top-1 = target", fontsize=FONT)
+    for ax in axes:
+        ax.set_xlabel("training step", fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+    axes[0].legend(fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def training_figure(record: dict, live_losses: np.ndarray) -> Figure:
+    """The EAGLE-1 head's training log (feature loss and cross-entropy, training and held out, on a
+    log step axis) with a live run's losses (one row per step: feature loss, cross-entropy)."""
+    train_log = np.array(record["log"]["train"])          # step, feature loss, cross-entropy
+    evals = [e for e in record["log"]["evals"] if e["step"] > 0]   # a log axis has no 0
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.2))
+    for ax, col, key, title in [(axes[0], 1, "heldout_feature_loss", "smooth L1 on features"),
+                                (axes[1], 2, "heldout_ce", "cross-entropy vs the target")]:
+        ax.plot(train_log[:, 0], train_log[:, col], lw=0.5, alpha=0.5, label="recorded: training")
+        ax.plot([e["step"] for e in evals], [e[key] for e in evals], "ko", ms=2.5, label="recorded: held out")
+        ax.plot(np.arange(1, len(live_losses) + 1), live_losses[:, col - 1], "r", lw=1.5, label="live run")
+        ax.set_xscale("log")
+        ax.set_xlabel("training step", fontsize=FONT)
+        ax.set_title(title, fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+    axes[0].legend(fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+CACHE_COLORS = {"true pairs kept": GREEN, "guessed rows, rolled back": RED,
+                "true pairs fed by the catch-up": DARK, "rows drafted from the head's guesses": YELLOW}
+
+
+def cache_figure(snapshots: list[tuple[int, int, int, int]], shown: int = 4) -> Figure:
+    """The head's cache round by round: per round (rows before, true pairs before, true pairs after the
+    catch-up, rows after drafting), an upper bar before the round and a lower one after drafting,
+    from `shown` rows before the first round's last true pair."""
+    start = snapshots[0][2] - shown
+    fig, ax = plt.subplots(figsize=(WIDTH, 2.9))
+    for r, (rows_b, true_b, true_a, rows_a) in enumerate(snapshots):
+        y = len(snapshots) - 1 - r
+        spans = [(start, true_b, y + 0.18, "true pairs kept"),
+                 (true_b, rows_b, y + 0.18, "guessed rows, rolled back"),
+                 (start, true_b, y - 0.18, "true pairs kept"),
+                 (true_b, true_a, y - 0.18, "true pairs fed by the catch-up"),
+                 (true_a, rows_a, y - 0.18, "rows drafted from the head's guesses")]
+        for lo, hi, bar_y, label in spans:
+            lo = max(lo, start)
+            if hi > lo:
+                ax.barh(bar_y, hi - lo, left=lo - start, height=0.32, color=CACHE_COLORS[label],
+                        edgecolor="white")
+    ax.set_yticks(range(len(snapshots)), [f"round {len(snapshots) - y}" for y in range(len(snapshots))])
+    ax.set_xlabel(f"rows of the head's cache, from row {start}", fontsize=FONT)
+    ax.tick_params(labelsize=FONT)
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in CACHE_COLORS.values()],
+              labels=list(CACHE_COLORS), fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.28),
+              ncol=2, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def position_figure(by_pos: dict, k: int) -> Figure:
+    """Acceptance by draft position (position_acceptance's result), one line per drafter."""
+    fig, ax = plt.subplots(figsize=(6.8, 3.4))
+    for name, r in by_pos.items():
+        ax.plot(range(1, k + 1), r["by_position"], "o-", ms=4,
+                label=f"{name} ({r['tokens_per_round']:.2f} tokens/round)")
+    ax.set_xlabel("draft position j", fontsize=FONT)
+    ax.set_ylabel("P(accept j | 1..j-1 accepted)", fontsize=FONT)
+    ax.set_ylim(0, 1.02)
+    ax.tick_params(labelsize=FONT)
+    ax.legend(fontsize=FONT, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- 8.5
+
+def tree_figure(parents: list[int], labels: list[str], colors: list[str], root: str) -> Figure:
+    """A token tree drawn left to right for the column: depth across, one labelled box per node
+    (labels[i], filled colors[i]), the root on the left labelled `root`."""
+    x, y = tree_layout(parents)           # x: leaf order, y: -depth
+    leaves = max(x.values()) + 1
+    depth = -min(y.values())
+    fig, ax = plt.subplots(figsize=(WIDTH, max(3.0, 0.42 * leaves + 0.6)))
+    pos = {n: (-y[n], -x[n]) for n in x}  # across: depth; down: leaf order
+    for i, p in enumerate(parents):
+        ax.plot([pos[p][0], pos[i][0]], [pos[p][1], pos[i][1]], "k-", lw=0.7, zorder=1)
+    fill = {-1: "white", **dict(enumerate(colors))}
+    for n, label in [(-1, root)] + list(enumerate(labels)):
+        ax.text(*pos[n], label, ha="center", va="center", fontsize=FONT, zorder=3,
+                bbox=dict(boxstyle="round,pad=0.25", fc=fill[n], ec="k", lw=0.6))
+    ax.set_xlim(-0.5, depth + 0.5)
+    ax.set_ylim(-leaves + 0.4, 0.6)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def calibration_figure(calib: dict, panels: list[tuple], error) -> Figure:
+    """Reliability diagrams, one panel per (kind, title) in `panels`, each with the EAGLE-1 and EAGLE-3
+    heads' bins (calib[name, kind]: rows of confidence and outcome) and `error`(bins) in the legend."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(WIDTH, 3.0), sharey=True)
+    for ax, (kind, title) in zip(axes, panels):
+        ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, ls="--")
+        for name, color in [("EAGLE-1", "#4c72b0"), ("EAGLE-3", "#dd8452")]:
+            t = calib[name, kind]
+            ax.plot([r["confidence"] for r in t], [r["outcome"] for r in t], "o-", ms=3, color=color,
+                    label=f"{name}: {error(t):.3f}")
+        ax.set_title(title, fontsize=FONT)
+        ax.set_xlabel("head's confidence", fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+        ax.legend(fontsize=FONT, loc="lower right", title="error", title_fontsize=FONT)
+    axes[0].set_ylabel("accepted", fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- 8.6
+
+def mask_figure(n: int = 4) -> Figure:
+    """The training-time test's attention masks (speclab.train.eagle.unroll_mask) for `n` anchors and
+    steps 0 to 3: steps 0-2 on one row, step 3 below, every cell the same size so that labels read at
+    the column's width."""
+    from speclab.train.eagle import unroll_mask
+
+    fig = plt.figure(figsize=(WIDTH, 4.6))
+    grid = fig.add_gridspec(2, 3, width_ratios=[4, 8, 12])
+    places = [grid[0, 0], grid[0, 1], grid[0, 2], grid[1, 1:]]
+    for step, place in enumerate(places):
+        ax = fig.add_subplot(place)
+        sees = (unroll_mask(n, step, torch.float32)[0, 0] == 0).numpy()
+        ax.imshow(sees, cmap="Greens", vmin=0, vmax=1.4, aspect="equal")
+        ax.set_xticks(range(n * (step + 1)), [f"{s}:{t}" for s in range(step + 1) for t in range(n)],
+                      fontsize=FONT, rotation=90)
+        ax.set_yticks(range(n), [f"anchor {t}" for t in range(n)], fontsize=FONT)
+        for s in range(1, step + 1):
+            ax.axvline(s * n - 0.5, color="k", lw=0.8)
+        ax.set_title(f"step {step}", fontsize=FONT)
+    fig.supxlabel("columns: step:anchor of a cached row; green: the row sees it", fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def depth_figure(by_step: dict, end_rec: dict, evals3: list[dict], depth: int) -> Figure:
+    """Left: top-1 agreement by draft position, live (by_step) and from the records (end_rec); right:
+    the EAGLE-3 record's held-out accuracy at three positions over its training steps."""
+    pos = np.arange(1, depth + 1)
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.4))
+    for name, marker in [("EAGLE-1", "s-"), ("EAGLE-3", "o-")]:
+        axes[0].plot(pos, by_step[name], marker, label=f"{name} (live)")
+    axes[0].plot(pos, end_rec["EAGLE-3"], "k--", label="EAGLE-3 record")
+    axes[0].plot(pos, end_rec["EAGLE-3, earlier layout"], ":", color="#777777", label="earlier layout, record")
+    axes[0].set_xlabel("draft position j", fontsize=FONT)
+    axes[0].set_ylabel("top-1 = target", fontsize=FONT)
+    axes[0].legend(fontsize=FONT)
+    steps3 = [e["step"] for e in evals3]
+    for j in (0, 2, depth - 1):
+        axes[1].plot(steps3, [e["heldout_top1_by_step"][j] for e in evals3], label=f"position {j + 1}")
+    axes[1].set_xlabel("EAGLE-3 training step", fontsize=FONT)
+    axes[1].legend(fontsize=FONT)
+    for ax in axes:
+        ax.tick_params(labelsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- 8.7-8.8
+
+def bench_figure(ratio: dict[str, float], spread: dict[str, tuple[float, float]]) -> Figure:
+    """Each method's speed against target-only with its interval over the prompts, slowest at the
+    bottom; EAGLE rows in blue."""
+    order = sorted(ratio, key=ratio.get)
+    lo = [ratio[m] - spread[m][0] if m in spread else 0 for m in order]
+    hi = [spread[m][1] - ratio[m] if m in spread else 0 for m in order]
+    fig, ax = plt.subplots(figsize=(WIDTH, 4.2))
+    ax.barh([m.replace("speclab ", "") for m in order], [ratio[m] for m in order], xerr=[lo, hi],
+            capsize=2, color=["#4c72b0" if "eagle" in m else "#999999" for m in order])
+    ax.axvline(1, color="k", lw=0.8)
+    ax.set_xlabel("speed vs speclab target-only, with its 95% interval over the prompts", fontsize=FONT)
+    ax.tick_params(labelsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def verify_cost_figure(widths: list[int], pass_cost: dict[int, float], gpu: dict[int, float]) -> Figure:
+    """A verification pass's cost in decode steps against its positions: measured here, and a GPU's
+    roofline model."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    ax.plot(widths, [pass_cost[n] for n in widths], "o-", ms=3, label="this machine, bundled target (measured)")
+    ax.plot(widths, [gpu[n] for n in widths], "--", color="#999999",
+            label="H100, 4096-wide 16-bit weights (roofline)")
+    ax.set_xlabel("positions in the verification pass (drafts + root)", fontsize=FONT)
+    ax.set_ylabel("cost in decode steps", fontsize=FONT)
+    ax.set_ylim(0, None)
+    ax.tick_params(labelsize=FONT)
+    ax.legend(fontsize=FONT)
+    fig.tight_layout()
+    return fig
+
+
+def tree_runs_table(runs: dict) -> None:
+    """Print what each drafting of section 8.5 emitted, one row per name -> (drafter, k, the combined
+    GenerationStats of its runs): its settings, stop, tokens per target pass and nodes verified a pass."""
+    print(f"{'drafting':26} {'top_k, depth, total':>19} {'stop':>5} {'tokens/pass':>11} {'nodes/pass':>10}")
+    for name, (d, k, st) in runs.items():
+        if d.tree == "chain":
+            setting, stop = f"1, {k}, {k}", "-"
+        else:
+            setting = f"{d.top_k}, {d.depth}, {d.total_tokens}"
+            stop = "-" if d.min_confidence is None else f"{d.min_confidence:g}"
+        print(f"{name:26} {setting:>19} {stop:>5} {st.mean_tokens_per_round:11.2f} "
+              f"{st.drafted / st.rounds:10.1f}")

@@ -1,0 +1,110 @@
+"""Chapter 8's helpers: each figure draws from small made-up inputs, sized for the book's column."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from speclab.course.chapters import ch08  # noqa: E402
+
+
+def fits_the_column(fig: Figure) -> bool:
+    return fig.get_size_inches()[0] <= ch08.WIDTH
+
+
+def smallest_font(fig: Figure) -> float:
+    sizes = [t.get_fontsize() for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
+    return min(sizes)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_heads_diagram_shows_both_heads_at_a_readable_size():
+    fig = ch08.heads_diagram()
+    texts = " ".join(t.get_text() for t in fig.findobj(matplotlib.text.Text))
+    assert "EAGLE-1 head" in texts and "EAGLE-3 head" in texts
+    assert "fc: [e; f], 2H -> H" in texts and "fc: fuse, 3H -> H" in texts
+    assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT
+
+
+def test_mask_figure_draws_one_panel_per_step_with_readable_labels():
+    fig = ch08.mask_figure(n=4)
+    images = [ax for ax in fig.axes if ax.images]
+    assert len(images) == 4
+    # step s has 4 * (s + 1) columns
+    assert [ax.images[0].get_array().shape[1] for ax in images] == [4, 8, 12, 16]
+    assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT
+
+
+def test_tree_figure_labels_every_node_and_the_root():
+    parents = [-1, -1, 0, 0, 2]
+    labels = [f"t{i}\n{90 - 10 * i}%" for i in range(len(parents))]
+    fig = ch08.tree_figure(parents, labels, ["white"] * len(parents), "root")
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert texts == set(labels) | {"root"}
+    assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT
+
+
+def test_cache_and_position_figures():
+    fig = ch08.cache_figure([(0, 0, 10, 13), (13, 10, 13, 16), (16, 13, 15, 18)])
+    assert fits_the_column(fig) and len(fig.axes[0].patches) > 0
+    by_pos = {"a": {"by_position": [0.5, 0.6, float("nan")], "tokens_per_round": 2.0}}
+    fig = ch08.position_figure(by_pos, 3)
+    assert fits_the_column(fig) and len(fig.axes[0].lines) == 1
+
+
+def test_record_figures_draw_from_made_up_records():
+    record = {"log": {"train": [[1, 1.0, 8.0], [2, 0.9, 7.0]],
+                      "evals": [{"step": 0, "heldout_feature_loss": 1, "heldout_ce": 8},
+                                {"step": 2, "heldout_feature_loss": 0.8, "heldout_ce": 6}]}}
+    assert fits_the_column(ch08.training_figure(record, np.array([[1.0, 8.0], [0.9, 7.5]])))
+    ablation = {k: {"log": {"evals": [{"step": 0, "heldout_top1": 0.0}, {"step": 5, "heldout_top1": 0.3}]}}
+                for k in ("a", "b")}
+    live = {k: (None, None, [(0, 0.0), (5, 0.2)]) for k in ("a", "b")}
+    assert fits_the_column(ch08.ablation_figure(ablation, live, {"a": "A", "b": "B"}, 4, 8))
+    evals3 = [{"step": s, "heldout_top1_by_step": [0.1 * s] * 3} for s in range(3)]
+    end = {"EAGLE-3": [0.7, 0.6, 0.5], "EAGLE-3, earlier layout": [0.7, 0.65, 0.6]}
+    assert fits_the_column(ch08.depth_figure({"EAGLE-1": [0.6] * 3, "EAGLE-3": [0.7] * 3}, end, evals3, 3))
+    bins = [{"confidence": 0.2, "outcome": 0.3}, {"confidence": 0.8, "outcome": 0.9}]
+    calib = {(name, kind): bins for name in ("EAGLE-1", "EAGLE-3") for kind in (1.0, 0.0)}
+    fig = ch08.calibration_figure(calib, [(1.0, "sampled"), (0.0, "greedy")], lambda t: 0.1)
+    assert fits_the_column(fig) and len(fig.axes) == 2
+
+
+def test_bench_and_cost_figures():
+    ratio = {"speclab target-only": 1.0, "speclab eagle": 2.5, "speclab medusa": 1.1}
+    spread = {"speclab eagle": (2.0, 3.0), "speclab medusa": (0.9, 1.3)}
+    fig = ch08.bench_figure(ratio, spread)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["target-only", "medusa", "eagle"] and fits_the_column(fig)
+    widths = [1, 8, 64]
+    fig = ch08.verify_cost_figure(widths, {1: 1.0, 8: 1.2, 64: 2.5}, {1: 1.0, 8: 1.0, 64: 1.0})
+    assert fits_the_column(fig) and len(fig.axes[0].lines) == 2
+
+
+def test_tree_runs_table_names_chains_and_trees(capsys):
+    class Stats:
+        mean_tokens_per_round, drafted, rounds = 3.0, 12, 4
+
+    class Drafter:
+        tree, top_k, depth, total_tokens, min_confidence = "dynamic", 2, 6, 12, 0.1
+
+    class Chain:
+        tree = "chain"
+
+    ch08.tree_runs_table({"tree": (Drafter(), 6, Stats()), "chain": (Chain(), 4, Stats())})
+    out = capsys.readouterr().out.splitlines()
+    assert "2, 6, 12" in out[1] and "0.1" in out[1] and "1, 4, 4" in out[2]
+    assert all(len(line) <= 100 for line in out)
+
+
+def test_count():
+    import torch
+    assert ch08.count(torch.nn.Linear(3, 2)) == 8
