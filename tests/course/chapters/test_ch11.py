@@ -1,0 +1,51 @@
+"""speclab.course.chapters.ch11: the batch sweep's record read back for chapter 11."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+from speclab.course.chapters import ch11  # noqa: E402
+from speclab.course.notebook import read_record  # noqa: E402
+
+RECORD = read_record("11_batch_static")
+
+
+def test_costs_and_roofline():
+    costs = ch11.pass_costs(RECORD)
+    assert set(costs) == set(RECORD["batch_sizes"]) and 1 in costs[1] and 5 in costs[64]
+    numbers = ch11.cost_numbers(RECORD)
+    assert numbers["tokens64_5"] == 320 and numbers["pass64_5_over_roof"] > 1
+    assert 1 < numbers["verify5_b1"] < numbers["verify5_b64"] < 5
+    assert ch11.roof_ms(RECORD, 1000) > ch11.roof_ms(RECORD, 1) > 0
+    assert all(len(line) <= 100 for line in ch11.cost_grid_text(RECORD).splitlines())
+
+
+def test_texts_fit_the_column():
+    table, _ = ch11.policy_analysis(RECORD)
+    for text in (ch11.sweep_text(RECORD), ch11.models_text(RECORD), table):
+        assert all(len(line) <= 100 for line in text.splitlines())
+
+
+def test_checks_and_numbers():
+    checks = ch11.sweep_checks(RECORD)
+    assert checks["equal"] == checks["sequences"] > 0
+    model = ch11.model_numbers(RECORD)
+    assert model["naive_dm_64"] > model["measured_dm_64"]
+    _, policy = ch11.policy_analysis(RECORD)
+    assert 0 <= policy["policy_exact"] <= policy["cells_all"] == 21
+
+
+def test_latency_and_fallback():
+    rows = ch11.latency_rows(RECORD, (1, 64))
+    assert len(rows) == 8 and rows[0][1] == "target-only" and rows[0][2] == 0
+    lat = ch11.latency_checks(rows)
+    assert lat["p95_eagle_64"] > 0
+    fallback = ch11.fallback_ratio(read_record("12_load_test"))
+    assert 0 < fallback["fb_ratio"] < 2
+
+
+def test_figures_draw():
+    import matplotlib.pyplot as plt
+
+    for fig in (ch11.plot_pass_costs(RECORD), ch11.plot_sweep(RECORD)):
+        assert fig.get_size_inches()[0] <= 7.5
+        plt.close(fig)
