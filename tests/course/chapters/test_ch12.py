@@ -1,0 +1,51 @@
+"""Chapter 12's helpers read the committed records the way the page says."""
+from __future__ import annotations
+
+import pytest
+
+from speclab.course.chapters import ch12
+from speclab.course.notebook import read_record
+
+
+def test_side_by_side_reads_every_method_and_the_numbers_the_prose_glues():
+    record = read_record("12_vllm_beside_speclab")
+    rows, numbers = ch12.side_by_side(record)
+    assert [r[0] for r in rows] == list(record["rows"])
+    assert all(len(r) == len(ch12.SIDE_BY_SIDE_HEADER) for r in rows)
+    assert numbers["all_equal"] is True and numbers["worst_gap"] < numbers["ngram_gap"]
+    assert numbers["vllm_e3"] == pytest.approx(record["rows"]["eagle3"]["vllm"]["tokens_per_s"]
+                                               / record["rows"]["target-only"]["vllm"]["tokens_per_s"])
+
+
+def test_the_load_record_and_chapter_11s_grid():
+    load = read_record("12_load_test")
+    assert len(ch12.load_table(load)) == sum(len(rows) for rows in load["rows"].values())
+    numbers = ch12.load_numbers(load)
+    assert numbers["high_rate"] > numbers["low_rate"] and numbers["fallback_above"] == load["fallback_above"]
+    assert ch12.pass_ratio(read_record("11_batch_static"), 16, 5) == pytest.approx(30.1 / 17.6, rel=0.01)
+
+
+def test_target_only_speeds_name_each_record():
+    speeds = ch12.target_only_speeds({n: read_record(n) for n in ch12.SPEEDS})
+    assert set(speeds) == {label for label, _ in ch12.SPEEDS.values()}
+    assert all(50 < v < 200 for v in speeds.values())
+
+
+def test_a_p95_from_few_requests():
+    assert ch12.all_below_quantile(24) == pytest.approx(0.95 ** 24)
+    assert ch12.requests_for_upper_bound(0.95) == 59  # 0.95**59 < 0.05 <= 0.95**58
+    assert 0.95 ** 58 > 0.05 > 0.95 ** 59
+
+
+def test_wrapping_keeps_lines_short():
+    text = ch12.reasons_text(["at 16 req/s the p95 time per token rose " * 5])
+    assert max(map(len, text.splitlines())) <= 96
+
+
+def test_the_claims_of_12_4_hold_for_the_committed_records_and_fail_when_they_do_not():
+    load, batch = read_record("12_load_test"), read_record("11_batch_static")
+    ch12.check_load_claims(load, batch)
+    assert "K = 3" in ch12.load_caption(load) and "batch 1" in ch12.side_caption(read_record("12_vllm_beside_speclab"))
+    fallback_as_eagle3 = {**load, "rows": {**load["rows"], "eagle3-fallback": load["rows"]["eagle3"]}}
+    with pytest.raises(AssertionError, match="fallback below plain decoding"):
+        ch12.check_load_claims(fallback_as_eagle3, batch)
