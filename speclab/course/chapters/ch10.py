@@ -1,0 +1,174 @@
+"""Chapter 10's plumbing: reading its records, drawing its figures and laying out its tables, so that the
+pages keep in view only the speclab calls that teach."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from speclab.measure.bench import BenchRow, round_costs
+
+PARTS = ("matrix products", "attention", "generated kernels", "other operators", "framework")
+
+
+def speclab_rows(record: dict) -> dict[str, BenchRow]:
+    """A bench record's speclab rows by method name without the "speclab " prefix (eager and "(fast)")."""
+    return {r["method"].removeprefix("speclab "): BenchRow.from_record(r)
+            for r in record["rows"] if r["method"].startswith("speclab ")}
+
+
+def step_bars(rows: dict[str, tuple[dict, float]], floor: float | None = None) -> Figure:
+    """Horizontal bars, one per step: `rows` maps a label to (a step_breakdown dict, the unit it is
+    divided by). A dict holding only "total" is drawn grey (timed, not split). `floor`, in the same
+    units, is drawn as a dashed line."""
+    fig, ax = plt.subplots(figsize=(7.5, 2.9))
+    for i, (name, (parts, unit)) in enumerate(rows.items()):
+        if set(parts) == {"total"}:
+            ax.barh(i, parts["total"] / unit, color="0.7", label="timed, not split")
+            continue
+        left = 0.0
+        for j, part in enumerate(PARTS):
+            ax.barh(i, parts[part] / unit, left=left, color=f"C{j}", label=part if i == 0 else None)
+            left += parts[part] / unit
+    if floor is not None:
+        ax.axvline(floor, color="k", ls="--", lw=1, label="bandwidth floor")
+    ax.set_yticks(range(len(rows)), list(rows), fontsize=9)
+    ax.set_xlabel("a decode step, in that host's eager steps", fontsize=10)
+    ax.legend(fontsize=9, loc="lower right", framealpha=0.9)
+    fig.tight_layout()
+    return fig
+
+
+def thread_scaling(record: dict) -> tuple[dict[int, dict], float, float]:
+    """A profile record's compiled step and floor by thread count, and what the second core bought:
+    (by threads, floor 1 thread / floor 2 threads, step 1 thread / step 2 threads)."""
+    scaling = {int(n): at for n, at in record["thread_scaling"].items()}
+    return (scaling, scaling[1]["floor_ms"] / scaling[2]["floor_ms"],
+            scaling[1]["step_ms"] / scaling[2]["step_ms"])
+
+
+def scaling_lines(record: dict) -> list[str]:
+    """`thread_scaling` as printable lines, one per thread count and one for the second core's gain."""
+    scaling, floor_gain, step_gain = thread_scaling(record)
+    lines = [f"  {n} thread{'s' if n > 1 else ''}: step {at['step_ms']:.2f} ms, floor {at['floor_ms']:.2f} ms "
+             f"({at['gemv_gbs']:.1f} GB/s): {at['step_over_floor']:.2f}x" for n, at in scaling.items()]
+    return lines + [f"  the second core: floor {floor_gain:.2f}x lower, step {step_gain:.2f}x faster"]
+
+
+def width_figure(curves: dict[str, dict[int, float]]) -> Figure:
+    """A pass's cost by its positions, each curve in units of its own one-position pass: `curves` maps a
+    label (host and path) to {positions: ms}."""
+    fig, ax = plt.subplots(figsize=(7.0, 3.2))
+    for i, (label, ms) in enumerate(curves.items()):
+        widths = sorted(ms)
+        style = "o-" if "live" in label else "s--"
+        ax.plot(widths, [ms[w] / ms[widths[0]] for w in widths], style, color=f"C{i}",
+                label=f"{label} (1 position: {ms[widths[0]]:.1f} ms)")
+    ax.set_xlabel("positions in one pass (K + 1)", fontsize=10)
+    ax.set_ylabel("cost in that path's steps", fontsize=10)
+    ax.tick_params(labelsize=9)
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def path_table(bench: dict) -> tuple[dict[str, tuple[float, float]], list[list], list[str]]:
+    """Every drafting method of a `bench --fast` record on both paths: {method: (eager speedup, fast
+    speedup)}, and the rows and header of a table with tokens/s, whether the fast row's greedy output
+    equals target-only's, and each round's draft + verify + other cost in its own path's target steps."""
+    rows = speclab_rows(bench)
+    base_e, base_f = rows["target-only"], rows["target-only (fast)"]
+    ratios, table = {}, []
+    for name, row in rows.items():
+        if name.endswith("(fast)") or name == "target-only":
+            continue
+        fast = rows[name + " (fast)"]
+        e, f = row.tokens_per_s / base_e.tokens_per_s, fast.tokens_per_s / base_f.tokens_per_s
+        ratios[name] = (e, f)
+        ce, cf = round_costs(row, base_e), round_costs(fast, base_f)
+        cost = lambda c: f"{c['draft']:.2f} + {c['verify']:.2f} + {c['other']:.2f}"  # noqa: E731
+        table.append([name, round(e, 2), round(f, 2), round(row.tokens_per_s, 1), round(fast.tokens_per_s, 1),
+                      "yes" if fast.matches_target_only else "NO", cost(ce), cost(cf)])
+    header = ["method", "speedup eager", "speedup fast", "tok/s eager", "tok/s fast", "same tokens",
+              "round, eager: draft + verify + other", "round, fast"]
+    return ratios, table, header
+
+
+def speedup_figure(ratios: dict[str, tuple[float, float]], host: str) -> Figure:
+    """Each method's speedup over target-only on the eager path and on the fast path, joined by a line."""
+    names = list(ratios)
+    fig, ax = plt.subplots(figsize=(7.5, 5.2))
+    for i, name in enumerate(names):
+        e, f = ratios[name]
+        ax.plot([e, f], [i, i], color="0.6", lw=1.5, zorder=1)
+    ax.scatter([ratios[n][0] for n in names], range(len(names)), color="C0", label="eager path", zorder=2)
+    ax.scatter([ratios[n][1] for n in names], range(len(names)), color="C3", label="fast path", zorder=2)
+    ax.axvline(1.0, color="k", lw=1, ls="--")
+    ax.set_yticks(range(len(names)), names, fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"speedup over target-only on the same path ({host})", fontsize=10)
+    ax.tick_params(axis="x", labelsize=9)
+    ax.legend(fontsize=9, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def by_category(workloads: list[dict], methods: tuple[str, ...]) -> dict[str, dict]:
+    """A `bench --workload chat` record's categories: for each, target-only's fast/eager tokens/s
+    ("fast_x"), each method's (fast-path, eager-path) speedup ("ratios"), the distilled draft's fast-path
+    acceptance ("alpha", where that row exists), the mean answer length ("tokens") and whether every
+    drafting row's greedy output equals target-only's ("same": a list of booleans)."""
+    out = {}
+    for w in workloads:
+        rows = speclab_rows(w)
+        be, bf = rows["target-only"], rows["target-only (fast)"]
+        ratios = {m: (rows[m + " (fast)"].tokens_per_s / bf.tokens_per_s, rows[m].tokens_per_s / be.tokens_per_s)
+                  for m in methods}
+        draft = rows.get("speculative (fast)")
+        out[w["workload"].removeprefix("chat-")] = dict(
+            fast_x=bf.tokens_per_s / be.tokens_per_s, ratios=ratios,
+            alpha=draft.alpha if draft is not None else None,
+            tokens=be.new_tokens / len(be.prompt_seconds),
+            same=[r.matches_target_only for n, r in rows.items() if n != "target-only"], rows=rows)
+    return out
+
+
+def category_rows(cats: dict[str, dict], methods: tuple[str, ...]) -> list[list]:
+    """Table rows for `by_category`: category, target-only fast/eager, then "fast (eager)" per method."""
+    return [[name, round(c["fast_x"], 2)] + [f"{c['ratios'][m][0]:.2f} ({c['ratios'][m][1]:.2f})" for m in methods]
+            for name, c in cats.items()]
+
+
+def width_steps(workload: dict) -> dict[int, float]:
+    """A bench record's compiled pass by width, in single steps (its fast_path width_ms over width 1)."""
+    ms = {int(w): v for w, v in workload["fast_path"]["width_ms"].items()}
+    return {w: v / ms[1] for w, v in ms.items()}
+
+
+def show_source(obj, width: int = 96) -> None:
+    """Print `obj`'s source, a line longer than `width` folded at a space onto an indented next line
+    (marked with a trailing backslash), so that it fits the book's column."""
+    import inspect
+    import textwrap
+
+    for line in inspect.getsource(obj).rstrip().splitlines():
+        if len(line) <= width:
+            print(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        parts = textwrap.wrap(line, width - 2, subsequent_indent=indent, drop_whitespace=True,
+                              break_long_words=False, break_on_hyphens=False)
+        print(" \\\n".join(parts))
+
+
+def records_table(records: dict[str, dict]) -> tuple[list[list], list[str]]:
+    """`profile --fast compiled` records side by side (label -> record): threads, eager step, compile
+    alone, static + compiled, the floor (ms and the GB/s it divides by) and compiled over floor."""
+    rows = []
+    for label, r in records.items():
+        fast = r["steps"]["fast"]["total"]
+        rows.append([label, r["threads"], round(r["steps"]["eager"]["total"], 2), round(r["compiled_alone_ms"], 2),
+                     round(fast, 2), f"{r['floor_ms']:.2f} ({r['gemv_bandwidth_gbs']:.1f} GB/s)",
+                     round(fast / r["floor_ms"], 2)])
+    header = ["host (record)", "threads", "eager ms", "compile alone ms", "static + compiled ms",
+              "floor ms (bandwidth)", "compiled / floor"]
+    return rows, header
