@@ -10,7 +10,7 @@ import statistics
 import torch
 
 from speclab import theory
-from speclab.cli.main import command_parser
+from speclab.cli.main import command_line, command_parser
 from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, layer_skip_setting, load,
                                  lookahead_setting, prompts_for, require_draft, weights_given)
 from speclab.devices import cpu_name, gpu_name
@@ -321,10 +321,11 @@ def bench_workload(args, target, draft, tok, device, workload: str, num_prompts:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    args.command = command_line("bench", argv)   # what made a record, written into it
     if args.batch_sizes:
         if args.stop_at_eos:  # a batch's sequences would end at different steps: chapter 11 times fixed lengths
             raise SystemExit("--stop-at-eos times single prompts; leave it out with --batch-sizes")
-        record = bench_batches(args)
+        record = {"command": args.command, **bench_batches(args)}
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(record, f, indent=1)
@@ -344,7 +345,8 @@ def main(argv: list[str] | None = None) -> None:
     summaries = [bench_workload(args, target, draft, tok, device, w, counts[w], paths) for w in workloads]
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(summaries[0] if len(summaries) == 1 else {"workloads": summaries}, f, indent=1)
+            record = summaries[0] if len(summaries) == 1 else {"workloads": summaries}
+            json.dump({"command": args.command, **record}, f, indent=1)
 
 
 if __name__ == "__main__":

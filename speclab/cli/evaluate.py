@@ -8,7 +8,7 @@ import json
 
 import torch
 
-from speclab.cli.main import command_parser
+from speclab.cli.main import command_line, command_parser
 from speclab.cli.options import add_pair_args, int_list, load, prompts_for, require_draft
 from speclab.devices import cpu_name
 from speclab.measure.acceptance import acceptance_table, format_acceptance_table
@@ -72,11 +72,13 @@ def check_lossless(args, target, draft, prompts) -> None:
             reports.append(report)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpu": cpu_name(), "workload": args.workload, "checks": reports}, f, indent=1)
+            json.dump({"command": args.command, "cpu": cpu_name(), "workload": args.workload, "checks": reports}, f,
+                      indent=1)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    args.command = command_line("evaluate", argv)   # what made a record, written into it
     target, draft, tok, device = load(args)
     require_draft(args, draft, "evaluate (the draft's acceptance)")
     prompts = [p.to(device) for p in prompts_for(args, tok)]

@@ -99,6 +99,13 @@ def map_text() -> str:
                       "options:", "  -h, --help  show this help message and exit"])
 
 
+def command_line(command: str, argv: list[str] | None) -> str:
+    """The command as typed, for a record to say what made it: 'python -m speclab bench --fast'."""
+    import shlex
+
+    return shlex.join([*PROG.split(), command, *(sys.argv[1:] if argv is None else argv)])
+
+
 def fail(message: str) -> NoReturn:
     """Print the message on stderr and exit 2, as argparse does on a usage error."""
     print(message, file=sys.stderr)

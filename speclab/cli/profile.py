@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from speclab.cli.main import command_parser
+from speclab.cli.main import command_line, command_parser
 from speclab.cli.options import add_pair_args, load
 from speclab.devices import cpu_name
 from speclab.measure.profiling import (GEMV_SIZES_MB, compiled_alone_ms, copy_bandwidth_gbs, decode_bandwidth_gbs,
@@ -43,7 +43,7 @@ def device_name(device: torch.device) -> str:
 def write_record(pattern: str, device: torch.device, target, results: dict, peak: float, c: float | None,
                  extra: dict) -> None:
     name = device_name(device)
-    record = {"device_name": name, "device": str(device), "cpu": cpu_name(), "torch": torch.__version__,
+    record = {"command": extra.pop("command", None), "device_name": name, "device": str(device), "cpu": cpu_name(), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "positions": list(results),
               "target_ms": [t for t, _ in results.values()], "draft_ms": [d for _, d in results.values()],
               "parameter_bytes": parameter_bytes(target), "copy_bandwidth_gbs": peak, "cost_ratio": c, **extra}
@@ -62,6 +62,7 @@ def forward_times(target, draft) -> dict[int, tuple[float, float | None]]:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    args.command = command_line("profile", argv)   # what made a record, written into it
     target, draft, _, device = load(args)
     draft_size = f"{parameter_bytes(draft) / 1e6:.1f} MB" if draft is not None else "none (the pair has no draft yet)"
     print(f"device {device}; target {parameter_bytes(target) / 1e6:.1f} MB of weights, draft {draft_size}")
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{used:.1f} GB/s ({100 * used / peak:.1f}% of it)")
     extra = steps_and_floor(args, target, draft, device)
     if args.json:
-        write_record(args.json, device, target, results, peak, c, extra)
+        write_record(args.json, device, target, results, peak, c, {"command": args.command, **extra})
 
 
 def print_breakdown(label: str, parts: dict[str, float]) -> None:

@@ -16,7 +16,7 @@ grade ...`) grades each submitted notebook in three steps:
    judge's feedback text: per question, what passed and the first failing public check; hidden checks only
    counted.
 
-It is not a security sandbox: run it on a machine (or container) you can throw away (labs/README.md says
+It is not a security sandbox: run it on a machine (or container) you can throw away (labs/instructors.md says
 what it does and does not defend against).
 
 `python -m speclab labs build` writes the learner versions (see `speclab.course.labbuild`); the checks a learner

@@ -79,7 +79,7 @@ def html_table(rows: list[list], header: list[str], caption: str | None = None, 
 
     def cell(value, i: int, tag: str = "td") -> str:
         right = (align[i] == "r") if align else isinstance(value, (int, float))
-        style = "text-align:right" if right else "text-align:left"
+        style = ("text-align:right" if right else "text-align:left") + ";padding:0.2em 0.6em"
         return f"<{tag} style='{style}'>{html.escape(str(value))}</{tag}>"
 
     head = "".join(cell(h, i, "th") for i, h in enumerate(header))

@@ -47,6 +47,7 @@ def test_generate_and_bench_on_a_local_pair(micro, tmp_path, capsys):
     record = json.loads((tmp_path / "bench.json").read_text())
     assert record["cpu"] == cpu_name() and record["torch"] == torch.__version__  # which machine timed it
     assert (record["temperature"], record["max_new_tokens"]) == (0.0, 8)  # and how it decoded
+    assert record["command"].startswith("python -m speclab bench --pair ") and "--max-new-tokens 8" in record["command"]
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"),
           "--prompt", "import os\nimport sys\nimport os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "lookahead", "--lookahead", "3,3,2"])
@@ -57,7 +58,8 @@ def test_generate_and_bench_on_a_local_pair(micro, tmp_path, capsys):
           "--json", str(tmp_path / "two.json")])
     table = capsys.readouterr().out
     assert "1 edit prompts" in table and "1 quote prompts" in table and "\nlookahead 3,3,3" in table
-    assert [w["workload"] for w in json.loads((tmp_path / "two.json").read_text())["workloads"]] == ["edit", "quote"]
+    two = json.loads((tmp_path / "two.json").read_text())
+    assert [w["workload"] for w in two["workloads"]] == ["edit", "quote"] and "--workload edit,quote" in two["command"]
     with pytest.raises(SystemExit):
         main(["bench", "--workload", "poetry"])
     with pytest.raises(SystemExit):
@@ -122,6 +124,7 @@ def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path
     assert len(written) == 1
     record = json.loads(written[0].read_text())
     assert record["positions"][:2] == [1, 2] and len(record["target_ms"]) == len(record["positions"])
+    assert record["command"].startswith("python -m speclab profile ")
     assert set(record["steps"]) == {"eager", "fast"} and record["fast_mode"] == "static"
     assert len(record["fast_target_ms"]) == len(record["positions"]) and record["floor_ms"] > 0
     assert record["gemv_gbs_by_mb"].keys() == {"1", "4"}  # JSON's keys are strings
@@ -141,6 +144,7 @@ def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_poli
     out = capsys.readouterr().out
     assert "batch of one against one prompt alone" in out and "roofline:" in out
     record = json.loads((tmp_path / "batch.json").read_text())
+    assert "--batch-sizes 1,2" in record["command"]
     assert "left out eagle chain: no eagle weights ship for this target" in out
     methods = ("draft model", "prompt lookup")
     assert {(r["method"], r["k"], r["batch"]) for r in record["rows"]} == {
@@ -303,7 +307,8 @@ def test_evaluate_lossless_runs_only_the_prompts_named(capsys, tmp_path):
     main(["evaluate", "--device", "cpu", "--lossless", "5", "--methods", "draft_model", "--prompt-numbers", "2",
           "--json", str(tmp_path / "l.json")])
     assert "draft_model, prompt 2: p = " in capsys.readouterr().out
-    assert [c["prompt"] for c in json.loads((tmp_path / "l.json").read_text())["checks"]] == [2]
+    record = json.loads((tmp_path / "l.json").read_text())
+    assert [c["prompt"] for c in record["checks"]] == [2] and "--prompt-numbers 2" in record["command"]
     with pytest.raises(SystemExit, match="prompts 1 to"):
         main(["evaluate", "--device", "cpu", "--lossless", "5", "--workload", "edit", "--prompt-numbers", "0"])
 
