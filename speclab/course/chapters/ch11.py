@@ -116,8 +116,9 @@ def plot_sweep(record: dict):
         ax.set_title(m, fontsize=10)
         ax.set_xlabel("batch size")
     axes[0].set_ylabel("speedup over target-only")
-    axes[0].legend(fontsize=9)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
