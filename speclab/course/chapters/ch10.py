@@ -20,10 +20,12 @@ def step_bars(rows: dict[str, tuple[dict, float]], floor: float | None = None) -
     """Horizontal bars, one per step: `rows` maps a label to (a step_breakdown dict, the unit it is
     divided by). A dict holding only "total" is drawn grey (timed, not split). `floor`, in the same
     units, is drawn as a dashed line."""
-    fig, ax = plt.subplots(figsize=(7.5, 2.9))
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    grey = False
     for i, (name, (parts, unit)) in enumerate(rows.items()):
         if set(parts) == {"total"}:
-            ax.barh(i, parts["total"] / unit, color="0.7", label="timed, not split")
+            ax.barh(i, parts["total"] / unit, color="0.7", label=None if grey else "timed, not split")
+            grey = True
             continue
         left = 0.0
         for j, part in enumerate(PARTS):
@@ -33,7 +35,7 @@ def step_bars(rows: dict[str, tuple[dict, float]], floor: float | None = None) -
         ax.axvline(floor, color="k", ls="--", lw=1, label="bandwidth floor")
     ax.set_yticks(range(len(rows)), list(rows), fontsize=9)
     ax.set_xlabel("a decode step, in that host's eager steps", fontsize=10)
-    ax.legend(fontsize=9, loc="lower right", framealpha=0.9)
+    ax.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.4, -0.22), ncol=4, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -85,11 +87,11 @@ def path_table(bench: dict) -> tuple[dict[str, tuple[float, float]], list[list],
         e, f = row.tokens_per_s / base_e.tokens_per_s, fast.tokens_per_s / base_f.tokens_per_s
         ratios[name] = (e, f)
         ce, cf = round_costs(row, base_e), round_costs(fast, base_f)
-        cost = lambda c: f"{c['draft']:.2f} + {c['verify']:.2f} + {c['other']:.2f}"  # noqa: E731
+        cost = lambda c: f"{c['draft']:.2f}+{c['verify']:.2f}+{c['other']:.2f}"  # noqa: E731
         table.append([name, round(e, 2), round(f, 2), round(row.tokens_per_s, 1), round(fast.tokens_per_s, 1),
                       "yes" if fast.matches_target_only else "NO", cost(ce), cost(cf)])
     header = ["method", "speedup eager", "speedup fast", "tok/s eager", "tok/s fast", "same tokens",
-              "round, eager: draft + verify + other", "round, fast"]
+              "eager round d+v+o", "fast round d+v+o"]
     return ratios, table, header
 
 
@@ -144,13 +146,13 @@ def width_steps(workload: dict) -> dict[int, float]:
     return {w: v / ms[1] for w, v in ms.items()}
 
 
-def show_source(obj, width: int = 96) -> None:
-    """Print `obj`'s source, a line longer than `width` folded at a space onto an indented next line
-    (marked with a trailing backslash), so that it fits the book's column."""
+def show_source(obj, width: int = 84) -> None:
+    """Print `obj`'s source, dedented, a line longer than `width` folded at a space onto an indented
+    next line (marked with a trailing backslash), so that it fits the book's column."""
     import inspect
     import textwrap
 
-    for line in inspect.getsource(obj).rstrip().splitlines():
+    for line in textwrap.dedent(inspect.getsource(obj)).rstrip().splitlines():
         if len(line) <= width:
             print(line)
             continue
