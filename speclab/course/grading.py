@@ -4,8 +4,9 @@
 grade ...`) grades each submitted notebook in three steps:
 
 1. it runs the notebook top to bottom in its own kernel, temporary directory and process group, with no
-   network where the machine allows it: each cell is interrupted after `--cell-timeout` seconds and the
-   notebook goes on, the whole is killed after `--timeout`. This run only gives the learner's own outputs
+   network and, where the machine allows it, a sandbox: every file system read-only but the submission's
+   own folder, and a /tmp of its own, wiped with it (`SANDBOX`). Each cell is interrupted after
+   `--cell-timeout` seconds and the notebook goes on, the whole is killed after `--timeout`. This run only gives the learner's own outputs
    for the feedback notebook; no check of the grader's runs in it.
 2. a judge process (`speclab.course.judge`), which runs no learner code, runs every public and hidden check
    (read from the instructor source, `labs/source/labNN.ipynb`); the learner's functions run in a separate
@@ -16,8 +17,8 @@ grade ...`) grades each submitted notebook in three steps:
    judge's feedback text: per question, what passed and the first failing public check; hidden checks only
    counted.
 
-It is not a security sandbox: run it on a machine (or container) you can throw away (labs/instructors.md says
-what it does and does not defend against).
+Its sandbox fences a submission's writes, not its reads: run it on a machine (or container) you can throw away
+(labs/instructors.md says what it does and does not defend against).
 
 `python -m speclab labs build` writes the learner versions (see `speclab.course.labbuild`); the checks a learner
 runs, and that cases are written with, are in `speclab.course.checks`.
@@ -113,24 +114,77 @@ def feedback_notebook(executed, feedback: str, note: str = ""):
     return executed
 
 
-def _network_wrapper() -> list[str]:
-    """A command prefix that runs the notebook's kernel with no network but loopback (the kernel talks to its
-    client over loopback), in its own PID namespace where allowed (so what it starts dies with it); or []
-    where this machine allows neither (then grading goes on with network)."""
-    unshare, ip = shutil.which("unshare"), shutil.which("ip")
-    if not unshare or not ip or sys.platform != "linux":
-        return []
-    lo_up = ["sh", "-c", f'{ip} link set lo up && exec "$@"', "sh"]
-    return _first_that_runs([[unshare, "-rnpf", "--kill-child", *lo_up], [unshare, "-rn", *lo_up]])
+# What a submission's kernel and answer worker run in, on Linux: a user, mount, network and PID namespace of
+# their own (unshare), where the submission's folder ($1) stays writable, every other mount is made read-only
+# (the interpreter, site-packages, the repository, the instructor sources, other submissions' folders), /tmp,
+# /var/tmp and /dev/shm are fresh and private, loopback is up when $2 is 1 (a kernel talks to its client over
+# it), and the learner's code then runs with no capability left, so it cannot undo any of it.
+SANDBOX = r"""set -e
+S="$1"; LO="$2"; shift 2
+if [ "$LO" = 1 ]; then ip link set lo up; fi
+mount --bind "$S" "$S"
+cd "$S"
+for m in $(awk '{print $5}' /proc/self/mountinfo); do
+  case "$m" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*) continue;; esac
+  if [ "$m" = "$S" ]; then continue; fi
+  mount -o remount,bind,ro "$m" 2>/dev/null || mount -o remount,bind,ro,nosuid,nodev "$m" 2>/dev/null \
+    || mount -o remount,bind,ro,nosuid,nodev,noexec "$m"
+done
+for d in /tmp /var/tmp /dev/shm; do if [ -d "$d" ]; then mount -t tmpfs -o mode=1777,size=2g tmpfs "$d"; fi; done
+case "$S" in /tmp/*|/var/tmp/*|/dev/shm/*) mkdir -p "$S"; mount --no-canonicalize --bind . "$S";; esac  # back in view, by its path
+exec setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- "$@"
+"""
 
 
-def _worker_wrapper() -> list[str]:
-    """A command prefix that runs the answer worker with no network and in its own PID namespace, so that
-    every process a learner's code starts dies with it; or [] where this machine does not allow it."""
-    unshare = shutil.which("unshare")
-    if not unshare or sys.platform != "linux":
-        return []
-    return _first_that_runs([[unshare, "-rnpf", "--kill-child"], [unshare, "-rn"]])
+@dataclass(frozen=True)
+class Isolation:
+    """How this machine lets the grader fence a submission in: its network cut, its files sandboxed
+    (SANDBOX), its processes in a PID namespace that dies with it. What is missing is said in the CSV."""
+    network: bool = False
+    files: bool = False
+    pids: bool = False
+
+    def prefix(self, writable: Path, loopback: bool) -> list[str]:
+        """The command prefix that runs a process fenced in as far as this machine allows."""
+        unshare = shutil.which("unshare")
+        if not unshare or not (self.network or self.files):
+            return []
+        flags = "-r" + ("n" if self.network else "") + ("m" if self.files else "") + ("pf" if self.pids else "")
+        cmd = [unshare, flags] + (["--kill-child"] if self.pids else [])
+        if self.files:
+            return cmd + ["--propagation", "private", "sh", "-c", SANDBOX, "sh", str(writable),
+                          "1" if loopback and self.network else "0"]
+        if loopback:
+            return cmd + ["sh", "-c", f'{shutil.which("ip") or "ip"} link set lo up && exec "$@"', "sh"]
+        return cmd
+
+    def describe(self) -> tuple[str, str]:
+        """The CSV's network and files columns."""
+        return ("cut" if self.network else "allowed",
+                "sandboxed" if self.files else "shared (this machine allows no mount namespace)")
+
+
+def grading_root() -> Path:
+    """Where submissions' folders are made: SPECLAB_GRADING_DIR, else the cache's grading/ folder."""
+    from speclab.packaged import cache_root
+
+    root = Path(os.environ.get("SPECLAB_GRADING_DIR") or cache_root() / "grading")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def detect_isolation(network: bool = True) -> Isolation:
+    """The strongest Isolation this machine runs a process under (tried once, on an empty folder), or none."""
+    if sys.platform != "linux" or not shutil.which("unshare"):
+        return Isolation()
+    tries = [Isolation(network, True, True), Isolation(network, True, False)]
+    if network:
+        tries += [Isolation(True, False, True), Isolation(True, False, False)]
+    with tempfile.TemporaryDirectory(prefix="probe-", dir=grading_root()) as probe:
+        for isolation in tries:
+            if _first_that_runs([isolation.prefix(Path(probe), loopback=True)]):
+                return isolation
+    return Isolation()
 
 
 def _first_that_runs(wrappers: list[list[str]]) -> list[str]:
@@ -170,9 +224,8 @@ class Grade:
 
 
 def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], timeout: float,
-              isolate: list[str], executed_dir: Path | None = None, threads: int | None = None,
-              cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S,
-              worker_isolate: list[str] | None = None) -> Grade:
+              isolation: Isolation, executed_dir: Path | None = None, threads: int | None = None,
+              cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S) -> Grade:
     """Run the submission in its own kernel (for the learner's outputs), then judge the functions it defines
     (`speclab.course.judge`), then write its feedback notebook: one for every readable submission."""
     grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
@@ -183,12 +236,17 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
         grade.status = f"unreadable notebook: {type(err).__name__}: {err}"[:200]
         return grade
     cells = [c.source for c in nb.cells if c.cell_type == "code"]
-    with tempfile.TemporaryDirectory(prefix="speclab-grade-") as tmp:
-        work = Path(tmp) / "work"
+    # the submission's own folder, the one place its processes can write; wiped with everything in it
+    with tempfile.TemporaryDirectory(prefix="submission-", dir=grading_root(), ignore_cleanup_errors=True) as tmp:
+        work, answers = Path(tmp) / "work", Path(tmp) / "answers"
         work.mkdir()
+        answers.mkdir()
         env = _learner_env(work, threads, case_limit)
-        executed, note = _execute(nb, Path(tmp), env, isolate, timeout, cell_timeout, grade)
-        result = _judge(lab, tests, cells, env, worker_isolate or [], timeout, case_limit)
+        executed, note = _execute(nb, Path(tmp), env, isolation.prefix(Path(tmp), loopback=True), timeout,
+                                  cell_timeout, grade)
+        result = _judge(lab, tests, cells, env, isolation.prefix(Path(tmp), loopback=False), answers, timeout,
+                        case_limit)
+        _make_removable(Path(tmp))
     grade.seconds = round(time.perf_counter() - start, 1)
     if result is None:
         grade.status = "error: the checks did not finish" if grade.status == "ok" else grade.status
@@ -258,13 +316,21 @@ def _run_note(executed, status: str, timeout: float, cell_timeout: int) -> str:
     return "\n".join(lines)
 
 
-def _judge(lab: str, tests: str, cells: list[str], env: dict[str, str], worker_isolate: list[str], timeout: float,
-           case_limit: float) -> dict | None:
+def _make_removable(folder: Path) -> None:
+    """Give back write permission on every folder a submission made read-only, so that it can be wiped."""
+    for path in [folder, *folder.rglob("*")]:
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o700)
+
+
+def _judge(lab: str, tests: str, cells: list[str], env: dict[str, str], worker_isolate: list[str], workdir: Path,
+           timeout: float, case_limit: float) -> dict | None:
     """The judge's verdict (`speclab.course.judge`), or None if it did not finish within timeout seconds. The job
     and its nonce go through the judge's standard input; its answer is the line that starts with the nonce."""
     nonce = RESULT_MARK + secrets.token_hex(16) + ":"
     job = json.dumps({"lab": lab, "tests": tests, "cells": cells, "env": env, "isolate": worker_isolate,
-                      "case_limit": case_limit, "nonce": nonce})
+                      "workdir": str(workdir), "case_limit": case_limit, "nonce": nonce})
     judge_env = dict(os.environ, PYTHONHASHSEED="0")
     if "OMP_NUM_THREADS" in env:
         judge_env["OMP_NUM_THREADS"] = judge_env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
@@ -302,8 +368,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         probe.load_tests(tests[name], f"<{name} tests>")
         points[name] = {q.qid: q.points for q in probe.questions.values()}
     paths = sorted(p for p in Path(submissions).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-    isolate = [] if network else _network_wrapper()
-    worker_isolate = [] if network else _worker_wrapper()
+    isolation = detect_isolation(network=not network)
     keep = Path(executed_dir) if executed_dir is not None else None
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
@@ -315,30 +380,31 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         which = lab or detect_lab(path, labs)
         if which is None:
             return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
-        return grade_one(path, which, tests[which], points[which], timeout, isolate, keep, threads, cell_timeout,
-                         case_limit, worker_isolate)
+        return grade_one(path, which, tests[which], points[which], timeout, isolation, keep, threads, cell_timeout,
+                         case_limit)
 
     if jobs > 1:
         with ThreadPoolExecutor(jobs) as pool:
             grades = list(pool.map(one, paths))
     else:
         grades = [one(p) for p in paths]
-    write_csv(grades, out_csv, isolated=bool(isolate))
+    write_csv(grades, out_csv, isolation)
     return grades
 
 
-def write_csv(grades: list[Grade], out_csv: str | Path, isolated: bool = True) -> None:
+def write_csv(grades: list[Grade], out_csv: str | Path, isolation: Isolation = Isolation(True, True, True)) -> None:
     qids = sorted({q for g in grades for q in g.questions}, key=lambda q: (len(q), q))
     with open(out_csv, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["submission", "lab", "score", "max_score", "percent", *qids, "status", "seconds", "network"])
-        network = "cut" if isolated else "allowed"
+        w.writerow(["submission", "lab", "score", "max_score", "percent", *qids, "status", "seconds", "network",
+                    "files"])
+        network, files = isolation.describe()
         for g in grades:
             maximum = sum(p for _, p in g.questions.values())
             percent = round(100 * g.score / maximum, 1) if maximum else 0.0
             cells = [f"{g.questions[q][0]:.2f}" if q in g.questions else "" for q in qids]
             w.writerow([g.submission, g.lab, f"{g.score:.2f}", f"{maximum:g}", f"{percent:g}", *cells, g.status,
-                        g.seconds, network])
+                        g.seconds, network, files])
 
 
 # ================================================================ command line
@@ -378,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     grades = grade_folder(args.submissions, args.out, args.timeout, args.source, args.lab, args.jobs,
                           args.executed, network=args.allow_network, cell_timeout=args.cell_timeout,
                           case_limit=args.case_timeout)
+    network, files = detect_isolation(network=not args.allow_network).describe()
+    print(f"network of submissions: {network}; their files: {files}")
     for gr in grades:
         maximum = sum(p for _, p in gr.questions.values())
         print(f"{gr.submission}: {gr.lab or '?'} {gr.score:.2f}/{maximum:g} ({gr.status}, {gr.seconds} s)")

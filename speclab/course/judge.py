@@ -23,11 +23,13 @@ from speclab.course.checks import CASE_TIME_LIMIT_S, CaseResult, CheckResult, La
 
 
 def judge(lab_name: str, tests: str, cells: list[str], env: dict[str, str] | None = None,
-          isolate: list[str] | None = None, case_limit: float = CASE_TIME_LIMIT_S) -> dict[str, Any]:
-    """Run every case of the lab against the learner's definitions; the points and the feedback."""
+          isolate: list[str] | None = None, case_limit: float = CASE_TIME_LIMIT_S,
+          workdir: str | None = None) -> dict[str, Any]:
+    """Run every case of the lab against the learner's definitions; the points and the feedback. The answer
+    worker runs in a fresh folder inside `workdir` (the submission's own, where the grader sandboxes it)."""
     lab = Lab(lab_name, public_tests=False, time_limit=case_limit)
     lab.load_tests(tests, f"<{lab_name} grading tests>")
-    with tempfile.TemporaryDirectory(prefix="speclab-answers-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="speclab-answers-", dir=workdir) as workdir:
         process = AnswerProcess(definitions(cells), workdir, isolate, env)
         try:
             return verdict(lab, RemoteNamespace(process))
@@ -75,7 +77,7 @@ def _run(lab: Lab, qid: str, ns: RemoteNamespace, hidden: bool) -> CheckResult:
 def main() -> int:
     job = json.loads(sys.stdin.read())
     result = judge(job["lab"], job["tests"], job["cells"], job.get("env"), job.get("isolate"),
-                   job.get("case_limit", CASE_TIME_LIMIT_S))
+                   job.get("case_limit", CASE_TIME_LIMIT_S), job.get("workdir"))
     sys.stdout.write(job["nonce"] + json.dumps(result) + "\n")
     return 0
 

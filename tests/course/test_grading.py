@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
 import json
 import re
 import time
@@ -447,3 +449,94 @@ def test_score_does_not_wait_again_for_a_function_that_ran_out_of_time(capsys):
     assert "ran out of time in an earlier check" in summary.results[0].cases[0].message
     ns["spin"] = lambda: None  # the learner fixed it and ran its cell again
     assert lab.check("q1", ns).passed
+
+
+# ---------------------------------------------------------------- one submission against the others (issue 63)
+@pytest.fixture(scope="module")
+def fenced(tmp_path_factory):
+    """Submissions that go after the grader and the learners graded after them, graded one after another in this
+    order: a solved lab whose answer logs every input (hidden cases' among them) to the shared scratch folders;
+    a notebook that plants an import hook in site-packages and in speclab; an untouched stub; a notebook that
+    prints what the scratch folders hold. Their folders are made under a grading folder of the test's own."""
+    from speclab.course import grading as course_grading
+
+    if not course_grading.detect_isolation().files:
+        pytest.skip("this machine allows no mount namespace (the grader's CSV says so in its 'files' column)")
+    tmp = tmp_path_factory.mktemp("fenced")
+    subs = tmp / "submissions"
+    subs.mkdir()
+    notebooks = {"a_logger.ipynb": submissions.tmp_logger("lab09", "next_k"),
+                 "b_hook.ipynb": submissions.site_hook("lab09"),
+                 "c_stub_after_hook.ipynb": submissions.stub("lab09"),
+                 "d_reader.ipynb": submissions.tmp_reader("lab09")}
+    for name, nb in notebooks.items():
+        nbformat.write(nb, subs / name)
+    previous = os.environ.get("SPECLAB_GRADING_DIR")
+    os.environ["SPECLAB_GRADING_DIR"] = str(tmp / "grading")
+    try:
+        cell_s, case_s = ATTACK_LIMITS["lab09"]
+        grade_folder(subs, tmp / "scores.csv", jobs=1, executed_dir=tmp / "executed", cell_timeout=cell_s,
+                     case_limit=case_s)
+    finally:
+        if previous is None:
+            os.environ.pop("SPECLAB_GRADING_DIR")
+        else:
+            os.environ["SPECLAB_GRADING_DIR"] = previous
+    rows = {r["submission"]: r for r in csv.DictReader((tmp / "scores.csv").open())}
+    return rows, tmp
+
+
+def planted_hooks() -> list[Path]:
+    import site
+
+    import speclab
+    folders = site.getsitepackages() + [site.getusersitepackages(), str(Path(speclab.__file__).parent)]
+    return [p for f in folders for p in Path(f).glob(f"{submissions.HOOK}.pth")]
+
+
+def test_a_planted_site_hook_changes_no_grade(fenced):
+    rows, tmp = fenced
+    assert rows["b_hook.ipynb"]["percent"] == "0" and rows["c_stub_after_hook.ipynb"]["percent"] == "0", rows
+    assert {r["files"] for r in rows.values()} == {"sandboxed"} and {r["network"] for r in rows.values()} == {"cut"}
+    planting = "".join(o.get("text", "") for c in nbformat.read(tmp / "executed" / "b_hook.ipynb", as_version=4).cells
+                       if c.cell_type == "code" for o in c.outputs)
+    planted = re.findall(r"planted in (\S+)", planting)   # only where it may: the user site in its own HOME
+    assert "refused:" in planting and all(f"{tmp}/grading/submission-" in p for p in planted), planting
+    assert not planted_hooks()
+
+
+def test_a_submission_reads_nothing_another_left_in_the_scratch_folders(fenced):
+    rows, tmp = fenced
+    assert rows["a_logger.ipynb"]["percent"] == "100", rows["a_logger.ipynb"]
+    assert submissions.LEAK not in (tmp / "executed" / "d_reader.ipynb").read_text()
+    assert not [Path(f) / submissions.TMP_LOG for f in submissions.SCRATCH if (Path(f) / submissions.TMP_LOG).exists()]
+
+
+def test_every_submissions_folder_is_wiped_after_it(fenced):
+    _, tmp = fenced
+    assert (tmp / "grading").is_dir() and not list((tmp / "grading").iterdir())
+
+
+def test_the_csv_says_where_submissions_were_not_fenced_in(tmp_path):
+    from speclab.course.grading import Grade, Isolation, write_csv
+
+    write_csv([Grade("a.ipynb", "lab04", questions={"q1": (1.0, 2.0)})], tmp_path / "s.csv", Isolation())
+    row = next(csv.DictReader((tmp_path / "s.csv").open()))
+    assert row["network"] == "allowed" and row["files"].startswith("shared") and row["percent"] == "50"
+
+
+def test_the_sandbox_leaves_only_the_submissions_folder_writable(tmp_path):
+    from speclab.course.grading import Isolation, detect_isolation
+
+    if not detect_isolation().files:
+        pytest.skip("this machine allows no mount namespace")
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    mine.mkdir()
+    other.mkdir()
+    script = (f"touch {mine}/ok; touch {other}/no; echo secret > /tmp/speclab-sandbox-probe; "
+              "mount -o remount,bind,rw / 2>/dev/null && echo remounted; cat /tmp/speclab-sandbox-probe")
+    run = subprocess.run(Isolation(True, True, True).prefix(mine, loopback=True) + ["sh", "-c", script],
+                         capture_output=True, text=True, timeout=60)
+    assert (mine / "ok").exists() and not (other / "no").exists()
+    assert "remounted" not in run.stdout and "secret" in run.stdout           # its /tmp, its own
+    assert not Path("/tmp/speclab-sandbox-probe").exists()                   # and gone with it
