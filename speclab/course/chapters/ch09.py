@@ -225,13 +225,13 @@ def _panel(ax, title: str, reads: list, box: str, predicts: str, shade: float | 
         ax.text(0.15, bottom + shade * height / 2, "E\nlayers", ha="center", va="center", fontsize=FONT)
     ax.text(0.15, 0.03, "tokens", ha="center", fontsize=FONT)
     ax.text(0.15, 0.84, "target", ha="center", fontsize=FONT)
-    ax.add_patch(Rectangle((0.56, 0.36), 0.43, 0.28, fc="#f5d76e", ec="#555555"))
-    ax.text(0.775, 0.5, box, ha="center", va="center", fontsize=FONT)
+    ax.add_patch(Rectangle((0.5, 0.34), 0.47, 0.32, fc="#f5d76e", ec="#555555"))
+    ax.text(0.735, 0.5, box, ha="center", va="center", fontsize=FONT)
     for level, label in reads:
         y = bottom + level * height if level >= 0 else 0.06
-        ax.add_patch(FancyArrowPatch((0.26, y), (0.56, 0.5), arrowstyle="-|>", mutation_scale=8,
+        ax.add_patch(FancyArrowPatch((0.26, y), (0.5, 0.5), arrowstyle="-|>", mutation_scale=8,
                                      color="#4c72b0"))
-        ax.text(0.28, y + 0.035, label, fontsize=FONT, color="#4c72b0")
+        ax.text(0.28, y + 0.06, label, fontsize=FONT, color="#4c72b0")
     ax.set_title(title, fontsize=FONT + 1)
     ax.text(0.5, -0.1, predicts, ha="center", fontsize=FONT)
 
@@ -239,16 +239,16 @@ def _panel(ax, title: str, reads: list, box: str, predicts: str, shade: float | 
 def drafter_panels() -> Figure:
     """Section 9.5: where each drafter of part II reads from the target, and what it predicts."""
     panels = [
-        ("draft model (ch. 2-5)", [(-1, "tokens")], "a small model\nof its own",
+        ("draft model (ch. 2-5)", [(-1, "tokens")], "a small\nmodel",
          "x(t+1), x(t+2), ...: a pass each"),
         ("Medusa (ch. 7)", [(1.0, "last hidden")], "K heads", "x(t+2) ... x(t+K+1) at once"),
-        ("EAGLE-1 (ch. 8)", [(1.0, "feature f(t)"), (-1, "x(t+1)")], "one layer,\ntarget's lm_head",
+        ("EAGLE-1 (ch. 8)", [(1.0, "feature f(t)"), (-1, "x(t+1)")], "one layer,\nlm_head",
          "f(t+1), so x(t+2); then on its f"),
         ("EAGLE-3 (ch. 8)", [(0.1, "low"), (0.5, "mid"), (0.9, "high"), (-1, "x(t+1)")],
-         "fc, one layer,\nits own lm_head", "x(t+2); then on its own output"),
-        ("MTP (9.3)", [(1.0, "last hidden"), (-1, "x(t+1)")], "one block,\nshared head",
+         "fc, layer,\nown head", "x(t+2); then on its own output"),
+        ("MTP (9.3)", [(1.0, "last hidden"), (-1, "x(t+1)")], "one block,\nlm_head",
          "x(t+2); chained on its output"),
-        ("layer skip (9.1)", [(0.45, "layer E")], "target's norm\nand lm_head",
+        ("layer skip (9.1)", [(0.45, "layer E")], "norm,\nlm_head",
          "x(t+1), ...; the whole target verifies", 0.45),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(WIDTH, 5.2))
