@@ -63,12 +63,17 @@ RECORDS = Path(__file__).resolve().parents[2] / "book" / "records"
 
 
 def read_record(name: str) -> dict:
-    """A record of the book (`book/records/NAME.json`): what a command measured on a named host, read back."""
-    path = Path(name) if Path(name).suffix == ".json" else RECORDS / f"{name}.json"
+    """A record of the book (`book/records/NAME.json`, "NAME" or "NAME.json"): what a command measured on a named
+    host, read back. A path with a folder in it is read as it is."""
+    given = Path(name)
+    if given.parent != Path("."):
+        path = given
+    else:
+        path = RECORDS / given.with_suffix(".json").name
+        if not path.exists():   # a chapter run from book/ in a checkout without the package's tree beside it
+            path = Path("records") / path.name
     if not path.exists():
-        path = Path("records") / path.name   # a chapter run from book/ in a checkout without the package's tree
-    if not path.exists():
-        raise FileNotFoundError(f"no record {name!r}: expected book/records/{Path(name).stem}.json in the repository")
+        raise FileNotFoundError(f"no record {name!r}: expected book/records/{given.stem}.json in the repository")
     return json.loads(path.read_text())
 
 

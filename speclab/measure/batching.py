@@ -282,7 +282,7 @@ def predict_from_rounds(calibration_rows: list[BatchRow], target_ms: dict[int, d
 
 def k_policy(predicted: dict[int, dict[int, float]]) -> dict[int, int]:
     """The K each batch size is predicted to do best with; 0 where no K is predicted to beat the target
-    alone (speculation off, as vLLM's K = 0)."""
+    alone (speculation off: plain target-only decoding)."""
     return {batch: max(by_k, key=by_k.get) if max(by_k.values()) > 1 else 0 for batch, by_k in predicted.items()}
 
 
@@ -355,8 +355,9 @@ TIE = 0.0
 
 def measured_policy(table: list[BatchRow], methods: Sequence[str], tie: float = TIE) -> dict[str, dict[int, int]]:
     """Each method's K at each batch size from a sweep: the smallest K whose speedup is within `tie` of the
-    fastest, where K 0 (speculation off, as vLLM's K = 0) counts as 1.0x: the per-batch-size K that vLLM's
-    num_speculative_tokens_per_batch_size writes down by hand."""
+    fastest, where K 0 (speculation off: plain target-only decoding) counts as 1.0x; an engine's K = 0 keeps
+    its speculative machinery and can cost more (chapter 12 measured vLLM's at 0.86x). The per-batch-size K
+    that vLLM's num_speculative_tokens_per_batch_size writes down by hand."""
     if tie < 0:
         raise ValueError(f"tie is a fraction of a speedup, >= 0; got {tie}")
     policy: dict[str, dict[int, int]] = {}

@@ -4,12 +4,13 @@ model-free drafting from suffix trees over the prompt, the output so far and ear
 Prompt lookup (speclab.methods.ngram) searches one sequence for its last few tokens and copies one
 continuation. Suffix decoding keeps every substring of up to `max_tree_depth` tokens in a trie with its
 count, for two sources: the current request (its prompt and what it has generated) and a global cache of
-the outputs of up to `max_cached_requests` earlier requests. Each round it matches the longest suffix of
-the sequence it can (up to the tree depth), and drafts from the matched node the continuations seen most
-often: a token's score is the share of the matched occurrences that continue with it (counts along the
-path), and drafting stops below `min_token_prob`. A longer match earns a longer draft: at most
-`max_spec_factor` x the match length tokens (and K). Of the two trees, the draft with the higher total
-score wins. It pays on traffic that repeats itself across requests (agents calling the same tools, edits
+the outputs of up to `max_cached_requests` earlier requests. Each round it tries every length m of the
+sequence's suffix found in a tree (up to the tree depth) and drafts from each matched node the
+continuations seen most often: a token's score is the share of the matched occurrences that continue with
+it (counts along the path), drafting stops below `min_token_prob`, and a match of length m drafts at most
+`max_spec_factor` x m tokens (and K). The draft with the highest total score wins, over every length and
+both trees (ties to the longer match, then to the request's own tree), as in Arctic's `speculate`: the
+longest match does not always win. It pays on traffic that repeats itself across requests (agents calling the same tools, edits
 of the same file), which no single-request method can see.
 
 Drafts carry no probabilities (point masses), so the rejection rule accepts a token with the target's own
