@@ -480,6 +480,10 @@ class Lab:
                            "something much larger than needed?"), out.getvalue()
         except NotImplementedError:
             return False, f"not attempted yet ({UNFINISHED})", out.getvalue()
+        except SystemExit as err:  # exit() or sys.exit() in an answer ends the case, not the notebook
+            return False, f"your code called exit({err.code!r}): return a value instead", out.getvalue()
+        except KeyboardInterrupt:
+            return False, "interrupted (you stopped the kernel while this check ran)", out.getvalue()
         except Exception as err:  # noqa: BLE001 (whatever the learner's code raises becomes a message)
             # an error raised in the grader's learner process arrives already worded (learner_message)
             return False, getattr(err, "learner_message", None) or self._describe_error(err), out.getvalue()

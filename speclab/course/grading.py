@@ -44,6 +44,7 @@ from pathlib import Path
 
 import nbformat
 
+from speclab.course.borrowing import borrowed
 from speclab.course.checks import CASE_LIMIT_ENV, CASE_TIME_LIMIT_S, Lab
 from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, stale
 
@@ -217,6 +218,7 @@ class Grade:
     status: str = "ok"
     seconds: float = 0.0
     questions: dict[str, tuple[float, float]] = field(default_factory=dict)  # qid -> (earned, points)
+    flags: list[str] = field(default_factory=list)  # answers borrowed rather than written (speclab.course.borrowing)
 
     @property
     def score(self) -> float:
@@ -225,7 +227,8 @@ class Grade:
 
 def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], timeout: float,
               isolation: Isolation, executed_dir: Path | None = None, threads: int | None = None,
-              cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S) -> Grade:
+              cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S,
+              answers: dict[str, str] | None = None) -> Grade:
     """Run the submission in its own kernel (for the learner's outputs), then judge the functions it defines
     (`speclab.course.judge`), then write its feedback notebook: one for every readable submission."""
     grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
@@ -236,6 +239,7 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
         grade.status = f"unreadable notebook: {type(err).__name__}: {err}"[:200]
         return grade
     cells = [c.source for c in nb.cells if c.cell_type == "code"]
+    grade.flags = borrowed(cells, answers or {})
     # the submission's own folder, the one place its processes can write; wiped with everything in it
     with tempfile.TemporaryDirectory(prefix="submission-", dir=grading_root(), ignore_cleanup_errors=True) as tmp:
         work, answers = Path(tmp) / "work", Path(tmp) / "answers"
@@ -258,6 +262,8 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
         if late and grade.status == "ok":
             grade.status = f"ok (out of time: {', '.join(late)})"
         feedback = result["feedback"]
+    if grade.flags:
+        feedback += "\nFlagged for your instructor (borrowed, not written):\n" + "".join(f"  {f}\n" for f in grade.flags)
     if executed_dir is not None:  # written after every process of the submission was killed
         executed_dir.mkdir(parents=True, exist_ok=True)
         nbformat.write(feedback_notebook(executed, feedback, note), executed_dir / path.name)
@@ -360,13 +366,14 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         raise FileNotFoundError(f"no instructor sources (lab*.ipynb) in {source_dir}: pass --source")
     if lab is not None and lab not in labs:
         raise ValueError(f"--lab {lab}: no {lab}.ipynb in {source_dir}")
-    tests, points = {}, {}
+    tests, points, answers = {}, {}, {}
     for name, path in labs.items():
         nb = nbformat.read(path, as_version=4)
         tests[name] = checks_source(nb, hidden=True)
         probe = Lab(name, public_tests=False)
         probe.load_tests(tests[name], f"<{name} tests>")
         points[name] = {q.qid: q.points for q in probe.questions.values()}
+        answers[name] = {q.qid: q.answer for q in probe.questions.values()}
     paths = sorted(p for p in Path(submissions).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     isolation = detect_isolation(network=not network)
     keep = Path(executed_dir) if executed_dir is not None else None
@@ -381,7 +388,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         if which is None:
             return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
         return grade_one(path, which, tests[which], points[which], timeout, isolation, keep, threads, cell_timeout,
-                         case_limit)
+                         case_limit, answers[which])
 
     if jobs > 1:
         with ThreadPoolExecutor(jobs) as pool:
@@ -397,14 +404,14 @@ def write_csv(grades: list[Grade], out_csv: str | Path, isolation: Isolation = I
     with open(out_csv, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["submission", "lab", "score", "max_score", "percent", *qids, "status", "seconds", "network",
-                    "files"])
+                    "files", "flags"])
         network, files = isolation.describe()
         for g in grades:
             maximum = sum(p for _, p in g.questions.values())
             percent = round(100 * g.score / maximum, 1) if maximum else 0.0
             cells = [f"{g.questions[q][0]:.2f}" if q in g.questions else "" for q in qids]
             w.writerow([g.submission, g.lab, f"{g.score:.2f}", f"{maximum:g}", f"{percent:g}", *cells, g.status,
-                        g.seconds, network, files])
+                        g.seconds, network, files, "; ".join(g.flags)])
 
 
 # ================================================================ command line
@@ -448,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"network of submissions: {network}; their files: {files}")
     for gr in grades:
         maximum = sum(p for _, p in gr.questions.values())
-        print(f"{gr.submission}: {gr.lab or '?'} {gr.score:.2f}/{maximum:g} ({gr.status}, {gr.seconds} s)")
+        flagged = f"; flagged: {'; '.join(gr.flags)}" if gr.flags else ""
+        print(f"{gr.submission}: {gr.lab or '?'} {gr.score:.2f}/{maximum:g} ({gr.status}, {gr.seconds} s{flagged})")
     print(f"wrote {args.out}")
     return 0
 

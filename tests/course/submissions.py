@@ -166,6 +166,12 @@ def tmp_reader(lab: str):
     return after_lab_cell(stub(lab), code)
 
 
+def borrowing(lab: str, name: str):
+    """The untouched stubs, with `name` taken from the lab's public check module's reference, as the issue's
+    learner did (`from speclab.course.labs.lab11 import reference_settle as settle_rows`)."""
+    return before_score(stub(lab), f"from speclab.course.labs.{lab} import reference_{name} as {name}")
+
+
 def looping(lab: str, names: list[str]):
     """The solved lab with an endless loop in each function of `names`."""
     nb = solved(lab)

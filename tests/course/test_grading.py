@@ -135,6 +135,14 @@ def test_check_never_raises(capsys):
         raise NotImplementedError
     assert "not attempted yet" in lab.check("q1", {"double": stub}).first_failure.message
 
+    def leaves(x):
+        raise SystemExit(3)
+    assert "your code called exit(3)" in lab.check("q1", {"double": leaves}).first_failure.message
+
+    def interrupted(x):
+        raise KeyboardInterrupt
+    assert "interrupted" in lab.check("q1", {"double": interrupted}).first_failure.message
+
 
 def double(x):  # a learner's answer, defined at the top level of the "notebook" (this module)
     return 2 * x
@@ -468,7 +476,8 @@ def fenced(tmp_path_factory):
     notebooks = {"a_logger.ipynb": submissions.tmp_logger("lab09", "next_k"),
                  "b_hook.ipynb": submissions.site_hook("lab09"),
                  "c_stub_after_hook.ipynb": submissions.stub("lab09"),
-                 "d_reader.ipynb": submissions.tmp_reader("lab09")}
+                 "d_reader.ipynb": submissions.tmp_reader("lab09"),
+                 "e_borrowed.ipynb": submissions.borrowing("lab09", "next_k")}
     for name, nb in notebooks.items():
         nbformat.write(nb, subs / name)
     previous = os.environ.get("SPECLAB_GRADING_DIR")
@@ -510,6 +519,14 @@ def test_a_submission_reads_nothing_another_left_in_the_scratch_folders(fenced):
     assert rows["a_logger.ipynb"]["percent"] == "100", rows["a_logger.ipynb"]
     assert submissions.LEAK not in (tmp / "executed" / "d_reader.ipynb").read_text()
     assert not [Path(f) / submissions.TMP_LOG for f in submissions.SCRATCH if (Path(f) / submissions.TMP_LOG).exists()]
+
+
+def test_a_borrowed_answer_is_flagged_in_the_csv_and_the_feedback(fenced):
+    rows, tmp = fenced
+    flag = "q1: `next_k` is imported from speclab.course.labs.lab09.reference_next_k"
+    assert flag in rows["e_borrowed.ipynb"]["flags"] and rows["e_borrowed.ipynb"]["q1"] == "2.00"
+    assert flag in (tmp / "executed" / "e_borrowed.ipynb").read_text()
+    assert not any(r["flags"] for name, r in rows.items() if name != "e_borrowed.ipynb")
 
 
 def test_every_submissions_folder_is_wiped_after_it(fenced):

@@ -1,0 +1,75 @@
+"""Answers a submission borrowed rather than wrote: flagged for the instructor, never scored.
+
+speclab implements every algorithm the labs ask for, and its public check modules hold reference functions,
+so no grader can make borrowing impossible; it can make it visible. Read from the submission's code cells
+(the judge runs no learner code): an answer bound to something imported from speclab, a use of the checks'
+`reference_*` functions or of speclab's check modules, and a read of the instructor sources (`labs/source`).
+"""
+from __future__ import annotations
+
+import ast
+
+CHECK_MODULES = ("speclab.course.labs", "speclab.course.answers", "speclab.course.judge")
+
+
+def _imports(tree: ast.AST) -> dict[str, str]:
+    """Every name the cells bind by an import: name -> 'module.attribute' (or the module)."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+    return bound
+
+
+def _dotted(node: ast.AST, imports: dict[str, str]) -> str | None:
+    """'speclab.theory.next_k' for an expression `theory.next_k` where `theory` came from speclab."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in imports:
+        return ".".join([imports[node.id], *reversed(parts)])
+    return None
+
+
+def borrowed(cells: list[str], answers: dict[str, str]) -> list[str]:
+    """What to flag in a submission whose code cells are `cells`; `answers` maps question id -> the name of the
+    function it asks for. One line a finding, in the instructor's words; [] for a submission of its own."""
+    trees = []
+    for cell in cells:
+        try:
+            trees.append(ast.parse(cell))
+        except SyntaxError:
+            continue   # a cell that does not parse (a magic left in, a typo) binds nothing here
+    module = ast.Module(body=[stmt for tree in trees for stmt in tree.body], type_ignores=[])
+    imports = _imports(module)
+    flags: list[str] = []
+    by_name = {name: qid for qid, name in answers.items()}
+    for node in ast.walk(module):   # the answer bound to speclab's own function, by import or assignment
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                name = alias.asname or alias.name
+                source = f"{node.module}.{alias.name}" if isinstance(node, ast.ImportFrom) else alias.name
+                if name in by_name and source.startswith("speclab"):
+                    flags.append(f"{by_name[name]}: `{name}` is imported from {source}")
+        elif isinstance(node, ast.Assign):
+            source = _dotted(node.value, imports)
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in by_name and source and source.startswith("speclab"):
+                    flags.append(f"{by_name[target.id]}: `{target.id}` is {source}")
+    for node in ast.walk(module):   # references and the checks' modules, anywhere in the notebook
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        if name and name.startswith("reference_"):
+            flags.append(f"uses `{name}` from the lab's checks")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            flags += [f"imports {m}, the lab's checks" for m in names if m.startswith(CHECK_MODULES)]
+    for stmt in module.body:   # the instructor sources, by one path or by its parts ("labs", "source")
+        strings = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        if any("labs/source" in s for s in strings) or ("labs" in strings and "source" in strings):
+            flags.append("reads the instructor sources (labs/source)")
+    return list(dict.fromkeys(flags))
