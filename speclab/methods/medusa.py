@@ -2,8 +2,8 @@
 
 The target's own lm_head, applied to the hidden state h_t of the last token it processed, predicts
 token t+1. Medusa head i (i = 1..M) applied to the same h_t predicts token t+1+i: a residual block
-h + SiLU(W h + b) (W and b start at zero, so the block starts as the identity; the reference zeroes W only) and a vocabulary projection
-that starts as a copy of the target's lm_head. The backbone stays frozen (Medusa-1), so the heads
+h + SiLU(W h + b) (W and b start at zero, so the block starts as the identity; the reference zeroes W
+only) and a vocabulary projection that starts as a copy of the target's lm_head. The backbone stays frozen (Medusa-1), so the heads
 cost one small matrix product each per round and read nothing but a vector the target computed anyway.
 
 Heads are saved with a fingerprint of the target they were trained on (speclab.artifacts),
