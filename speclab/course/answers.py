@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import io
 import linecache
 import os
@@ -233,7 +234,7 @@ def from_wire(x: Any, depth: int = 0) -> Any:
     if tag == "n" and len(rest) == 1:
         return from_wire(rest[0], depth + 1)
     if tag == "o" and len(rest) == 2 and all(type(v) is str for v in rest):
-        return Opaque(rest[0], rest[1])
+        return opaque_type(rest[0])(rest[0], rest[1])
     raise WireError(f"unknown tag {tag!r}")
 
 
@@ -273,6 +274,14 @@ class Opaque:
 
     def __repr__(self) -> str:
         return self.text or f"<{self.type_name} object>"
+
+
+@functools.lru_cache(maxsize=256)
+def opaque_type(type_name: str) -> type:
+    """An Opaque subclass named as the learner's type, so that a check's message says "got a MyResult", not an
+    internal name."""
+    name = "".join(ch for ch in type_name.rsplit(".", 1)[-1] if ch.isalnum() or ch == "_")[:60] or "object"
+    return type(name, (Opaque,), {"__qualname__": name})
 
 
 def with_gradient(value: torch.Tensor, args: list[torch.Tensor], grads: list[torch.Tensor | None]) -> torch.Tensor:

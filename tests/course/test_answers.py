@@ -33,6 +33,10 @@ def test_values_cross_as_plain_data_and_come_back_alike():
     assert back["a"] == (1, [2.5, None], {3}) and back["e"] is Ellipsis
     assert back[4].dtype == torch.bool and back[4].tolist() == [[True, False]] and back["h"].dtype == torch.float16
     assert isinstance(from_wire(to_wire(object())), Opaque)
+
+    class MyResult:  # a learner's own type keeps its name in a check's message (not "Opaque")
+        pass
+    assert type(from_wire(to_wire(MyResult()))).__name__ == "MyResult"
     for bad in [("T", "torch.float32", [2], b"abc", False, False), ("zz",), ["l", []], ("d", [(1,)])]:
         with pytest.raises(WireError):
             from_wire(bad)
