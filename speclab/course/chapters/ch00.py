@@ -10,9 +10,11 @@ from speclab.course.notebook import html_table
 
 
 def hub_pairs_table():
-    """`speclab.HUB_PAIRS` as an HTML table: names, parameters, 16-bit weights and whether they fit a T4."""
+    """`speclab.HUB_PAIRS` as an HTML table: names (the hub ids without their organisation), parameters, 16-bit
+    weights and whether they fit a T4."""
     header = ["name", "target", "draft", "params (B)", "weights GB", "fits T4"]
-    rows = [[name, hub.target, hub.draft, f"{hub.target_params_b:.2f}+{hub.draft_params_b:.2f}",
+    rows = [[name, hub.target.split("/")[-1], hub.draft.split("/")[-1],
+             f"{hub.target_params_b:.2f}+{hub.draft_params_b:.2f}",
              f"{hub.weights_gb:.1f}", "yes" if hub.fits_t4 else "no"]
             for name, hub in speclab.HUB_PAIRS.items()]
     return html_table(rows, header, align="lllrrl")
