@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import statistics
 
 import torch
@@ -14,7 +15,8 @@ from speclab.cli.main import command_line, command_parser
 from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, layer_skip_setting, load,
                                  lookahead_setting, prompts_for, require_draft, weights_given)
 from speclab.devices import cpu_name, gpu_name
-from speclab.measure.bench import (FAST, METHODS, REFERENCE_METHODS, default_methods, format_table, model_check,
+from speclab.measure.bench import (FAST, METHODS, REFERENCE_METHODS, default_methods, format_table, lesson_methods,
+                                   model_check,
                                    prepare_fast_paths, run_bench)
 from speclab.measure import batching
 from speclab.measure.profiling import gemv_bandwidth_gbs, matmul_gflops, parameter_bytes
@@ -48,9 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "give a row each, side by side")
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
     b.add_argument("--methods", "--method", dest="methods", default=None,
-                   help="comma-separated subset of: " + ", ".join(METHODS) + " (default: all that fit the target); "
+                   help="comma-separated subset of: " + ", ".join(METHODS) + " (default: the lesson, target-only against "
+                   "the draft model, prompt lookup, Medusa, both EAGLE heads and transformers' two, where they fit the "
+                   "target; --all for every row); "
                    "and, only when named, " + ", ".join(REFERENCE_METHODS) + " (Arctic Inference's suffix decoding: "
                    "bash .ci/install-arctic-suffix.sh .venv)")
+    b.add_argument("--all", action="store_true", help="every row that fits the target, each method's variants "
+                   "and transformers' own target-only too (about 5-6 minutes on 2 CPU cores, against 2 for the "
+                   "default)")
     b.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
     b.add_argument("--eagle3", default=None, help="EAGLE-3 head directory, for the eagle3 row (default: the one "
                    "shipped with the bundled target)")
@@ -199,7 +206,8 @@ def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
         if draft is None and any(needs_draft_model(m) for m in methods):
             require_draft(args, draft, f"the rows {[m for m in methods if needs_draft_model(m)]}")
         return methods
-    methods = default_methods(target, draft, weights, args.layer_skip)
+    choose = default_methods if args.all else lesson_methods
+    methods = choose(target, draft, weights, args.layer_skip)
     if draft is None:
         left_out = [m for m in methods if needs_draft_model(m)]
         print(f"no draft model for this pair: left out {', '.join(left_out)}")
@@ -223,7 +231,8 @@ def bench_rows(args, target, draft, prompts, paths, tok) -> list:
                      repeats=args.repeats, weights=weights, lookahead=args.lookahead, lookup_k=args.lookup_k,
                      lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
                      adaptive_k=args.adaptive_k, confidence_thresholds=args.confidence_threshold, paths=paths,
-                     block=args.block, time_alone=True, eos_token_id=stop_token(args, tok))
+                     block=args.block, time_alone=True, eos_token_id=stop_token(args, tok),
+                     progress=lambda line: print("  " + line, file=sys.stderr, flush=True))
 
 
 def summary_of(args, device, workload: str, rows: list) -> dict:

@@ -7,10 +7,13 @@ _toc.yml, one kernel at a time on this machine (execute), so every page's machin
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 import json
 import sys
 import time
-from dataclasses import asdict
+
+from nbclient import NotebookClient
+import nbformat
 
 from speclab.cli.main import command_parser
 from speclab.course import bookstats
@@ -29,8 +32,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def execute(pages, timeout: int) -> int:
-    import nbformat
-    from nbclient import NotebookClient
 
     chosen = [p for p in bookstats.book_pages() if not pages or any(p.stem.startswith(s) for s in pages)]
     if not chosen:

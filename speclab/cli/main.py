@@ -5,14 +5,14 @@
              (--method: any drafting method of the registry, speclab.methods, by vLLM's names, or
              target-only; --method lookup_first --then M: prompt lookup in front of method M;
              --k-schedule heuristic and --confidence-threshold for adaptive K)
-  bench      target-only vs every drafting method (draft model with fixed and adaptive K, prompt
-             lookup, lookahead, Medusa, EAGLE-1's chain, EAGLE-2's tree with an EAGLE-1 or an EAGLE-3
-             head, MTP, layer skipping, prompt lookup in front of the draft or EAGLE-3) vs
-             transformers' assisted generation and prompt lookup,
-             side by side, on one or more
-             workloads (code, prose, the copying sets edit and quote, the chat prompts by task
-             chat-*, or chat for all seven), and the speedup model checked against the costs
-             measured in the loop; --fast [static|compiled]: every row again on the fast path
+  bench      target-only vs the course's main methods (draft model, prompt lookup, Medusa, EAGLE-1 and
+             EAGLE-3 heads) vs transformers' assisted generation and prompt lookup, side by side,
+             rows timed as they run (about 2 minutes on 2 cores); --all: every drafting method and
+             variant (adaptive K, suffix, lookahead, EAGLE-2's trees, MTP, layer skipping, PARD,
+             prompt lookup in front of a drafter, ...); on one or more workloads (code, prose, the
+             copying sets edit and quote, the chat prompts by task chat-*, or chat for all seven),
+             and the speedup model checked against the costs measured in the loop; --fast
+             [static|compiled]: every row again on the fast path
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth; --fast:
              where a decode step's time goes on each path, against the bandwidth floor (and the
              fast step and the floor on one thread and on all: what a second core buys each)
@@ -55,9 +55,10 @@ until a command is named.
 from __future__ import annotations
 
 import argparse
+from importlib import import_module
+import shlex
 import sys
 import textwrap
-from importlib import import_module
 from typing import NoReturn
 
 PROG = "python -m speclab"
@@ -65,7 +66,7 @@ PROG = "python -m speclab"
 # command -> (its module in speclab.cli, one line of help)
 COMMANDS = {
     "generate": ("generate", "decode a prompt and print the text and statistics"),
-    "bench": ("bench", "speclab vs transformers, target-only vs speculative, one process"),
+    "bench": ("bench", "the course's methods vs target-only and transformers, side by side (--all: every method)"),
     "profile": ("profile", "forward time vs positions, c, bandwidth"),
     "evaluate": ("evaluate", "acceptance by K and temperature on held-out prompts"),
     "card": ("card", "measure the bundled pair and write its model card"),
@@ -101,7 +102,6 @@ def map_text() -> str:
 
 def command_line(command: str, argv: list[str] | None) -> str:
     """The command as typed, for a record to say what made it: 'python -m speclab bench --fast'."""
-    import shlex
 
     return shlex.join([*PROG.split(), command, *(sys.argv[1:] if argv is None else argv)])
 

@@ -6,10 +6,12 @@ numbers, figures with and without captions; and the bibliography's entries witho
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import asdict, dataclass
+import json
 from pathlib import Path
+import re
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = {"hide-input", "remove-input", "remove-cell"}   # tags that keep a cell's code out of view
@@ -91,7 +93,6 @@ def page_stats(path: Path) -> PageStats:
 
 def book_pages(root: Path = ROOT) -> list[Path]:
     """The book's notebooks, in the order of _toc.yml."""
-    import yaml
 
     files: list[str] = []
 

@@ -26,10 +26,14 @@ runs, and that cases are written with, are in `speclab.course.checks`.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 import contextlib
 import csv
+from dataclasses import dataclass, field
 import json
 import os
+from pathlib import Path
 import secrets
 import shutil
 import signal
@@ -37,16 +41,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import nbformat
 
 from speclab.course.borrowing import borrowed
 from speclab.course.checks import CASE_LIMIT_ENV, CASE_TIME_LIMIT_S, Lab
 from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, stale
+from speclab.packaged import cache_root
 
 RESULT_MARK = "@@speclab-grade@@"
 CELL_TIMEOUT_S = 30  # one cell of a submission: an endless loop in an ungraded demo cell is interrupted here
@@ -167,7 +168,6 @@ class Isolation:
 
 def grading_root() -> Path:
     """Where submissions' folders are made: SPECLAB_GRADING_DIR, else the cache's grading/ folder."""
-    from speclab.packaged import cache_root
 
     root = Path(os.environ.get("SPECLAB_GRADING_DIR") or cache_root() / "grading")
     root.mkdir(parents=True, exist_ok=True)

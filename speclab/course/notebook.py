@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import html
 import json
-import platform
 from pathlib import Path
+import platform
 
+from IPython.display import HTML, display
+import matplotlib.pyplot as plt
 import torch
 import transformers
 
@@ -47,12 +49,10 @@ def glue(name: str, value, display: bool = True) -> None:
 def figure(name: str, fig) -> None:
     """Show a matplotlib figure under its cell and glue it as `name` for a ``{glue:figure}`` caption in the
     book (module docstring); the figure is closed so that the inline backend does not draw it twice."""
-    import matplotlib.pyplot as plt
 
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
-        from IPython.display import display
         display(fig)
     else:
         myst_glue(name, fig, display=True)
@@ -80,7 +80,6 @@ def read_record(name: str) -> dict:
 def html_table(rows: list[list], header: list[str], caption: str | None = None, align: str | None = None):
     """A table as HTML (IPython.display.HTML), for tables too wide for printed text: one cell per value,
     numbers right-aligned (or `align`, one of 'l'/'r' per column)."""
-    from IPython.display import HTML
 
     def cell(value, i: int, tag: str = "td") -> str:
         right = (align[i] == "r") if align else isinstance(value, (int, float))

@@ -20,10 +20,11 @@ stretch of the machine, and every fast row's greedy output is compared with eage
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -41,6 +42,7 @@ from speclab.stats import GenerationStats
 
 TARGET_ONLY = "speclab target-only"
 HF_METHODS = ("hf target-only", "hf assisted", "hf prompt-lookup")  # transformers' own generate
+HF_LESSON = ("hf assisted", "hf prompt-lookup")  # transformers' two against speclab's, in the lesson
 # speclab target-only, every registered method's rows (speclab.methods.REGISTRY), transformers' rows
 METHODS = (TARGET_ONLY, *(row for m in REGISTRY.values() for row in m.bench_rows), *HF_METHODS)
 # rows only when asked for: another implementation of a speclab method, installed apart (chapter 13)
@@ -169,6 +171,15 @@ def default_methods(target, draft=None, weights: Mapping[str, str | Path] | None
     unfit = {base for base, options in row_settings(METHODS, layer_skip=layer_skip).values()
              if trained(base) and not fits(base, options)}
     return tuple(m for m in METHODS if m not in unfit)
+
+
+def lesson_methods(target, draft, weights: Mapping[str, str | Path] | None = None,
+                   layer_skip=LAYER_SKIP) -> tuple[str, ...]:
+    """What `python -m speclab bench` runs by default, the course's lesson in about two minutes on 2 cores:
+    target-only, each method's lesson rows (the registry's `lesson_rows`) and transformers' two, where they
+    fit the target; `--all` runs every row."""
+    lesson = {TARGET_ONLY, *HF_LESSON, *(row for m in REGISTRY.values() for row in m.lesson_rows)}
+    return tuple(m for m in default_methods(target, draft, weights, layer_skip) if m in lesson)
 
 
 def decode_options(methods) -> dict[str, dict]:
@@ -307,16 +318,17 @@ def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new
     return result.tokens, t["seconds"], result.stats
 
 
-def time_interleaved(runs: dict, num_prompts: int, repeats: int) -> dict[object, list[tuple[float, list]]]:
+def time_interleaved(runs: dict, num_prompts: int, repeats: int,
+                     progress: Callable[[str], None] | None = None) -> dict[object, list[tuple[float, list]]]:
     """Each of `runs` (name -> run(i), which decodes prompt i and returns (seconds, result)) on every
     prompt, `repeats` times, interleaved prompt by prompt: every run decodes prompt i before any
     decodes prompt i + 1, in an order rotated from one prompt to the next, so a slow stretch of the
     machine slows them all alike and none always goes first. Returns, per name, one (seconds summed
-    over the prompts, [result of each prompt]) per repeat."""
+    over the prompts, [result of each prompt]) per repeat. `progress` is told after each prompt's round."""
     names = list(runs)
     timed: dict = {name: [] for name in names}
-    turn = 0
-    for _ in range(repeats):
+    turn, start = 0, time.perf_counter()
+    for repeat in range(repeats):
         totals = {name: [0.0, []] for name in names}
         for i in range(num_prompts):
             for name in names[turn % len(names):] + names[:turn % len(names)]:
@@ -324,6 +336,9 @@ def time_interleaved(runs: dict, num_prompts: int, repeats: int) -> dict[object,
                 totals[name][0] += seconds
                 totals[name][1].append(result)
             turn += 1
+            if progress is not None:
+                progress(f"repeat {repeat + 1}/{repeats}, prompt {i + 1}/{num_prompts}: {len(names)} rows timed "
+                         f"({time.perf_counter() - start:.0f} s)")
         for name in names:
             timed[name].append(tuple(totals[name]))
     return timed
@@ -339,7 +354,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               k_sweep=None, adaptive_k: int | None = None,
               confidence_thresholds=CONFIDENCE_THRESHOLDS,
               paths: Mapping[torch.nn.Module, FastPath] | None = None, block: bool = False,
-              time_alone: bool = False, eos_token_id: int | None = None) -> list[BenchRow]:
+              time_alone: bool = False, eos_token_id: int | None = None,
+              progress: Callable[[str], None] | None = None) -> list[BenchRow]:
     """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
     one row per method with the totals over the prompts from the median repeat. `weights`: method name ->
     the directory of its trained weights (Medusa heads, an EAGLE-1 or EAGLE-3 head, an MTP module; default:
@@ -443,7 +459,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
             return 0.0, costs_alone(target, draft, context, k_of["speclab speculative"] + 1, seed=seed + i)
 
     timed = time_interleaved({**{m: partial(decode, m) for m in methods},
-                              **{(ALONE, m): partial(alone, m) for m in alone_rows}}, len(prompts), repeats)
+                              **{(ALONE, m): partial(alone, m) for m in alone_rows}}, len(prompts), repeats, progress)
     # per method, per repeat: (seconds, token lists, stats list, seconds per prompt)
     runs = {m: [(seconds, *map(list, zip(*results))) for seconds, results in timed[m]] for m in methods}
     rows = []

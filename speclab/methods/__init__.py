@@ -48,6 +48,8 @@ class Method:
     bench_rows   the bench's rows for it: row name -> load_drafter options of that row
     decode_options  speculative_generate options of some of those rows: a row that decodes with
                  another schedule or acceptance rule than the default, with the same drafter
+    lesson_rows  of its bench rows, those `python -m speclab bench` runs by default (the course's lesson);
+                 `bench --all` runs them all
     """
 
     name: str
@@ -59,6 +61,7 @@ class Method:
     train: str | None = None
     bench_rows: Mapping[str, Mapping] = field(default_factory=dict)
     decode_options: Mapping[str, Mapping] = field(default_factory=dict)
+    lesson_rows: tuple[str, ...] = ()
 
     def uses_draft_model(self, row: str | None = None) -> bool:
         """Whether the method (or its bench row `row`) drafts with a draft model: the bench hands those
@@ -104,13 +107,14 @@ EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk"
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(draft_model.NAME, _load_draft_model, weights="draft", bundled="draft", train="draft",
            bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {}, "speclab adaptive-confidence": {}},
-           decode_options={"speclab adaptive-heuristic": {"k_schedule": "heuristic"}}),
+           decode_options={"speclab adaptive-heuristic": {"k_schedule": "heuristic"}},
+           lesson_rows=("speclab speculative",)),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
            aliases={"prompt_lookup_max": ("max_ngram", 0), "prompt_lookup_min": ("min_ngram", 0),  # vLLM
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
-           bench_rows={"speclab prompt-lookup": {}}),
+           bench_rows={"speclab prompt-lookup": {}}, lesson_rows=("speclab prompt-lookup",)),
     Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
            aliases={f"suffix_decoding_{name}": (name, 0) for name in  # vLLM's speculative_config keys
                     ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")},
@@ -119,17 +123,18 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(medusa.NAME, medusa.load_medusa, weights="heads", bundled="medusa", train="medusa",
            # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
            bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}, "speclab medusa-typical": {}},
-           decode_options={"speclab medusa-typical": {"acceptance": "typical-medusa"}}),
+           decode_options={"speclab medusa-typical": {"acceptance": "typical-medusa"}},
+           lesson_rows=("speclab medusa",)),
     Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), aliases=EAGLE_ALIASES, weights="head",
            bundled="eagle", on_target=True, train="eagle",
            # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree
            # with two or more children a node, and EAGLE-1's own chain
            bench_rows={"speclab eagle": {}, "speclab eagle-tree": {"settings": "fastest-tree"},
-                       "speclab eagle-chain": {"tree": "chain"}}),
+                       "speclab eagle-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle",)),
     Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), aliases=EAGLE_ALIASES, weights="head",
            bundled="eagle3", on_target=True, train="eagle3",
            bench_rows={"speclab eagle3": {}, "speclab eagle3-tree": {"settings": "fastest-tree"},
-                       "speclab eagle3-chain": {"tree": "chain"}}),
+                       "speclab eagle3-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle3",)),
     Method(mtp.NAME, mtp.load_mtp, aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
            on_target=True, train="mtp",
            # chained as deep as the round's K

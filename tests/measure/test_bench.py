@@ -366,3 +366,26 @@ def test_a_row_derived_from_a_drafter_that_learns_from_requests_gets_its_own(pai
     assert len(set().union(*suffix)) == 2
     lookup = [used[key] for key in used if key[0].startswith("speclab prompt-lookup")]
     assert len(lookup) == 4 and len(set().union(*lookup)) == 1
+
+
+def test_the_default_bench_is_the_lesson_and_all_is_every_row():
+    """`python -m speclab bench` runs target-only, the registry's lesson rows and transformers' two; `--all` every
+    row that fits: on the bundled target, every lesson row fits and the lesson is a strict subset."""
+    import speclab
+    from speclab.measure.bench import HF_LESSON, TARGET_ONLY, default_methods, lesson_methods
+    from speclab.methods import REGISTRY
+
+    target, draft, _, _ = speclab.load_pair()
+    lesson, every = lesson_methods(target, draft), default_methods(target, draft)
+    expected = {TARGET_ONLY, *HF_LESSON, *(row for m in REGISTRY.values() for row in m.lesson_rows)}
+    assert set(lesson) == expected and set(lesson) < set(every)
+    assert list(lesson) == [m for m in every if m in lesson]          # in the table's order
+    assert all(row in m.bench_rows for m in REGISTRY.values() for row in m.lesson_rows)
+
+
+def test_the_interleaved_timing_says_how_far_it_got():
+    from speclab.measure.bench import time_interleaved
+
+    said = []
+    time_interleaved({"a": lambda i: (0.0, i), "b": lambda i: (0.0, i)}, 2, 2, said.append)
+    assert len(said) == 4 and said[-1].startswith("repeat 2/2, prompt 2/2: 2 rows timed")

@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from matplotlib.figure import Figure
-from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 import speclab
 from speclab.course.notebook import precision, tree_layout
+from speclab.methods import REGISTRY, eagle
+from speclab.train.eagle import unroll_mask
 
 WIDTH = 7.5    # inches: the book's 780-pixel column
 FONT = 9       # points: the smallest text a figure uses
@@ -35,8 +37,8 @@ def setup(threads: int = 1) -> SimpleNamespace:
     (ids_of: text -> token ids on the device; show: one token id -> its text, quoted)."""
     torch.set_num_threads(threads)    # live timings on one thread, as the machine line says
     target, draft, tokenizer, device = speclab.load_pair()
-    eagle_dir = speclab.models.BUNDLED_DIR / "eagle"
-    eagle3_dir = speclab.models.BUNDLED_DIR / "eagle3"
+    eagle_dir = speclab.models.BUNDLED_DIR / REGISTRY[eagle.NAME].bundled
+    eagle3_dir = speclab.models.BUNDLED_DIR / REGISTRY[eagle.NAME3].bundled
     return SimpleNamespace(
         target=target, draft=draft, tokenizer=tokenizer, device=device,
         eagle_dir=eagle_dir, eagle3_dir=eagle3_dir,
@@ -247,7 +249,6 @@ def mask_figure(n: int = 4) -> Figure:
     """The training-time test's attention masks (speclab.train.eagle.unroll_mask) for `n` anchors and
     steps 0 to 3: steps 0-2 on one row, step 3 below, every cell the same size so that labels read at
     the column's width."""
-    from speclab.train.eagle import unroll_mask
 
     fig = plt.figure(figsize=(WIDTH, 4.6))
     grid = fig.add_gridspec(2, 3, width_ratios=[4, 8, 12])
@@ -300,7 +301,7 @@ def bench_figure(ratio: dict[str, float], spread: dict[str, tuple[float, float]]
     hi = [spread[m][1] - ratio[m] if m in spread else 0 for m in order]
     fig, ax = plt.subplots(figsize=(WIDTH, 4.2))
     ax.barh([m.replace("speclab ", "") for m in order], [ratio[m] for m in order], xerr=[lo, hi],
-            capsize=2, color=["#4c72b0" if "eagle" in m else "#999999" for m in order])
+            capsize=2, color=["#4c72b0" if eagle.NAME in m else "#999999" for m in order])
     ax.axvline(1, color="k", lw=0.8)
     ax.set_xlabel("speed vs speclab target-only, with its 95% interval over the prompts", fontsize=FONT)
     ax.tick_params(labelsize=FONT)

@@ -2,8 +2,11 @@
 pages keep in view only the speclab calls that teach."""
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
+import inspect
+import textwrap
+
 from matplotlib.figure import Figure
+import matplotlib.pyplot as plt
 
 from speclab.measure.bench import BenchRow, round_costs
 
@@ -148,8 +151,6 @@ def width_steps(workload: dict) -> dict[int, float]:
 def show_source(obj, width: int = 84) -> None:
     """Print `obj`'s source, dedented, a line longer than `width` folded at a space onto an indented
     next line (marked with a trailing backslash), so that it fits the book's column."""
-    import inspect
-    import textwrap
 
     for line in textwrap.dedent(inspect.getsource(obj)).rstrip().splitlines():
         if len(line) <= width:

@@ -2,9 +2,12 @@
 numbers the prose glues. Plumbing only; the lesson's code stays in the notebook."""
 from __future__ import annotations
 
-from speclab.measure import batching
+import matplotlib.pyplot as plt
 
-METHODS_KEYS = {"draft model": "dm", "prompt lookup": "pl", "eagle chain": "eagle"}
+from speclab.measure import batching
+from speclab.methods import eagle
+
+METHODS_KEYS = {"draft model": "dm", "prompt lookup": "pl", "eagle chain": eagle.NAME}
 
 
 def pass_costs(record: dict) -> dict[int, dict[int, float]]:
@@ -48,7 +51,6 @@ def cost_numbers(record: dict) -> dict[str, float]:
 
 def plot_pass_costs(record: dict):
     """Figure: ms per pass against tokens in the pass, one line per batch size, and the roofline."""
-    import matplotlib.pyplot as plt
 
     costs = pass_costs(record)
     fig, ax = plt.subplots(figsize=(7.2, 4))
@@ -99,7 +101,6 @@ def sweep_checks(record: dict) -> dict:
 def plot_sweep(record: dict):
     """Figure: speedup over target-only against batch size, a panel per method, a line per K, and the
     rounds model's best-K prediction dotted."""
-    import matplotlib.pyplot as plt
 
     methods, sizes, rows = list(record["summary"]), record["batch_sizes"], record["rows"]
     fig, axes = plt.subplots(1, len(methods), figsize=(7.5, 3.4), sharey=True)

@@ -3,9 +3,15 @@ numbers the prose glues, and the arithmetic of a p95 measured on few requests. P
 code (speclab.serving's settings, exports and gate) stays in the notebook."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 import math
 import textwrap
-from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+
+from speclab.methods import eagle, ngram
+
+E3 = eagle.NAME3  # the records key rows by the method's name
 
 SPEEDS = {  # part III's records with speclab's eager target-only decode, and where its tokens/s sits in each
     "10_vllm_cpu": ("chapter 10's vLLM record", lambda r: r["rows"]["speclab target-only (eager)"]["tokens_per_s"]),
@@ -38,10 +44,10 @@ def side_by_side(record: dict) -> tuple[list[list], dict[str, float]]:
     base = record["rows"]["target-only"]
     ratio = {e: {n: r[e]["tokens_per_s"] / base[e]["tokens_per_s"] for n, r in record["rows"].items()}
              for e in ("speclab", "vllm")}
-    heads = [n for n in gaps if n != "ngram"]
-    numbers = {"worst_gap": 100 * max(gaps[n] for n in heads), "ngram_gap": 100 * gaps["ngram"],
+    heads = [n for n in gaps if n != ngram.NAME]
+    numbers = {"worst_gap": 100 * max(gaps[n] for n in heads), "ngram_gap": 100 * gaps[ngram.NAME],
                "vllm_to": base["vllm"]["tokens_per_s"], "speclab_to": base["speclab"]["tokens_per_s"],
-               "vllm_e3": ratio["vllm"]["eagle3"], "speclab_e3": ratio["speclab"]["eagle3"],
+               "vllm_e3": ratio["vllm"][E3], "speclab_e3": ratio["speclab"][E3],
                "all_equal": all(r[e]["same_as_target_only"] for r in record["rows"].values() for e in r)}
     for n in heads:
         rows[[r[0] for r in rows].index(n)].append(f"{ratio['speclab'][n]:.2f}x / {ratio['vllm'][n]:.2f}x")
@@ -72,7 +78,6 @@ LOAD_HEADER = ["config", "req/s", "tok/s", "TPOT p50 (ms)", "TPOT p95 (ms)", "dr
 
 def load_figure(load: dict):
     """Output tokens/s and p95 time per output token against the arrival rate, one line a configuration."""
-    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
     for name, rows in load["rows"].items():
@@ -94,14 +99,14 @@ def load_numbers(load: dict) -> dict[str, float]:
     by = {name: {r["rate"]: r for r in rows} for name, rows in load["rows"].items()}
     low, high = min(load["rates"]), max(load["rates"])
     return {"low_rate": low, "high_rate": high,
-            "off_tpot_low": by["off"][low]["tpot_ms_p50"], "e3_tpot_low": by["eagle3"][low]["tpot_ms_p50"],
-            "off_tps_high": by["off"][high]["tokens_per_s"], "e3_tps_high": by["eagle3"][high]["tokens_per_s"],
-            "e3_gain_high": by["eagle3"][high]["tokens_per_s"] / by["off"][high]["tokens_per_s"],
-            "ng_p95_16": by["ngram"][16.0]["tpot_ms_p95"], "off_p95_16": by["off"][16.0]["tpot_ms_p95"],
+            "off_tpot_low": by["off"][low]["tpot_ms_p50"], "e3_tpot_low": by[E3][low]["tpot_ms_p50"],
+            "off_tps_high": by["off"][high]["tokens_per_s"], "e3_tps_high": by[E3][high]["tokens_per_s"],
+            "e3_gain_high": by[E3][high]["tokens_per_s"] / by["off"][high]["tokens_per_s"],
+            "ng_p95_16": by[ngram.NAME][16.0]["tpot_ms_p95"], "off_p95_16": by["off"][16.0]["tpot_ms_p95"],
             "fb_drafts_low": by["eagle3-fallback"][low]["drafts"],
             "fb_drafts_high": by["eagle3-fallback"][high]["drafts"],
             "fb_tps_high": by["eagle3-fallback"][high]["tokens_per_s"],
-            "e3_tau": by["eagle3"][low]["mean_acceptance_length"], "fallback_above": load["fallback_above"]}
+            "e3_tau": by[E3][low]["mean_acceptance_length"], "fallback_above": load["fallback_above"]}
 
 
 def pass_ratio(batch_record: dict, batch: int, wide: int, narrow: int = 1) -> float:
@@ -143,12 +148,12 @@ def check_load_claims(load: dict, batch_record: dict) -> None:
     cost of chapter 11's 5-wide pass at 16 sequences; EAGLE-3 has the lowest p95 at every rate, and at the two
     highest rates the most tokens/s while the fallback makes fewer than plain decoding."""
     by = {name: {r["rate"]: r for r in rows} for name, rows in load["rows"].items()}
-    tau = by["eagle3"][min(load["rates"])]["mean_acceptance_length"]
+    tau = by[E3][min(load["rates"])]["mean_acceptance_length"]
     assert tau > pass_ratio(batch_record, 16, 5), "prose: EAGLE-3's tokens a pass pay for the wider pass"
     for rate in load["rates"]:
         best = min(by, key=lambda n: by[n][rate]["tpot_ms_p95"])
-        assert best == "eagle3", f"caption: EAGLE-3 has the lowest p95 at {rate} req/s, not {best}"
+        assert best == E3, f"caption: EAGLE-3 has the lowest p95 at {rate} req/s, not {best}"
     for rate in sorted(load["rates"])[-2:]:
-        assert max(by, key=lambda n: by[n][rate]["tokens_per_s"]) == "eagle3", "caption: EAGLE-3 most tok/s"
+        assert max(by, key=lambda n: by[n][rate]["tokens_per_s"]) == E3, "caption: EAGLE-3 most tok/s"
         fallback, off = by["eagle3-fallback"][rate]["tokens_per_s"], by["off"][rate]["tokens_per_s"]
         assert fallback < off, "caption: the fallback below plain decoding at the two highest rates"

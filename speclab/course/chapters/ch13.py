@@ -2,6 +2,8 @@
 the prose glues. Plumbing only; the lesson's code stays in the notebook."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+
 from speclab.course.notebook import read_record
 from speclab.measure.bench import BenchRow
 
@@ -52,7 +54,6 @@ def block_gains(rows: dict[str, dict]) -> dict[str, float]:
 def plot_block(rows: dict[str, dict]):
     """Figure: tokens a round and speedup, token-wise against block verification, a pair of bars per
     drafter."""
-    import matplotlib.pyplot as plt
 
     pairs = block_pairs(rows)
     names = [m.removeprefix("speclab ") for m, _ in pairs]
