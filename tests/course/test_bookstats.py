@@ -53,3 +53,19 @@ def test_the_book_command_prints_a_row_a_page_in_toc_order(capsys):
 def test_execute_refuses_a_page_that_is_not_in_the_book(capsys):
     assert book_cli.main(["execute", "--pages", "99_nothing"]) == 2
     assert "no page" in capsys.readouterr().err
+
+
+def test_every_page_of_the_book_keeps_to_the_style():
+    """book-style: a page of at most about 4,000 words of prose, no visible code cell over 25 lines and at most
+    about 250 visible lines, no printed line past the column, every figure captioned; every source linked."""
+    problems = []
+    for path in bookstats.book_pages():
+        s = bookstats.page_stats(path)
+        problems += [f"{s.page}: {what}" for what, bad in [
+            (f"{s.words} words of prose (split the page)", s.words > 4200),
+            (f"a visible cell of {s.longest_cell} lines (hide plumbing, or move it to speclab.course)", s.longest_cell > 25),
+            (f"{s.code_lines} visible lines of code", s.code_lines > 250),
+            (f"{s.wide_lines} printed lines over {bookstats.PRINT_WIDTH} characters", s.wide_lines > 0),
+            (f"{s.images - s.captioned} figures without a caption (glue:figure)", s.images > s.captioned)] if bad]
+    problems += [f"references.bib: {key} has no url or doi" for key in bookstats.unlinked_references()]
+    assert not problems, "\n".join(problems)
