@@ -549,6 +549,14 @@ MISTAKES = [
      '    return length + 2 + n_accepted  # counts the correction as cached'),
     ('lab10', 'q3', 'impossible counts', 'def rollback(length, n_drafted, n_accepted):\n'
      '    return length + 1 + n_accepted'),
+    ('lab10', 'q3', 'a negative accepted count', 'def rollback(length, n_drafted, n_accepted):\n'
+     '    if n_accepted > n_drafted:  # forgets the negative counts\n'
+     "        raise ValueError('counts')\n"
+     '    return length + 1 + n_accepted'),
+    ('lab10', 'q3', 'a negative accepted count', 'def rollback(length, n_drafted, n_accepted):\n'
+     '    if not 0 < n_accepted <= n_drafted:  # refuses 0 too\n'
+     "        raise ValueError('counts')\n"
+     '    return length + 1 + n_accepted'),
     ('lab10', 'q4', 'a prompt, then a decode step', 'def cached_attention(cache, q, k, v, start):\n'
      '    write_kv(cache, k, v, start)\n'
      "    scores = q @ cache['keys'].transpose(1, 2)  # no 1 / sqrt(d)\n"
@@ -627,6 +635,9 @@ MISTAKES = [
     ("lab11", "q2", "a stop token ends the row",
      settle_rows_but("new.index(eos_id) + 1] if stopped else new",
                      "new.index(eos_id)] if stopped else new  # drops the stop token itself")),
+    ("lab11", "q2", "a cut changes the tokens, not the cache length",
+     settle_rows_but("new_lengths.append(lengths[b] + 1 + a)",
+                     "new_lengths.append(lengths[b] + len(new))  # the tokens emitted, after the cuts")),
     ("lab11", "q3", "land in its own cache row",
      batched_attention_but("lengths[b]:lengths[b] + n] = k[b]\n        cache['values'][b, :, lengths[b]:lengths[b] + n]",
                            "lengths[0]:lengths[0] + n] = k[b]  # every row at row 0's length\n"
@@ -793,6 +804,8 @@ RULES = [
      next(m[3] for m in MISTAKES if m[2] == "only the pending token's row stays")),
     ("lab10", "q3", "Raise a `ValueError` unless `0 <= n_accepted <= n_drafted`", "impossible counts",
      next(m[3] for m in MISTAKES if m[2] == "impossible counts")),
+    ("lab10", "q3", "and so is a negative count", "a negative accepted count",
+     next(m[3] for m in MISTAKES if m[0] == "lab10" and "forgets the negative counts" in m[3])),
     ("lab10", "q4", "$q K^\\top / \\sqrt{d}$", "a prompt, then a decode step",
      next(m[3] for m in MISTAKES if "no 1 / sqrt(d)" in m[3])),
     ("lab10", "q4", "write `k` and `v` into the cache", "a prompt, then a decode step",
@@ -833,6 +846,9 @@ RULES = [
      next(m[3] for m in MISTAKES if m[0] == "lab11" and "> instead of >=" in m[3])),
     ("lab11", "q2", "end with the first `eos_id`, inclusive", "a stop token ends the row",
      next(m[3] for m in MISTAKES if m[0] == "lab11" and "drops the stop token itself" in m[3])),
+    ("lab11", "q2", "a row cut at its budget or at a stop token still has the new length",
+     "a cut changes the tokens, not the cache length",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "after the cuts" in m[3])),
     ("lab11", "q3", "at **its** length, `lengths[b]`", "land in its own cache row",
      next(m[3] for m in MISTAKES if m[0] == "lab11" and "every row at row 0's length" in m[3])),
     ("lab11", "q3", "up to and including `lengths[b] + i`", "one sequence",

@@ -135,8 +135,9 @@ def reference_max_paying_k(alpha, draft_ms, target_ms, k_max):
 
 # TESTS q1
 lab.question("q1", "write_kv", points=2, title="write by position")
-HINT_Q1 = ("n = new_k.shape[1]; if start + n > cache['keys'].shape[1]: raise ValueError(...); then "
-           "cache['keys'][:, start:start + n] = new_k (the same for the values) and return start + n.")
+WHERE_Q1 = " See q1's list above, and chapter 10, section 10.2 (A static cache written by position)."
+HINT_Q1 = ("A pass's rows go, in place, to the slots of their positions; every other slot keeps what it held, the "
+           "new length comes back, and rows that do not fit raise a ValueError before anything is written." + WHERE_Q1)
 
 
 def check_write(f, cache, new_k, new_v, start, why="", aspects=("shape", "rows", "others", "length")):
@@ -176,21 +177,27 @@ def check_write(f, cache, new_k, new_v, start, why="", aspects=("shape", "rows",
         expect_equal(got, start + n, call, why="the cache's new length, start + n")
 
 
-@lab.case("q1", "rows land in slots start .. start + n - 1", hint=HINT_Q1)
+@lab.case("q1", "rows land in slots start .. start + n - 1",
+          hint="The token at position p goes to slot p: the pass's row i belongs in slot start + i, the first row "
+               "in slot start, none shifted by a slot." + WHERE_Q1)
 def _(f):
     g = torch.Generator().manual_seed(1)
     check_write(f, new_cache(g, 2, 8, 4), randn(g, 2, 3, 4), randn(g, 2, 3, 4), 2, aspects=("rows",),
                 why="token i of the pass goes to slot start + i: the first row into slot 2")
 
 
-@lab.case("q1", "the other slots keep what they held", hint=HINT_Q1)
+@lab.case("q1", "the other slots keep what they held",
+          hint="Only the pass's n slots change: the prefix before them and the stale rows after them stay as they "
+               "were (the mask of q2 hides the stale ones; nothing needs clearing)." + WHERE_Q1)
 def _(f):
     g = torch.Generator().manual_seed(2)
     check_write(f, new_cache(g, 2, 10, 4), randn(g, 2, 2, 4), randn(g, 2, 2, 4), 5, aspects=("others",),
                 why="the prefix before slot 5 and the stale rows after slot 6 stay as they were")
 
 
-@lab.case("q1", "in place: the same two tensors, of the same shape", hint=HINT_Q1)
+@lab.case("q1", "in place: the same two tensors, of the same shape",
+          hint="A static cache is allocated once: write into the two tensors the dict already holds, never a new, "
+               "copied or longer tensor put in their place (that is DynamicCache's habit)." + WHERE_Q1)
 def _(f):
     g = torch.Generator().manual_seed(3)
     cache = new_cache(g, 3, 12, 2)
@@ -199,15 +206,17 @@ def _(f):
                 why="a decode step after a prompt of 4")
 
 
-@lab.case("q1", "returns the new length, start + n", hint=HINT_Q1)
+@lab.case("q1", "returns the new length, start + n",
+          hint="What comes back is the cache's new length: the number of slots in use, counted from slot 0, not "
+               "the index of the last slot written." + WHERE_Q1)
 def _(f):
     g = torch.Generator().manual_seed(4)
     check_write(f, new_cache(g, 1, 9, 3), randn(g, 1, 5, 3), randn(g, 1, 5, 3), 3, aspects=("length",))
 
 
 @lab.case("q1", "rows that do not fit raise a ValueError, and rows up to the last slot fit",
-          hint="Check start + n > max_len before writing anything, and raise ValueError(...) then; "
-               "start + n == max_len fits exactly.")
+          hint="Rows that would run past the last slot are an error, a ValueError, found before anything is "
+               "written; rows that end exactly at the last slot fit." + WHERE_Q1)
 def _(f):
     g = torch.Generator().manual_seed(5)
     cache = new_cache(g, 2, 8, 4)
@@ -224,8 +233,9 @@ def _(f):
 
 # TESTS q2
 lab.question("q2", "attention_mask", points=1, title="the length mask")
-HINT_Q2 = ("torch.arange(max_len)[None, :] <= (start + torch.arange(n))[:, None]: row i is True up to "
-           "and including slot start + i.")
+WHERE_Q2 = " See q2's list above, and chapter 10, section 10.2 (A static cache written by position)."
+HINT_Q2 = ("Query i of the pass sits in slot start + i and sees every slot up to and including its own, nothing "
+           "after it." + WHERE_Q2)
 
 
 def grid(mask):
@@ -254,34 +264,42 @@ def check_mask(f, start, n, max_len, why="", slots=None):
            f"{grid(got)}; expected {grid(want)}{where}" + because(why))
 
 
-@lab.case("q2", "a torch.bool tensor of shape (n, max_len)", hint=HINT_Q2)
+@lab.case("q2", "a torch.bool tensor of shape (n, max_len)",
+          hint="The mask is a torch.bool tensor, True where a query may attend: one row per query of the pass, "
+               "one column per slot of the whole cache." + WHERE_Q2)
 def _(f):
     check_mask(f, 0, 3, 5)
     check_mask(f, 6, 1, 7)
 
 
-@lab.case("q2", "a decode step sees the prefix and its own slot", hint=HINT_Q2)
+@lab.case("q2", "a decode step sees the prefix and its own slot",
+          hint="A query sees the whole prefix, slots 0 to start - 1, and its own slot: its own key is part of its "
+               "past." + WHERE_Q2)
 def _(f):
     check_mask(f, 4, 1, 7, slots=(0, 5), why="the pending token in slot 4 sees slots 0 to 4: its own key "
                "included")
 
 
-@lab.case("q2", "the drafts see each other causally: up to their own slot, no further", hint=HINT_Q2)
+@lab.case("q2", "the drafts see each other causally: up to their own slot, no further",
+          hint="Within the pass, a query sees the pass's rows up to its own slot; the drafts after it are not its "
+               "past." + WHERE_Q2)
 def _(f):
     check_mask(f, 2, 4, 8, slots=(2, 6), why="query i sits in slot 2 + i and sees slots 2 .. 2 + i of the "
                "pass; the later drafts are not its past")
 
 
-@lab.case("q2", "nothing from slot start + n on: stale rows stay hidden", hint=HINT_Q2)
+@lab.case("q2", "nothing from slot start + n on: stale rows stay hidden",
+          hint="No query sees a slot from start + n on: those slots hold zeros or rejected drafts' rows, which "
+               "look just like real keys." + WHERE_Q2)
 def _(f):
     check_mask(f, 3, 2, 12, slots=(5, 12), why="slots 5 to 11 hold zeros or rejected drafts' rows")
 
 
 # TESTS q3
 lab.question("q3", "rollback", points=1, title="rollback is a length")
-HINT_Q3 = ("The cache keeps the pending token's row and the accepted drafts' rows: return "
-           "length + 1 + n_accepted (the correction or bonus token is written by the next pass); raise "
-           "ValueError unless 0 <= n_accepted <= n_drafted.")
+WHERE_Q3 = " See q3's text above (Rollback is a length), and chapter 10, section 10.2."
+HINT_Q3 = ("After a verify pass the cache keeps the pending token's row and the accepted drafts' rows, no more: the "
+           "target's own token, the correction or the bonus, is not in it yet (the next pass writes it)." + WHERE_Q3)
 
 
 def check_rollback(f, length, n_drafted, n_accepted, why=""):
@@ -332,11 +350,23 @@ def _(f):
 
 
 @lab.case("q3", "impossible counts raise a ValueError",
-          hint="if not 0 <= n_accepted <= n_drafted: raise ValueError(...)")
+          hint="The target cannot accept more drafts than were drafted: such a count is a ValueError; accepting "
+               "every draft is allowed." + WHERE_Q3)
 def _(f):
-    # one call: in the grader, an answer that raises is not called again in the same case
+    check_rollback(f, 5, 3, 3, why="all 3 drafts accepted: possible")
+    # last: in the grader, an answer that raises is not called again in the same case
     expect_value_error(lambda: f(5, 3, 4), "rollback(length=5, n_drafted=3, n_accepted=4)",
                        why="4 accepted of 3 drafted")
+
+
+@lab.case("q3", "a negative accepted count raises a ValueError",
+          hint="No count of accepted drafts is below 0: a negative one is as impossible as too many, a ValueError; "
+               "accepting none (0) is allowed." + WHERE_Q3)
+def _(f):
+    check_rollback(f, 5, 3, 0, why="no draft accepted: possible")
+    # last: in the grader, an answer that raises is not called again in the same case
+    expect_value_error(lambda: f(5, 3, -1), "rollback(length=5, n_drafted=3, n_accepted=-1)",
+                       why="-1 drafts accepted")
 
 
 @lab.case("q3", "three rounds on a cache: attention after your rollback reads the accepted tokens only",
@@ -348,9 +378,10 @@ def _(f):
 
 # TESTS q4
 lab.question("q4", "cached_attention", points=2, title="one attention layer on the static cache")
-HINT_Q4 = ("write_kv(cache, k, v, start); scores = q @ cache['keys'].transpose(1, 2) / math.sqrt(head_dim); "
-           "scores.masked_fill(~attention_mask(start, n, max_len), float('-inf')); then "
-           "torch.softmax(scores, -1) @ cache['values'].")
+HINT_Q4 = ("Follow q4's three steps in order: the pass's keys and values go into the cache first (your write_kv, so "
+           "each query's own key is there); the scores are scaled by 1 / sqrt(head_dim); the slots your mask hides "
+           "are set to minus infinity before the softmax over the slots; the weights then multiply the cache's values. "
+           "With q1 and q2 passing, look at how you put them together. See chapter 10, section 10.2.")
 
 
 def check_rounds(f, g, prompt, rounds, heads=2, head_dim=4, max_len=48):
@@ -382,8 +413,9 @@ def _(f):
 # TESTS q5
 lab.question("q5", "pass_ms", points=1, title="what a pass costs")
 TARGET_FLOPS = {"flops_per_position": 2.0e9, "tflops": 20}
-HINT_Q5 = ("layers * launches_per_layer * launch_us / 1000 + max(weight_bytes / (bandwidth_gbs * 1e6), "
-           "n * flops_per_position / (tflops * 1e9)).")
+WHERE_Q5 = " See q5's three parts above, and chapter 10, section 10.1 (Where a decode step's time goes)."
+HINT_Q5 = ("A pass costs its launches, once per pass, plus the longer of its weight traffic and its arithmetic; "
+           "every part in milliseconds." + WHERE_Q5)
 
 
 def check_pass(f, args, kwargs=None, why=""):
@@ -396,34 +428,42 @@ def check_pass(f, args, kwargs=None, why=""):
                  why=why)
 
 
-@lab.case("q5", "weight traffic: 2 GB at 2000 GB/s is 1 ms", hint=HINT_Q5)
+@lab.case("q5", "weight traffic: 2 GB at 2000 GB/s is 1 ms",
+          hint="Mind the units of the weight traffic: 1 GB/s is 10^9 bytes per second, and the answer is in "
+               "milliseconds." + WHERE_Q5)
 def _(f):
     check_pass(f, (1, 2.0e9, 2000, 16, 0, 10), why="2e9 bytes / 2e12 bytes per second = 1e-3 s; no launches")
 
 
-@lab.case("q5", "launch overhead: 16 layers x 12 launches x 10 us, whatever n", hint=HINT_Q5)
+@lab.case("q5", "launch overhead: 16 layers x 12 launches x 10 us, whatever n",
+          hint="The launches are paid once per pass, whatever the number of positions: every layer's launches, "
+               "each of launch_us microseconds." + WHERE_Q5)
 def _(f):
     check_pass(f, (1, 0.0, 2000, 16, 12, 10), why="1920 us = 1.92 ms, with no weights to read")
     check_pass(f, (17, 0.0, 2000, 16, 12, 10), why="the launches do not depend on the positions")
     check_pass(f, (5, 2.0e9, 2000, 16, 12, 10), why="1.92 ms of launches on top of 1 ms of traffic")
 
 
-@lab.case("q5", "traffic and arithmetic overlap: the longer of the two, not their sum", hint=HINT_Q5)
+@lab.case("q5", "traffic and arithmetic overlap: the longer of the two, not their sum",
+          hint="Weight traffic and arithmetic overlap (lab 1's roofline): the pass takes the longer of the two, "
+               "and only the launches come on top." + WHERE_Q5)
 def _(f):
     args = (2.0e9, 2000, 16, 1, 5)
     check_pass(f, (5,) + args, TARGET_FLOPS, why="5 positions: 0.5 ms of arithmetic hides under 1 ms of traffic")
     check_pass(f, (20,) + args, TARGET_FLOPS, why="20 positions: 2 ms of arithmetic, the traffic hides under it")
 
 
-@lab.case("q5", "no arithmetic by default", hint=HINT_Q5)
+@lab.case("q5", "no arithmetic by default",
+          hint="With the defaults, no FLOP per position at infinite TFLOP/s, the arithmetic takes no time: only the "
+               "launches and the weight traffic count." + WHERE_Q5)
 def _(f):
     check_pass(f, (64, 2.0e9, 2000, 16, 12, 10), why="flops_per_position=0.0 and tflops=inf by default")
 
 
 # TESTS q6
 lab.question("q6", "max_paying_k", points=2, title="how far speculation pays")
-HINT_Q6 = ("For every K in range(1, k_max + 1) compute theory.expected_tokens(alpha, K) * target_ms(1) / "
-           "(K * draft_ms + target_ms(K + 1)); return the largest K where it is above 1, else 0.")
+WHERE_Q6 = " See q6's text above, chapter 4's speedup model, and chapter 10, section 10.4 (A verify pass, by width)."
+HINT_Q6 = ("The budget is the largest K from 1 to k_max whose modelled speedup S(K) is above 1, or 0." + WHERE_Q6)
 
 
 class Timing:
@@ -451,39 +491,45 @@ def eager_gpu():
             Timing(lambda n: reference_pass_ms(n, **TARGET, **EAGER), "the eager GPU target of the last cell"))
 
 
-@lab.case("q6", "every K pays: k_max; none pays: 0", hint=HINT_Q6)
+@lab.case("q6", "every K pays: k_max; none pays: 0",
+          hint="Try every K from 1 to k_max, k_max itself included; when no K pays, the answer is 0." + WHERE_Q6)
 def _(f):
     check_budget(f, 1.0, 0.01, Timing(lambda n: 1.0, "T(n) = 1 ms for every n"), 12)
     check_budget(f, 0.5, 1.0, Timing(lambda n: 1.0, "T(n) = 1 ms for every n"), 6,
                  why="a draft step as slow as the target's")
 
 
-@lab.case("q6", "the largest K that pays, not the best K", hint=HINT_Q6)
+@lab.case("q6", "the largest K that pays, not the best K",
+          hint="The question asks for the largest K whose speedup is above 1 (the budget), not the K with the best speedup." + WHERE_Q6)
 def _(f):
     check_budget(f, 0.8, 0.1, Timing(lambda n: 1.0, "T(n) = 1 ms for every n"), 64,
                  why="the speedup peaks and then falls, but stays above 1 for a long while")
 
 
-@lab.case("q6", "a verify pass covers K + 1 positions", hint=HINT_Q6)
+@lab.case("q6", "a verify pass covers K + 1 positions",
+          hint="A round's verify pass covers the pending token and the K drafts: it takes T(K + 1), not T(K)." + WHERE_Q6)
 def _(f):
     check_budget(f, 0.8, 0.05, Timing(lambda n: 1 + 0.2 * (n - 1), "T(n) = 1 + 0.2 (n - 1) ms"), 16,
                  why="K drafts are verified with the pending token: T(K + 1), not T(K)")
     check_budget(f, 0.9, 0.0, Timing(lambda n: n, "T(n) = n ms"), 6)
 
 
-@lab.case("q6", "target-only decoding takes T(1) ms per token, not 1", hint=HINT_Q6)
+@lab.case("q6", "target-only decoding takes T(1) ms per token, not 1",
+          hint="The target alone emits one token per T(1) ms: the round's tokens are weighed against that, not against 1." + WHERE_Q6)
 def _(f):
     check_budget(f, 0.8, 1.0, Timing(lambda n: 5.0, "T(n) = 5 ms for every n"), 3,
                  why="a round is compared with T(1) = 5 ms per token of the target alone")
 
 
-@lab.case("q6", "a speedup of exactly 1 is no gain: 0", hint=HINT_Q6)
+@lab.case("q6", "a speedup of exactly 1 is no gain: 0",
+          hint="A speedup of exactly 1 gains nothing: only an S(K) strictly above 1 pays." + WHERE_Q6)
 def _(f):
     check_budget(f, 0.5, 0.5, Timing(lambda n: 1.0, "T(n) = 1 ms for every n"), 4,
                  why="S(1) = 1.5 x 1 / (0.5 + 1) = 1 exactly")
 
 
-@lab.case("q6", "padded widths: a K past one that does not pay may pay again", hint=HINT_Q6)
+@lab.case("q6", "padded widths: a K past one that does not pay may pay again",
+          hint="Do not stop at the first K that does not pay: when T climbs in steps, a larger K may pay again." + WHERE_Q6)
 def _(f):
     check_budget(f, 0.95, 0.01, Timing(lambda n: 1.0 if n <= 2 else 4.0,
                                        "T(n) = 1 ms up to 2 positions, 4 ms from 3 on (padded)"), 8,

@@ -92,8 +92,9 @@ def reference_speedups(pass_ms, draft_ms, tokens_per_round, k):
 
 # TESTS q1
 lab.question("q1", "accepted_counts", points=1, title="each row's accepted count")
-HINT_Q1 = ("For each row b: n = 0; while n < widths[b] and drafts[b, n] == choices[b, n]: n += 1. Row b's "
-           "own tensors only, compared position by position, stopping at the row's width.")
+WHERE_Q1 = " See q1's text above, and chapter 11, section 11.1 (The batch is a dimension of the same loop)."
+HINT_Q1 = ("A row's count is the number of its leading drafts that equal the target's choice at the same position, "
+           "within the row's width, and its own row only." + WHERE_Q1)
 
 
 def check_counts(f, drafts, widths, choices, why=""):
@@ -108,7 +109,8 @@ def check_counts(f, drafts, widths, choices, why=""):
     expect(got_ints == want, f"{call} returned {got_ints}; expected {want}" + because(why))
 
 
-@lab.case("q1", "each row counts against its own choices", hint=HINT_Q1)
+@lab.case("q1", "each row counts against its own choices",
+          hint="Each row is counted against its own choices: row b's drafts with row b's choices, never another row's." + WHERE_Q1)
 def _(f):
     check_counts(f, [[5, 5, 5], [6, 6, 2], [5, 5, 5]], [3, 3, 3],
                  [[5, 5, 5, 5], [6, 6, 6, 6], [7, 7, 7, 7]],
@@ -116,20 +118,23 @@ def _(f):
                      "although row 0's choices are 5")
 
 
-@lab.case("q1", "a draft counts only if every draft before it was kept", hint=HINT_Q1)
+@lab.case("q1", "a draft counts only if every draft before it was kept",
+          hint="Counting stops at the first draft that differs from the target's choice: a later draft that matches follows a token the target did not pick." + WHERE_Q1)
 def _(f):
     check_counts(f, [[3, 8, 3, 3]], [4], [[3, 3, 3, 3, 3]],
                  why="draft 1 (8) is not the choice (3): drafts 2 and 3 follow a token the target did not "
                      "pick, so they do not count although they match")
 
 
-@lab.case("q1", "draft i is checked against choices[b, i], the same position", hint=HINT_Q1)
+@lab.case("q1", "draft i is checked against choices[b, i], the same position",
+          hint="Draft i is compared with the target's choice at the same position, choices[b, i] (its pick after the pending token and the first i drafts), not the one after it." + WHERE_Q1)
 def _(f):
     check_counts(f, [[4, 5, 6], [7, 7, 7]], [3, 3], [[4, 5, 6, 9], [1, 7, 7, 7]],
                  why="choices[b, 0] is the target's pick after the pending token, the first draft's position")
 
 
-@lab.case("q1", "padding past a row's width is never accepted, even when it matches", hint=HINT_Q1)
+@lab.case("q1", "padding past a row's width is never accepted, even when it matches",
+          hint="Only a row's first widths[b] entries are drafts: the padding after them never counts, even when it matches." + WHERE_Q1)
 def _(f):
     check_counts(f, [[2, 3, 0, 0], [2, 0, 0, 0], [0, 0, 0, 0]], [2, 1, 0],
                  [[2, 3, 0, 0, 0], [2, 0, 0, 0, 0], [0, 0, 0, 0, 0]],
@@ -138,9 +143,10 @@ def _(f):
 
 # TESTS q2
 lab.question("q2", "settle_rows", points=2, title="settling a round, row by row")
-HINT_Q2 = ("Per row: new = drafts[b, :a].tolist() + [int(choices[b, a])]; cut it to max_new_tokens - "
-           "produced[b], then after the first eos_id (inclusive); new length lengths[b] + 1 + a; finished "
-           "if eos_id was emitted or produced[b] + len(new) >= max_new_tokens.")
+WHERE_Q2 = " See q2's list above, and chapter 11, section 11.1 (The batch is a dimension of the same loop)."
+HINT_Q2 = ("Each row settles on its own: its kept drafts and the target's choice after them, cut to its budget and "
+           "at a stop token; a cache length that counts the pending token and the kept drafts; finished on a stop "
+           "token or a full budget." + WHERE_Q2)
 
 
 def check_settle(f, lengths, accepted, drafts, choices, produced, max_new_tokens, eos_id=None, why="",
@@ -169,14 +175,16 @@ def check_settle(f, lengths, accepted, drafts, choices, produced, max_new_tokens
         expect(mine == theirs, f"{call} returned {name} = {mine}; expected {theirs}" + because(why))
 
 
-@lab.case("q2", "a row gets its kept drafts and the target's next choice", hint=HINT_Q2)
+@lab.case("q2", "a row gets its kept drafts and the target's next choice",
+          hint="A row's tokens are its kept drafts, then the target's choice after them, choices[b, a_b]: the correction, or the bonus token when every draft was kept. Every row gets at least one token a round." + WHERE_Q2)
 def _(f):
     check_settle(f, [10, 7], [1, 3], [[4, 8, 8], [2, 3, 4]], [[4, 5, 6, 6], [2, 3, 4, 9]], [0, 0], 50,
                  parts=("tokens",), why="row 0: draft 4 kept, then the correction 5; row 1: all three kept, "
                  "then the bonus token 9")
 
 
-@lab.case("q2", "the new cache length: the pending token and the kept drafts", hint=HINT_Q2)
+@lab.case("q2", "the new cache length: the pending token and the kept drafts",
+          hint="The cache keeps the pending token's row and the kept drafts' rows; the target's choice is not cached yet (the next pass writes it)." + WHERE_Q2)
 def _(f):
     check_settle(f, [10, 7, 12], [1, 0, 3], [[4, 8, 8], [2, 3, 4], [1, 1, 1]],
                  [[4, 5, 6, 6], [3, 3, 4, 9], [1, 1, 1, 2]], [0, 0, 0], 50, parts=("lengths",),
@@ -184,14 +192,16 @@ def _(f):
                  "target's choice is written by the next pass, so it is not counted yet")
 
 
-@lab.case("q2", "the budget: never more than max_new_tokens in all", hint=HINT_Q2)
+@lab.case("q2", "the budget: never more than max_new_tokens in all",
+          hint="A row never gets past max_new_tokens in all, counting the tokens it had before the round, and a row that reaches it exactly is finished." + WHERE_Q2)
 def _(f):
     check_settle(f, [20, 20], [3, 3], [[1, 2, 3], [1, 2, 3]], [[1, 2, 3, 4], [1, 2, 3, 4]], [14, 10], 16,
                  parts=("tokens", "finished"), why="row 0 had 14 of 16 tokens: 2 more and it is done; row 1 "
                  "had 10: all 4, and it goes on")
 
 
-@lab.case("q2", "a stop token ends the row, inclusive; the other rows go on", hint=HINT_Q2)
+@lab.case("q2", "a stop token ends the row, inclusive; the other rows go on",
+          hint="A row's tokens end with the first stop token it emits, the stop token included, and the row is finished; a stop token among rejected drafts never came out." + WHERE_Q2)
 def _(f):
     check_settle(f, [5, 5, 5], [3, 1, 2], [[7, 0, 7], [7, 0, 7], [7, 7, 0]],
                  [[7, 0, 7, 7], [7, 3, 7, 7], [7, 7, 0, 7]], [0, 0, 0], 50, eos_id=0,
@@ -199,11 +209,22 @@ def _(f):
                  "drafted 0 was rejected, so it never came out; row 2's tokens are 7, 7, 0")
 
 
+@lab.case("q2", "a cut changes the tokens, not the cache length",
+          hint="Cutting a row's tokens, at its budget or at a stop token, changes only what the row emits: the "
+               "verify pass wrote its rows anyway, so the new length still counts the pending token and every "
+               "kept draft." + WHERE_Q2)
+def _(f):
+    check_settle(f, [20, 20, 6], [3, 3, 2], [[1, 2, 3], [1, 2, 3], [0, 5, 5]], [[1, 2, 3, 4], [1, 2, 3, 4],
+                 [0, 5, 5, 5]], [14, 10, 0], 16, eos_id=0, parts=("lengths",),
+                 why="row 0 gets 2 of its 4 tokens (its budget) and row 2 stops at its first draft, but both kept "
+                 "their drafts in the cache: 20 + 1 + 3 and 6 + 1 + 2; row 1 is not cut")
+
+
 # TESTS q3
 lab.question("q3", "batched_attention", points=2, title="one attention layer over a batch of caches")
-HINT_Q3 = ("Write cache['keys'][b, :, lengths[b]:lengths[b] + n] = k[b] (and the values) for each row; then the "
-           "mask (B, n, max_len): slot j <= lengths[b] + i; scores = q @ keys.transpose(-1, -2) / sqrt(d), "
-           "masked to -inf where not seen, softmax over the last dimension, @ values.")
+WHERE_Q3 = " See q3's list above, chapter 11, section 11.1, and lab 10's q2 and q4 for one row."
+HINT_Q3 = ("Each row is its own sequence: its keys and values written into its own cache row at its own length, and "
+           "its queries attending to its own cache row only, each up to its own slot." + WHERE_Q3)
 
 
 def new_cache(g, batch, heads, max_len, head_dim):
@@ -231,7 +252,8 @@ def row_report(got, want):
     return wrong
 
 
-@lab.case("q3", "each row's keys and values land in its own cache row, at its own length", hint=HINT_Q3)
+@lab.case("q3", "each row's keys and values land in its own cache row, at its own length",
+          hint="Row b's new keys and values go into cache row b, at row b's own length lengths[b], into the tensors the dict holds; no slot of another row changes." + WHERE_Q3)
 def _(f):
     g = torch.Generator().manual_seed(31)
     call, got, want, mine, want_cache, _ = run_batched(f, g, 3, 2, 2, 4, 9, [4, 1, 6])
@@ -243,7 +265,8 @@ def _(f):
                    "and no other slot of any row changes")
 
 
-@lab.case("q3", "one sequence: softmax(q K^T / sqrt(d)) V over its slots, its own key included", hint=HINT_Q3)
+@lab.case("q3", "one sequence: softmax(q K^T / sqrt(d)) V over its slots, its own key included",
+          hint="For one row this is lab 10's attention: scores scaled by 1 / sqrt(head_dim), each query seeing its own slot and every slot before it, the softmax over the slots, then the values." + WHERE_Q3)
 def _(f):
     g = torch.Generator().manual_seed(34)
     for length, n in ((4, 1), (0, 1), (2, 3)):
@@ -253,7 +276,8 @@ def _(f):
                "(it sees only its own new key), a verify pass of 3"))
 
 
-@lab.case("q3", "a row never reads another row's cache", hint=HINT_Q3)
+@lab.case("q3", "a row never reads another row's cache",
+          hint="A row attends to its own cache row only: a batch is sequences side by side, not one long sequence." + WHERE_Q3)
 def _(f):
     g = torch.Generator().manual_seed(32)
     lengths = [3, 3]
@@ -271,7 +295,8 @@ def _(f):
            "and stale slots): row 0 read row 1's cache")
 
 
-@lab.case("q3", "each row sees its own length: a shorter row never reads past it", hint=HINT_Q3)
+@lab.case("q3", "each row sees its own length: a shorter row never reads past it",
+          hint="Each row's mask uses its own length: query i of row b sees slots up to lengths[b] + i of row b, never past it, however long the other rows are." + WHERE_Q3)
 def _(f):
     g = torch.Generator().manual_seed(33)
     lengths = [2, 7, 4]
@@ -284,8 +309,8 @@ def _(f):
 
 # TESTS q4
 lab.question("q4", "predicted_speedups", points=1, title="the speedup at each batch size")
-HINT_Q4 = ("{b: tokens_per_round[b] * pass_ms[b][1] / (k * draft_ms[b] + pass_ms[b][k + 1]) for b in pass_ms}: "
-           "every term from the same batch size b.")
+WHERE_Q4 = " See q4's formula above, and chapter 11, section 11.4 (The model behind the crossover)."
+HINT_Q4 = "S(B) weighs a round's tokens and cost against the target alone, every term at the same batch size." + WHERE_Q4
 # the costs of chapter 11's record, rounded (ms, 2-core Xeon; draft: the bundled draft model)
 PASS_MS = {1: {1: 7.8, 2: 8.2, 3: 8.7, 5: 10.2}, 8: {1: 17.0, 2: 21.0, 3: 24.0, 5: 32.0},
            64: {1: 52.0, 2: 68.0, 3: 84.0, 5: 98.0}}
@@ -304,7 +329,8 @@ def check_speedups(f, pass_ms, draft_ms, tau, k, why=""):
         expect_close(got[b], want[b], f"{call}[{b}]", tol=1e-9, rel=1e-9, why=why)
 
 
-@lab.case("q4", "the verify pass covers K + 1 positions a row; K draft steps a round", hint=HINT_Q4)
+@lab.case("q4", "the verify pass covers K + 1 positions a row; K draft steps a round",
+          hint="A round costs K draft steps and one verify pass over K + 1 positions a row (the pending token and the K drafts)." + WHERE_Q4)
 def _(f):
     check_speedups(f, {1: PASS_MS[1]}, {1: 1.2}, {1: 2.2}, 2,
                    why="batch 1: 2.2 tokens a round for 2 x 1.2 ms of drafting and an 8.7 ms pass over 3 "
@@ -312,7 +338,8 @@ def _(f):
     check_speedups(f, {1: PASS_MS[1]}, {1: 1.2}, {1: 2.7}, 4, why="K = 4: a pass over 5 positions, 4 draft steps")
 
 
-@lab.case("q4", "each batch size against the target alone at the same batch size", hint=HINT_Q4)
+@lab.case("q4", "each batch size against the target alone at the same batch size",
+          hint="Every term comes from the same batch size B: the baseline is the target alone at batch B, not at batch 1." + WHERE_Q4)
 def _(f):
     check_speedups(f, PASS_MS, DRAFT_MS, TAU, 2, why="at batch 64 the target alone takes 52 ms a round, not 7.8")
     check_speedups(f, PASS_MS, {b: 0.0 for b in PASS_MS}, {1: 1.6, 8: 1.6, 64: 1.5}, 1,
@@ -321,8 +348,9 @@ def _(f):
 
 # TESTS q5
 lab.question("q5", "crossover", points=1, title="the crossover")
-HINT_Q5 = ("sizes = sorted(speedups); return the first b of sizes such that speedups[c] <= 1 for every c of sizes "
-           "from b on; None if there is none.")
+WHERE_Q5 = " See q5's text above, and chapter 11, sections 11.3 and 11.4 (the sweep, and the model behind the crossover)."
+HINT_Q5 = ("The crossover is the smallest measured batch size from which on every speedup is at most 1; None when "
+           "the largest one still pays." + WHERE_Q5)
 
 
 def check_crossover(f, speedups, why=""):
@@ -336,30 +364,35 @@ def check_crossover(f, speedups, why=""):
            + because(why))
 
 
-@lab.case("q5", "the first batch size from which on it no longer pays", hint=HINT_Q5)
+@lab.case("q5", "the first batch size from which on it no longer pays",
+          hint="The crossover is the smallest batch size from which on speculation no longer pays at any measured size." + WHERE_Q5)
 def _(f):
     check_crossover(f, {1: 1.26, 2: 1.18, 4: 1.09, 8: 0.98, 16: 0.9, 32: 0.8})
 
 
-@lab.case("q5", "a dip that recovers is not the crossover", hint=HINT_Q5)
+@lab.case("q5", "a dip that recovers is not the crossover",
+          hint="A dip that recovers at a larger batch size is not the crossover: every larger measured size must be at most 1 too." + WHERE_Q5)
 def _(f):
     check_crossover(f, {1: 1.3, 2: 1.1, 4: 0.95, 8: 1.05, 16: 0.9, 32: 0.85},
                     why="batch 4 dips below 1, but batch 8 pays again: the crossover is 16")
 
 
-@lab.case("q5", "exactly 1 does not pay", hint=HINT_Q5)
+@lab.case("q5", "exactly 1 does not pay",
+          hint="A speedup of exactly 1 gains nothing: it counts as not paying." + WHERE_Q5)
 def _(f):
     check_crossover(f, {1: 1.2, 4: 1.0, 16: 0.9}, why="at batch 4 speculation gains nothing")
 
 
-@lab.case("q5", "still paying at the largest batch size: None", hint=HINT_Q5)
+@lab.case("q5", "still paying at the largest batch size: None",
+          hint="If speculation still pays at the largest measured batch size, there is no crossover in the range: None." + WHERE_Q5)
 def _(f):
     check_crossover(f, {1: 1.1, 8: 0.9, 64: 0.95}, why="for contrast: no longer paying from 8 on")
     check_crossover(f, {1: 1.75, 8: 1.4, 64: 1.21})
     check_crossover(f, {1: 1.1, 8: 0.9, 64: 1.02}, why="it pays again at 64, the largest measured")
 
 
-@lab.case("q5", "batch sizes in any order", hint=HINT_Q5)
+@lab.case("q5", "batch sizes in any order",
+          hint="The dict's keys come in any order: the batch sizes are compared from the smallest to the largest." + WHERE_Q5)
 def _(f):
     check_crossover(f, {32: 0.9, 1: 1.3, 8: 1.05, 64: 0.8, 16: 0.99, 2: 1.2},
                     why="sorted: 1, 2, 8, 16, 32, 64")
