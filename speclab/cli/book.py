@@ -26,16 +26,24 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="print the rows as JSON")
     run = sub.add_parser("execute", help="re-execute the book's notebooks in place, in the order of _toc.yml")
     run.add_argument("--pages", nargs="*", default=None,
-                     help="only the pages whose file name starts with one of these (e.g. 08 09_5)")
+                     help="only these pages: a page's full name (08_eagle) or a prefix (08: every page of chapter 8)")
     run.add_argument("--timeout", type=int, default=1800, help="seconds a cell may run (default 1800)")
     return parser
 
 
-def execute(pages, timeout: int) -> int:
+def chosen_pages(pages: list[str] | None) -> list:
+    """The book's pages that `pages` name, in toc order: a page's full name is that page alone (08_eagle, not
+    08_eagle3 too), anything else a prefix (08: every page of chapter 8); None or [] is every page."""
+    every = bookstats.book_pages()
+    stems = {p.stem for p in every}
+    wanted = [s.removesuffix(".ipynb") for s in pages or []]
+    return [p for p in every if not wanted or any(p.stem == s if s in stems else p.stem.startswith(s) for s in wanted)]
 
-    chosen = [p for p in bookstats.book_pages() if not pages or any(p.stem.startswith(s) for s in pages)]
+
+def execute(pages, timeout: int) -> int:
+    chosen = chosen_pages(pages)
     if not chosen:
-        print(f"no page of _toc.yml starts with {pages}", file=sys.stderr)
+        print(f"no page of _toc.yml is named or starts with {pages}", file=sys.stderr)
         return 2
     for path in chosen:
         start = time.perf_counter()

@@ -257,4 +257,5 @@ def hardware(dev: torch.device) -> str:
         return torch.cuda.get_device_name(dev)
     if dev.type != "cpu":
         return str(dev)
-    return f"{cpu_name()} ({platform.machine()}), {torch.get_num_threads()} CPU threads"
+    threads = torch.get_num_threads()
+    return f"{cpu_name()} ({platform.machine()}), {threads} CPU thread{'' if threads == 1 else 's'}"

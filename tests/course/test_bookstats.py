@@ -69,3 +69,11 @@ def test_every_page_of_the_book_keeps_to_the_style():
             (f"{s.images - s.captioned} figures without a caption (glue:figure)", s.images > s.captioned)] if bad]
     problems += [f"references.bib: {key} has no url or doi" for key in bookstats.unlinked_references()]
     assert not problems, "\n".join(problems)
+
+
+def test_execute_takes_a_page_by_its_full_name_or_a_chapter_by_its_prefix():
+    def stems(pages):
+        return [p.stem for p in book_cli.chosen_pages(pages)]
+    assert stems(["08_eagle"]) == stems(["08_eagle.ipynb"]) == ["08_eagle"]
+    assert len(stems(["08"])) > 1 and all(s.startswith("08") for s in stems(["08"]))
+    assert stems(None) == [p.stem for p in bookstats.book_pages()]
