@@ -13,7 +13,10 @@ The two directions are not alike, because only one side is trusted:
   watching is not copied: functions (lab 9's `next_logits`) and the case's own objects (lab 2's counting
   `ModelRunner`, the forward hook that counts lab 2's target passes) stay in the judge, and the worker gets
   a handle whose calls come back to the judge. Generators are copied and their final state comes back; so
-  does the final content of a list or dict argument (lab 6 changes its `pool` in place).
+  does the final content of a list or dict argument (lab 6 changes its `pool` in place). A tensor such an
+  argument holds that is still the same object after the call (written in place: lab 10's static cache) is
+  written back into the judge's own tensor, so a case sees the object it passed; one the learner's code put
+  in its place arrives as a new tensor, as it would in the notebook.
 - worker -> judge: plain data only, in a pickle that the judge reads with an unpickler refusing every
   global, so nothing a worker sends can make the judge run code. Tensors travel as (dtype, shape, bytes);
   a 0-dim result that carries a gradient comes with its gradient in each argument, rebuilt in the judge
@@ -432,19 +435,22 @@ class AnswerProcess:
 
     def _sync(self, args: tuple, kwargs: dict, synced: Any) -> None:
         """Copy back into the case's objects what the learner's call changed: generator states and the content
-        of list and dict arguments."""
-        if type(synced) is not tuple or len(synced) != 2:
+        of list and dict arguments, whose tensors that the learner's code kept (the same objects) are written
+        into the case's own."""
+        if type(synced) is not tuple or len(synced) != 3:
             raise WireError("a malformed state")
-        gens, containers = synced
+        gens, containers, kept = synced
         for key, state in _items(gens):
             g = self.kept.get(key)
             if isinstance(g, torch.Generator):
                 with contextlib.suppress(RuntimeError, TypeError):
                     g.set_state(from_wire(state).to(torch.uint8))
         targets = list(args) + list(kwargs.values())
+        same = dict(_items(kept))
         for i, content in _items(containers):
             if type(i) is int and 0 <= i < len(targets):
-                _refill(targets[i], from_wire(content))
+                keys = same.get(i, [])
+                _refill(targets[i], from_wire(content), [from_wire(k) for k in keys] if type(keys) is list else [])
 
     def _request(self, message: tuple, serve: bool = False) -> Any:
         if self.sock is None:
@@ -490,12 +496,31 @@ def _items(x: Any) -> list[tuple[Any, Any]]:
     return x
 
 
-def _refill(target: Any, content: Any) -> None:
+def _refill(target: Any, content: Any, kept: list | tuple = ()) -> None:
+    """`target` (a case's list or dict) holds `content` afterwards; at the keys in `kept` (indices of a list), where
+    the learner's code kept the very tensor it was given, the case's own tensor takes the new values in place."""
     if isinstance(target, dict) and isinstance(content, dict):
+        for key in kept:
+            with contextlib.suppress(TypeError):
+                if key in target and key in content:
+                    content[key] = _written_into(target[key], content[key])
         target.clear()
         target.update(content)
     elif isinstance(target, list) and isinstance(content, list):
+        for i in kept:
+            if type(i) is int and 0 <= i < min(len(target), len(content)):
+                content[i] = _written_into(target[i], content[i])
         target[:] = content
+
+
+def _written_into(old: Any, new: Any) -> Any:
+    """`old` with `new`'s values, when both are tensors of one shape and dtype (else `new`)."""
+    if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.shape == new.shape and \
+            old.dtype == new.dtype:
+        with torch.no_grad():
+            old.copy_(new)
+        return old
+    return new
 
 
 def _tensor_args(args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -658,6 +683,8 @@ def _load(statements: Any, ns: dict) -> list[str]:
 def _call(channel: _Channel, ns: dict, filenames: set[str], name: str, args: tuple, kwargs: dict) -> tuple:
     out = io.StringIO()
     grads: list = []
+    targets = list(args) + list(kwargs.values())
+    given = {i: dict(_entries(a)) for i, a in enumerate(targets) if isinstance(a, (list, dict))}  # held while it runs
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             result = ns[name](*args, **kwargs)
@@ -666,9 +693,18 @@ def _call(channel: _Channel, ns: dict, filenames: set[str], name: str, args: tup
         return ("raised", "CaseError", f"a call into the checks failed: {err}")
     except Exception as err:  # noqa: BLE001 (the learner's error, in words)
         return ("raised", type(err).__name__, _describe(err, filenames))
+    kept = [(i, [to_wire(k) for k, v in _entries(targets[i]) if isinstance(v, torch.Tensor) and was.get(k) is v])
+            for i, was in given.items()]  # the tensors still there, as the very objects the call was given
     synced = ([(k, _tensor_to_wire(g.get_state())) for k, g in channel.gens.items()],
-              [(i, to_wire(a)) for i, a in enumerate(list(args) + list(kwargs.values())) if isinstance(a, (list, dict))])
+              [(i, to_wire(a)) for i, a in enumerate(targets) if isinstance(a, (list, dict))], kept)
     return ("ok", to_wire(result), out.getvalue()[:MAX_PRINTED], synced, grads)
+
+
+def _entries(container: Any) -> list[tuple[Any, Any]]:
+    """(key, value) of a dict, (index, item) of a list, as they are now."""
+    if isinstance(container, dict):
+        return list(container.items())
+    return list(enumerate(container)) if isinstance(container, list) else []
 
 
 def _gradients(result: Any, args: tuple, kwargs: dict) -> list:

@@ -5,7 +5,7 @@ grade ...`) grades each submitted notebook in three steps:
 
 1. it runs the notebook top to bottom in its own kernel, temporary directory and process group, with no
    network and, where the machine allows it, a sandbox: every file system read-only but the submission's
-   own folder, and a /tmp of its own, wiped with it (`SANDBOX`). Each cell is interrupted after
+   own folder (its TMPDIR, wiped after it) and a /dev/shm of its own (`SANDBOX`). Each cell is interrupted after
    `--cell-timeout` seconds and the notebook goes on, the whole is killed after `--timeout`. This run only gives the learner's own outputs
    for the feedback notebook; no check of the grader's runs in it.
 2. a judge process (`speclab.course.judge`), which runs no learner code, runs every public and hidden check
@@ -117,23 +117,24 @@ def feedback_notebook(executed, feedback: str, note: str = ""):
 
 
 # What a submission's kernel and answer worker run in, on Linux: a user, mount, network and PID namespace of
-# their own (unshare), where the submission's folder ($1) stays writable, every other mount is made read-only
-# (the interpreter, site-packages, the repository, the instructor sources, other submissions' folders), /tmp,
-# /var/tmp and /dev/shm are fresh and private, loopback is up when $2 is 1 (a kernel talks to its client over
-# it), and the learner's code then runs with no capability left, so it cannot undo any of it.
+# their own (unshare), where the submission's folder ($1) stays writable and every other mount is made
+# read-only: the interpreter, site-packages, the repository, the instructor sources, other submissions'
+# folders, and /tmp and /var/tmp (the submission's TMPDIR is its own folder, wiped after it; a shared /tmp is
+# where one submission would leave notes for the next). /dev/shm, which Python's and torch's shared memory
+# need, is a fresh one of its own. Loopback is up when $2 is 1 (a kernel talks to its client over it), and the
+# learner's code runs with no capability left, so it cannot undo any of it. The interpreter and the repository
+# stay where they are, under /tmp too, so a clone there grades as well.
 SANDBOX = r"""set -e
 S="$1"; LO="$2"; shift 2
 if [ "$LO" = 1 ]; then ip link set lo up; fi
 mount --bind "$S" "$S"
-cd "$S"
 for m in $(awk '{print $5}' /proc/self/mountinfo); do
   case "$m" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*) continue;; esac
   if [ "$m" = "$S" ]; then continue; fi
   mount -o remount,bind,ro "$m" 2>/dev/null || mount -o remount,bind,ro,nosuid,nodev "$m" 2>/dev/null \
     || mount -o remount,bind,ro,nosuid,nodev,noexec "$m"
 done
-for d in /tmp /var/tmp /dev/shm; do if [ -d "$d" ]; then mount -t tmpfs -o mode=1777,size=2g tmpfs "$d"; fi; done
-case "$S" in /tmp/*|/var/tmp/*|/dev/shm/*) mkdir -p "$S"; mount --no-canonicalize --bind . "$S";; esac  # back in view, by its path
+case "$S" in /dev/shm|/dev/shm/*) ;; *) if [ -d /dev/shm ]; then mount -t tmpfs -o mode=1777,size=2g tmpfs /dev/shm; fi;; esac
 exec setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- "$@"
 """
 

@@ -116,3 +116,20 @@ def test_tensors_reach_the_worker_as_the_case_sent_them():
             assert kind == type(t).__name__
     finally:
         process.kill()
+
+
+def test_a_tensor_written_in_place_comes_back_into_the_cases_own_tensor():
+    """A dict or list argument's tensor that the learner's code kept (lab 10's static cache, written by slice) is
+    the very object the case passed after the call, with the new values; one replaced by another tensor comes
+    back as a new object, and the case's own is left as it was, as in the notebook."""
+    process, ns = worker("import torch\ndef f(d, l):\n    d['a'][0] = 5\n    d['b'] = d['b'].clone().fill_(7)\n"
+                         "    l[0].add_(1)\n    l[1] = torch.zeros(1)\n")
+    try:
+        a, b, x, y = torch.zeros(2), torch.zeros(2), torch.zeros(1), torch.ones(1)
+        d, items = {"a": a, "b": b}, [x, y]
+        ns.get("f")(d, items)
+        assert d["a"] is a and a.tolist() == [5.0, 0.0] and items[0] is x and x.tolist() == [1.0]
+        assert d["b"] is not b and d["b"].tolist() == [7.0, 7.0] and b.tolist() == [0.0, 0.0]
+        assert items[1] is not y and items[1].tolist() == [0.0] and y.tolist() == [1.0]
+    finally:
+        process.kill()

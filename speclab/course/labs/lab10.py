@@ -162,7 +162,7 @@ def check_write(f, cache, new_k, new_v, start, why="", aspects=("shape", "rows",
                f"after {call}, cache[{name!r}] is {show(t) if not isinstance(t, torch.Tensor) else 'of shape ' + str(tuple(t.shape))}; "
                f"expected shape {(heads, max_len, head_dim)}: a static cache never changes shape "
                "(write the rows into it; do not concatenate)")
-        if "shape" in aspects and not remote(f):
+        if "shape" in aspects:
             expect(t is tensors[name], f"after {call}, cache[{name!r}] is a new tensor: write the rows "
                    "into the tensor the cache holds, in place (slice assignment or index_copy_); a static "
                    "cache is allocated once")
