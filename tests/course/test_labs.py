@@ -149,6 +149,11 @@ LAB13_MISTAKES = {
     "of occurrences": lab13_but("q4", "share = nxt[token] / sum(nxt.values())", "share = nxt[token] / counts[s]"),
     "floor alone": lab13_but("q4", "if prob * share < min_prob:", "if share < min_prob:"),
     "no limit": lab13_but("q4", "while len(out) < max_tokens:", "while True:"),
+    "bonus from the last draft's row": lab13_but("q2", "return tau, p_rows[k]", "return tau, p_rows[k - 1]"),
+    "no fallback": lab13_but("q2", "left / left.sum() if left.sum() > 0 else p_rows[tau]", "left / left.sum()"),
+    "zero denominator": lab13_but("q2", "if r + 1 - w[i] > 0 else 1.0", "if r + 1 - w[i] > 0 else 0.0"),
+    "at the floor": lab13_but("q4", "if prob * share < min_prob:", "if prob * share <= min_prob:"),
+    "rejects everything": lab13_but("q2", "    tau = 0\n", "    return 0, p_rows[0]\n    tau = 0\n"),
 }
 
 
@@ -698,6 +703,19 @@ MISTAKES = [
      lab12_but(LAB12_ROLLOUT, "new['tpot_ms_p95'] > base['tpot_ms_p95']", "new['tpot_ms_p50'] > base['tpot_ms_p50']")),
     ("lab12", "q4", "within the margin",
      lab12_but(LAB12_ROLLOUT, "base['tpot_ms_p95'] * (1 + max_regression)", "base['tpot_ms_p95']")),
+    ("lab12", "q3", "a config with both keys: vLLM takes the top level",
+     lab12_but(LAB12_FUSED, "    if engine == 'vllm' and top:\n        return list(top)\n    if nested:\n"
+               "        return [i + 1 for i in nested] if engine == 'sglang' else list(nested)\n",
+               "    if nested:  # eagle_config first\n"
+               "        return [i + 1 for i in nested] if engine == 'sglang' else list(nested)\n"
+               "    if engine == 'vllm' and top:\n        return list(top)\n")),
+    ("lab12", "q4", "exactly at the margin",
+     lab12_but(LAB12_ROLLOUT, "new['tpot_ms_p95'] > base", "new['tpot_ms_p95'] >= base")),
+    ("lab12", "q4", "exactly at the margin",
+     lab12_but(LAB12_ROLLOUT, "new['tokens_per_s'] < base", "new['tokens_per_s'] <= base")),
+    ("lab12", "q4", "a different number of rows is an error",
+     lab12_but(LAB12_ROLLOUT, "    if [r['rate'] for r in baseline] != [r['rate'] for r in canary]:\n",
+               "    if any(b['rate'] != c['rate'] for b, c in zip(baseline, canary)):  # zip drops the extra rows\n")),
     ("lab13", "q1", "capped at 1", LAB13_MISTAKES["capped"]),
     ("lab13", "q1", "a running product", LAB13_MISTAKES["running"]),
     ("lab13", "q1", "200 random blocks", lab13_but("q1", "weights = [1.0]", "weights = [1.0 - 1e-3]")),
@@ -717,6 +735,14 @@ MISTAKES = [
     ("lab13", "q4", "the floor stops it", LAB13_MISTAKES["floor alone"]),
     ("lab13", "q4", "at most max_tokens", LAB13_MISTAKES["no limit"]),
     ("lab13", "q4", "against speclab's suffix trie", LAB13_MISTAKES["of occurrences"]),
+    ("lab13", "q2", "after a kept draft, the residual scales p by the weight left", LAB13_MISTAKES["token-wise residual"]),
+    ("lab13", "q2", "all K kept: the next token from the row after the block",
+     LAB13_MISTAKES["bonus from the last draft's row"]),
+    ("lab13", "q2", "a zero denominator keeps the prefix", LAB13_MISTAKES["zero denominator"]),
+    ("lab13", "q2", "no residual mass: the target's own row", LAB13_MISTAKES["no fallback"]),
+    ("lab13", "q2", "the first token emitted is distributed as the target's", LAB13_MISTAKES["rejects everything"]),
+    ("lab13", "q2", "the first two tokens emitted are distributed as the target's", LAB13_MISTAKES["rejects everything"]),
+    ("lab13", "q4", "a token at exactly min_prob is drafted", LAB13_MISTAKES["at the floor"]),
 ]
 
 
@@ -892,6 +918,15 @@ RULES = [
     ("lab12", "q4", "`tokens_per_s` is at least", "throughput counts too", lab12_mistake("throughput counts too")),
     ("lab12", "q4", "raise a `ValueError`", "unlike measurements are an error",
      lab12_but(LAB12_ROLLOUT, "        raise ValueError('rates')\n", "        return 'hold', []\n")),
+    ("lab12", "q3", "if the config has it, else the ids in `eagle_config`",
+     "a config with both keys: vLLM takes the top level",
+     next(m[3] for m in MISTAKES if m[0] == "lab12" and "eagle_config first" in m[3])),
+    ("lab12", "q4", "is at most the baseline's times `1 + max_regression`", "exactly at the margin is not a regression",
+     next(m[3] for m in MISTAKES if m[0] == "lab12" and "new['tpot_ms_p95'] >= base" in m[3])),
+    ("lab12", "q4", "is at least the baseline's times `1 - max_regression`", "exactly at the margin is not a regression",
+     next(m[3] for m in MISTAKES if m[0] == "lab12" and "new['tokens_per_s'] <= base" in m[3])),
+    ("lab12", "q4", "(or a different number of rows)", "a different number of rows is an error",
+     lab12_mistake("a different number of rows is an error")),
     ("lab13", "q1", "**capped at 1**", "capped at 1", LAB13_MISTAKES["capped"]),
     ("lab13", "q1", "**running product**", "a running product", LAB13_MISTAKES["running"]),
     ("lab13", "q2", "the **longest** prefix length", "the longest prefix that passes", LAB13_MISTAKES["first refusal"]),
@@ -908,6 +943,16 @@ RULES = [
      LAB13_MISTAKES["of occurrences"]),
     ("lab13", "q4", "**Stop before**", "the floor stops it", LAB13_MISTAKES["floor alone"]),
     ("lab13", "q4", "**at most `max_tokens`**", "at most max_tokens", LAB13_MISTAKES["no limit"]),
+    ("lab13", "q2", "otherwise from max(0, w_τ · p_{τ+1} − q_{τ+1})",
+     "after a kept draft, the residual scales p by the weight left", LAB13_MISTAKES["token-wise residual"]),
+    ("lab13", "q2", "`p_rows[K]`, when τ = K", "all K kept: the next token from the row after the block",
+     LAB13_MISTAKES["bonus from the last draft's row"]),
+    ("lab13", "q2", "(1 where that denominator is 0)", "a zero denominator keeps the prefix",
+     LAB13_MISTAKES["zero denominator"]),
+    ("lab13", "q2", "where it has no mass, from p_{τ+1} itself", "no residual mass: the target's own row",
+     LAB13_MISTAKES["no fallback"]),
+    ("lab13", "q4", "whose probability is below `min_prob`", "a token at exactly min_prob is drafted",
+     LAB13_MISTAKES["at the floor"]),
 ]
 
 

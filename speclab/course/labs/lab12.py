@@ -70,9 +70,11 @@ def reference_fused(config, engine, num_target_layers):
 
 # TESTS q1
 lab.question("q1", "engine_state", points=2, title="a trained head under the engine's names")
-HINT_Q1 = ("Rename fuse -> fc, final_norm -> norm, head -> lm_head and layer.X -> midlayer.X into a new dict; "
-           "d2t = torch.tensor(vocab_ids) - torch.arange(len(vocab_ids)) (long); t2d = a bool tensor of "
-           "vocab_size, True at vocab_ids.")
+HINT_Q1 = ("The engines load tensors by name and find the draft vocabulary in two tensors of their own (q1's "
+           "table and list; chapter 12.2, a head in the engine's layout). Every trainer's name maps to one engine "
+           "name, in a new dict: the trainer's `state` stays as it was, and nothing else goes in. d2t holds "
+           "offsets, what the engine adds to a draft index to reach the target id, not the target ids; t2d has "
+           "one bool per token of the whole target vocabulary. Mind the dtypes q1 names.")
 
 
 def check_state(f, hidden, draft_vocab, vocab, seed, why="", parts=("names", "d2t", "t2d")):
@@ -128,9 +130,10 @@ def _(f):
 
 # TESTS q2
 lab.question("q2", "engine_config", points=2, title="the config, as each engine reads it")
-HINT_Q2 = ("The six shared keys, then for vllm config['eagle_aux_hidden_state_layer_ids'] = feature_layers; for "
-           "sglang config['eagle_config'] = {'eagle_aux_hidden_state_layer_ids': [i - 1 for i in feature_layers]} "
-           "and no top-level key. Any other engine: raise ValueError.")
+HINT_Q2 = ("Where each engine looks for the fused layers, and how it counts them, is in q2's text (chapter 12.2): "
+           "vLLM reads a top-level key and uses its ids as they are; SGLang reads them inside `eagle_config` and "
+           "adds 1 to each, so its config holds ids one lower, and no top-level key. The other keys are the same "
+           "for both engines (`vocab_size` is the target's); an engine q2 does not name is a ValueError.")
 
 
 def check_config(f, hidden, layers, feature_layers, draft_vocab, vocab, engine, why=""):
@@ -168,8 +171,10 @@ def _(f):
 
 # TESTS q3
 lab.question("q3", "fused_layers", points=1, title="which layers an engine fuses")
-HINT_Q3 = ("vllm: top-level ids if present, else eagle_config's, as they are; sglang: eagle_config's ids + 1 "
-           "(the top level is not read); no ids: [2, L // 2, L - 3].")
+HINT_Q3 = ("Read the config the way the engine does, not the way it was written (q3's text; the trap of chapter "
+           "12.2): vLLM prefers the top-level ids when a config has both, falls back to `eagle_config`'s, and "
+           "never shifts them; SGLang never reads the top level and adds 1 to `eagle_config`'s; where an engine "
+           "finds no ids it uses the default q3 gives.")
 
 
 def check_fused(f, config, engine, layers, why=""):
@@ -201,10 +206,20 @@ def _(f):
     check_fused(f, {}, "vllm", 32)
 
 
+@lab.case("q3", "a config with both keys: vLLM takes the top level", hint=HINT_Q3)
+def _(f):
+    both = {"eagle_aux_hidden_state_layer_ids": [2, 12, 21], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [4, 9, 14]}}
+    check_fused(f, both, "vllm", 24, why="vLLM takes the top-level ids when the config has them; eagle_config's only "
+                "when it has none")
+    check_fused(f, both, "sglang", 24, why="SGLang reads only eagle_config's ids, and adds 1")
+
+
 # TESTS q4
 lab.question("q4", "rollout", points=2, title="promote or hold")
-HINT_Q4 = ("Check the rates match (else ValueError); for each pair of rows: fail if new p95 > base p95 * (1 + m) "
-           "or new tokens/s < base tokens/s * (1 - m); return ('hold', failing rates) or ('promote', []).")
+HINT_Q4 = ("The gate of chapter 12.5, as q4's text states it: compare the canary with the baseline rate by rate, "
+           "at every rate, on both conditions (the p95 time per token may rise by the margin at most, the output "
+           "fall by it at most; exactly at the margin passes). Rows that do not pair up, at other rates or a "
+           "different number of them, cannot be compared at all: that is a ValueError before any decision.")
 
 
 def rows(*values):
@@ -260,3 +275,23 @@ def _(f):
 def _(f):
     expect_value_error(lambda: f(rows((1, 50, 20.0), (8, 300, 40.0)), rows((1, 50, 20.0), (16, 300, 40.0)), 0.05),
                        "rollout(baseline at rates [1, 8], canary at rates [1, 16])", why="measured at other rates")
+
+
+@lab.case("q4", "exactly at the margin is not a regression", hint=HINT_Q4)
+def _(f):
+    check_rollout(f, rows((2, 100, 20.0)), rows((2, 100, 25.0)), m=0.25,
+                  why="its p95 is exactly 20.0 x 1.25 = 25.0 ms: at most the baseline's times 1 + 0.25, so it passes")
+    check_rollout(f, rows((2, 100, 20.0)), rows((2, 75, 20.0)), m=0.25,
+                  why="its output is exactly 100 x 0.75 = 75 tokens/s: at least the baseline's times 1 - 0.25, so it "
+                  "passes")
+
+
+@lab.case("q4", "a different number of rows is an error", hint=HINT_Q4)
+def _(f):
+    expect_value_error(lambda: f(rows((1, 50, 20.0), (8, 300, 40.0)), rows((1, 50, 20.0)), 0.05),
+                       "rollout(baseline at rates [1, 8], canary at rate [1] only)",
+                       why="the canary was not measured at 8 req/s: a check that pairs rows and drops the rest "
+                       "would promote it unseen")
+    expect_value_error(lambda: f(rows((1, 50, 20.0)), rows((1, 50, 20.0), (8, 300, 40.0)), 0.05),
+                       "rollout(baseline at rate [1] only, canary at rates [1, 8])",
+                       why="the baseline was not measured at 8 req/s: nothing to compare the canary with there")

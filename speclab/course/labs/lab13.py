@@ -80,8 +80,9 @@ def reference_draft(counts, context, max_tokens, min_prob=0.1):
 
 # TESTS q1
 lab.question("q1", "block_weights", points=1, title="the block's weights")
-HINT_Q1 = ("weights = [1.0]; for each pair (p, q): weights.append(min(1.0, weights[-1] * p / q)); "
-           "return weights (K + 1 entries).")
+HINT_Q1 = ("q1's formula, as chapter 13.1 writes it: K + 1 weights, w0 = 1 first; each next weight is built on the "
+           "one before (a running product of the ratios p/q, not one ratio alone), and capped at 1 at every step, "
+           "so the cap carries into the weights after it.")
 
 
 def check_weights(f, p_x, q_x, why=""):
@@ -113,10 +114,12 @@ def _(f):
 
 # TESTS q2
 lab.question("q2", "block_verify", points=3, title="block verification")
-HINT_Q2 = ("w = block_weights(p_x, q_x) with p_x[i] = p_rows[i, tokens[i]]; h_i = r_i / (r_i + 1 - w_i) with "
-           "r_i = clamp(w_i * p_rows[i] - q_rows[i], min=0).sum() for i < K, h_K = w_K; tau = the largest i with "
-           "u[i-1] < h_i (0 if none); next_probs = p_rows[K] if tau == K, else clamp(w_tau * p_rows[tau] - "
-           "q_rows[tau], min=0), normalised.")
+HINT_Q2 = ("Go through q2's text one rule at a time (chapter 13.1, block verification): the weights of q1 at the "
+           "drafted tokens; h_i from the residual mass at the next position, with the weight the block has left "
+           "(1 where its denominator is 0; h_K is the last weight itself); tau the longest prefix whose uniform is strictly below its h, even "
+           "past a refusal; the next token from the row after the block when all K are kept, else from the "
+           "residual at position tau + 1, scaled by w_tau and normalised, and from the target's own row where "
+           "that residual has no mass. Remember row i of p_rows is p_{i+1}.")
 # The paper's example: a binary vocabulary, the target prefers b (p = 1/3, 2/3), the draft a (q = 2/3, 1/3).
 P2 = torch.tensor([[1 / 3, 2 / 3]] * 3, dtype=torch.float64)
 Q2 = torch.tensor([[2 / 3, 1 / 3]] * 2, dtype=torch.float64)
@@ -157,30 +160,77 @@ def _(f):
                 why="the first draft's test fails (u1 = 0.9 >= h1 = 0) but the second passes: both are kept")
 
 
-@lab.case("q2", "the last position keeps its weight", hint=HINT_Q2)
-def _(f):
-    # drafts a, a: w = 1, 1/2, 1/4; the last draft's own ratio p/q is 1/2, but h2 is the block's weight
-    check_block(f, P2, Q2, torch.tensor([0, 0]), [0.9, 0.3], next_probs=False,
-                why="h2 = w2 = 1/4, the weight the block has left, and u2 = 0.3 is not below it: nothing is kept")
-
-
-@lab.case("q2", "strictly below", hint=HINT_Q2)
-def _(f):
-    # the same block: h2 = w2 = 1/4 exactly (in binary too), and u2 = 1/4 is not below it
-    check_block(f, P2, Q2, torch.tensor([0, 0]), [0.9, 0.25], next_probs=False,
-                why="u2 = 0.25 is not strictly below h2 = w2 = 0.25, and u1 = 0.9 >= h1: nothing is kept")
-
-
 @lab.case("q2", "the residual, normalised", hint=HINT_Q2)
 def _(f):
     check_block(f, P2, Q2, torch.tensor([0, 0]), [0.9, 0.9],
                 why="nothing kept: the next token comes from max(0, w0 p1 - q1) normalised, all mass on b")
 
 
+@lab.case("q2", "the last position keeps its weight", hint=HINT_Q2)
+def _(f):
+    # drafts a, a: w = 1, 1/2, 1/4; the last draft's own ratio p/q is 1/2, but h2 is the block's weight
+    check_block(f, P2, Q2, torch.tensor([0, 0]), [0.9, 0.3],
+                why="h2 = w2 = 1/4, the weight the block has left, and u2 = 0.3 is not below it: nothing is kept")
+
+
+@lab.case("q2", "strictly below", hint=HINT_Q2)
+def _(f):
+    # the same block: h2 = w2 = 1/4 exactly (in binary too), and u2 = 1/4 is not below it
+    check_block(f, P2, Q2, torch.tensor([0, 0]), [0.9, 0.25],
+                why="u2 = 0.25 is not strictly below h2 = w2 = 0.25, and u1 = 0.9 >= h1: nothing is kept")
+
+
+@lab.case("q2", "after a kept draft, the residual scales p by the weight left", hint=HINT_Q2)
+def _(f):
+    # w1 = (1/4) / (1/2) = 1/2; r1 = mass of max(0, w1 p2 - q2) = [1/8, 0, 0], h1 = (1/8) / (1/8 + 1/2) = 1/5;
+    # w2 = h2 = 1/6. u1 = 0.1 passes, u2 = 0.5 does not: tau = 1
+    p = torch.tensor([[1 / 4, 1 / 4, 1 / 2], [1 / 2, 1 / 4, 1 / 4], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64)
+    q = torch.tensor([[1 / 2, 1 / 4, 1 / 4], [1 / 8, 1 / 8, 3 / 4]], dtype=torch.float64)
+    check_block(f, p, q, torch.tensor([0, 2]), [0.1, 0.5],
+                why="one draft kept with w1 = 1/2: max(0, w1 p2 - q2) = [1/8, 0, 0], all mass on token 0; the "
+                "token-wise max(0, p2 - q2) would put 1/4 on token 1, and the output would not be the target's")
+
+
+@lab.case("q2", "all K kept: the next token from the row after the block", hint=HINT_Q2)
+def _(f):
+    # drafts a, b: w2 = 1, so h2 = 1 and both are kept; the row after the block differs from the rows before
+    p = torch.tensor([[1 / 3, 2 / 3], [1 / 3, 2 / 3], [0.9, 0.1]], dtype=torch.float64)
+    check_block(f, p, Q2, torch.tensor([0, 1]), [0.9, 0.5],
+                why="both drafts kept (h2 = w2 = 1): the next token comes from p_rows[K] = p_rows[2], the "
+                "target's row after the whole block")
+
+
+# A block whose draft row at position 2 equals the target's, after a first draft the draft under-proposed:
+# w1 = min(1, (1/2) / (1/4)) = 1 and r1 = mass of max(0, p2 - q2) = 0, so r1 + 1 - w1 = 0; w2 = h2 = 1
+P_EVEN = torch.tensor([[1 / 2, 1 / 2], [1 / 4, 3 / 4], [0.9, 0.1]], dtype=torch.float64)
+Q_EVEN = torch.tensor([[1 / 4, 3 / 4], [1 / 4, 3 / 4]], dtype=torch.float64)
+
+
+@lab.case("q2", "a zero denominator keeps the prefix", hint=HINT_Q2)
+def _(f):
+    check_block(f, P_EVEN, Q_EVEN, torch.tensor([0, 1]), [0.5, 1.0], next_probs=False,
+                why="r1 + 1 - w1 = 0 + 1 - 1 = 0, so h1 = 1 and u1 = 0.5 keeps the first draft; a uniform of exactly "
+                "1.0 is not strictly below h2 = w2 = 1: one draft kept")
+
+
+@lab.case("q2", "no residual mass: the target's own row", hint=HINT_Q2)
+def _(f):
+    # the draft's row equals the target's: w1 = 1 = h1, and a uniform of exactly 1 is not strictly below it
+    p = torch.tensor([[1 / 4, 3 / 4], [1 / 2, 1 / 2]], dtype=torch.float64)
+    q = torch.tensor([[1 / 4, 3 / 4]], dtype=torch.float64)
+    check_block(f, p, q, torch.tensor([1]), [1.0],
+                why="u1 = 1.0 is not strictly below h1 = w1 = 1: nothing kept; max(0, w0 p1 - q1) is 0 everywhere, "
+                "so the next token comes from p1 itself, not from 0 / 0")
+    check_block(f, P_EVEN, Q_EVEN, torch.tensor([0, 1]), [0.5, 1.0],
+                why="one draft kept with w1 = 1, and p2 = q2: max(0, w1 p2 - q2) is 0 everywhere, so the next token "
+                "comes from p2 = p_rows[1] itself")
+
+
 # TESTS q3
 lab.question("q3", "suffix_counts", points=1, title="suffix counts")
-HINT_Q3 = ("Loop over the sequences, every start i and every length n from 1 to depth (while i + n <= len(seq)); "
-           "counts[tuple(seq[i:i + n])] += 1.")
+HINT_Q3 = ("q3's text and the data structure of chapter 13.2: every substring starting anywhere in a sequence, of "
+           "every length from 1 up to depth and no longer (none running past the sequence's end), keyed by a "
+           "tuple of its tokens, its count added up across all the sequences.")
 
 
 def check_counts(f, sequences, depth, why=""):
@@ -211,10 +261,11 @@ def _(f):
 
 # TESTS q4
 lab.question("q4", "suffix_draft", points=2, title="a chain drafted from the counts")
-HINT_Q4 = ("followers(s) = {key[-1]: count for keys of length len(s) + 1 that start with s}. Find the longest "
-           "suffix of context (at most depth - 1 tokens) with followers; then loop: best = most frequent "
-           "(ties: smaller id), prob *= its count / sum of the followers' counts, stop if below min_prob, "
-           "append, s = s + (best,).")
+HINT_Q4 = ("Follow q4's steps 1 to 3 (chapter 13.2, suffix decoding): the longest suffix of the context that some "
+           "key continues (a suffix only seen at the end of a sequence does not count); the most frequent "
+           "continuation, ties to the smaller id; its share of all of s's continuations, times the probability "
+           "so far; stop before a token strictly below min_prob (one exactly at it is drafted), and after "
+           "max_tokens.")
 # Three earlier outputs: 7 8 9 twice, 7 8 4 once, and 3 8 5.
 SEQS = [[7, 8, 9, 1], [7, 8, 9, 2], [7, 8, 4, 1], [3, 8, 5, 6]]
 
@@ -256,3 +307,10 @@ def _(f):
 def _(f):
     check_draft(f, [[1, 2, 3, 4, 5, 6]], 6, [1, 2], 2, 0.1, why="the chain would go on: cut at max_tokens = 2")
     check_draft(f, SEQS, 4, [42], 3, 0.1, why="42 never occurred: no draft")
+
+
+@lab.case("q4", "a token at exactly min_prob is drafted", hint=HINT_Q4)
+def _(f):
+    check_draft(f, [[1, 2, 3], [1, 2, 4], [1, 5, 6], [1, 5, 7]], 3, [1], 3, 0.25,
+                why="2 has 1/2 after (1,), then 3 has 1/2 after (1, 2): 1/2 x 1/2 = 0.25 is not below 0.25, so 3 is "
+                "drafted too")
