@@ -48,7 +48,8 @@ def execute(pages, timeout: int) -> int:
     for path in chosen:
         start = time.perf_counter()
         nb = nbformat.read(path, as_version=4)
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+        # no widget state kept: the book would load the widget scripts for a slider it cannot drive
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=False,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         nbformat.write(nb, path)
         print(f"{path.relative_to(bookstats.ROOT)}: executed in {time.perf_counter() - start:.0f} s", flush=True)

@@ -125,7 +125,7 @@ def feedback_notebook(executed, feedback: str, note: str = ""):
 # learner's code runs with no capability left, so it cannot undo any of it. The interpreter and the repository
 # stay where they are, under /tmp too, so a clone there grades as well.
 SANDBOX = r"""set -e
-S="$1"; LO="$2"; shift 2
+S="$1"; LO="$2"; shift 2; D="$(pwd)"
 if [ "$LO" = 1 ]; then ip link set lo up; fi
 mount --bind "$S" "$S"
 for m in $(awk '{print $5}' /proc/self/mountinfo); do
@@ -135,6 +135,7 @@ for m in $(awk '{print $5}' /proc/self/mountinfo); do
     || mount -o remount,bind,ro,nosuid,nodev,noexec "$m"
 done
 case "$S" in /dev/shm|/dev/shm/*) ;; *) if [ -d /dev/shm ]; then mount -t tmpfs -o mode=1777,size=2g tmpfs /dev/shm; fi;; esac
+cd "$D"  # the working directory again, through the mounts above (inside $S: writable)
 exec setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- "$@"
 """
 

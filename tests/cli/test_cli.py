@@ -224,12 +224,12 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(micro, t
     assert "speculative (medusa)" in capsys.readouterr().out
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--heads", str(tmp_path / "heads"),
-          "--eagle", str(tmp_path / "eagle"), "--eagle3", str(tmp_path / "eagle3")])
+          "--eagle", str(tmp_path / "eagle"), "--eagle3", str(tmp_path / "eagle3"), "--all"])
     table = capsys.readouterr().out
     assert "\nmedusa " in table and "\nmedusa-chain" in table
     assert "\neagle " in table and "\neagle-chain" in table and "\neagle3 " in table and "\neagle3-chain" in table
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
-          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1"])
+          "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--all"])
     table = capsys.readouterr().out
     assert "medusa" not in table and "eagle" not in table  # no heads for this target: the rows are left out
     assert "mtp" not in table and "layer-skip" not in table  # nor an MTP module, nor exit adapters
@@ -248,7 +248,7 @@ def test_workloads_shows_each_set(capsys):
 def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs_one(capsys):
     # a tiny stand-in in the cache (tests/test_packaged.py): the same code path as the converted SmolLM2
     main(["bench", "--pair", "smollm2", "--workload", "chat-qa", "--num-prompts", "1", "--max-new-tokens", "6",
-          "--device", "cpu", "--repeats", "1", "--layer-skip", "1"])
+          "--device", "cpu", "--repeats", "1", "--layer-skip", "1", "--all"])
     table = capsys.readouterr().out
     assert "1 chat-qa prompts" in table and "draft none" in table
     assert "no draft model for this pair: left out speclab speculative" in table and "hf assisted" in table

@@ -550,12 +550,13 @@ def test_the_sandbox_leaves_only_the_submissions_folder_writable(tmp_path):
     mine, other = tmp_path / "mine", tmp_path / "other"
     mine.mkdir()
     other.mkdir()
-    script = (f"touch {mine}/ok; touch {other}/no; echo note > /tmp/speclab-sandbox-probe || echo refused; "
+    script = (f"touch {mine}/ok; touch {other}/no; touch cwd-ok; "
+              "echo note > /tmp/speclab-sandbox-probe || echo refused; "
               "echo secret > /dev/shm/speclab-sandbox-probe && cat /dev/shm/speclab-sandbox-probe; "
               "mount -o remount,bind,rw / 2>/dev/null && echo remounted")
     run = subprocess.run(Isolation(True, True, True).prefix(mine, loopback=True) + ["sh", "-c", script],
-                         capture_output=True, text=True, timeout=60)
-    assert (mine / "ok").exists() and not (other / "no").exists()
+                         capture_output=True, text=True, timeout=60, cwd=mine)
+    assert (mine / "ok").exists() and (mine / "cwd-ok").exists() and not (other / "no").exists()
     assert "refused" in run.stdout and not Path("/tmp/speclab-sandbox-probe").exists()   # /tmp: read-only
     assert "remounted" not in run.stdout and "secret" in run.stdout           # /dev/shm: its own
     assert not Path("/dev/shm/speclab-sandbox-probe").exists()               # and gone with it
