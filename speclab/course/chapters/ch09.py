@@ -44,7 +44,7 @@ def read_json(path) -> dict:
 
 def bench_rows(name: str) -> dict[str, tuple[dict, dict[str, dict]]]:
     """A bench record by workload: workload -> (its summary, method -> row)."""
-    record = read_record(name.removesuffix(".json"))
+    record = read_record(name)
     summaries = record["workloads"] if "workloads" in record else [record]
     return {s["workload"]: (s, {r["method"]: r for r in s["rows"]}) for s in summaries}
 

@@ -19,12 +19,6 @@ def because(why):
     return f" ({why})" if why else ""
 
 
-def remote(f):
-    """Whether f is the grader's remote answer: a tensor it is given comes back as a copy there, so only
-    the notebook's own checks can see whether the cache still holds the very same tensors."""
-    return callable(getattr(f, "prepare", None))
-
-
 def randn(g, *shape):
     return torch.randn(*shape, generator=g)
 
