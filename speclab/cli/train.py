@@ -10,6 +10,8 @@ drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, 
     python -m speclab train pard --target DIR --out runs/pard     # a parallel draft (K tokens a pass)
     python -m speclab train shared-draft --target smollm2 --out runs/smollm2 --preset smollm2
                                         # a draft reading SmolLM2's embeddings, over a draft vocabulary
+    python -m speclab train answers --target smollm2 --out runs/smollm2-scale --conversations 14000
+                                        # the target's own chat answers, batched on the fast path (resumable)
     python -m speclab train eagle-tree --target smollm2 --head speclab/pairs/smollm2/eagle3 --prompts chat
                                         # EAGLE-2's settings for a trained head, timed on this machine
 
@@ -27,11 +29,14 @@ import argparse
 import time
 from pathlib import Path
 
+import torch
+
 from speclab.cli.main import PROG
 from speclab.methods import REGISTRY, Method, draft_model, parallel_draft
 from speclab.methods.eagle import describe_tree
 from speclab.models import CONVERTED_PAIRS
 from speclab.packaged import ensure_converted
+from speclab.train.answers import self_answers
 from speclab.train.eagle import EAGLE_INPUTS, EAGLE_PRESETS, train_eagle
 from speclab.train.eagle import METHODS as EAGLE
 from speclab.train.exit import EXIT_PRESETS, train_exit
@@ -183,6 +188,21 @@ def add_parallel_draft_command(sub) -> None:
     cmd.set_defaults(run=run_parallel_draft)
 
 
+def add_answers_command(sub) -> None:
+    cmd = sub.add_parser("answers", help="the target's own answers to everyday chat requests, the rows its chat "
+                         "drafters train on, batched on the fast path (resumable); train shared-draft and eagle3 "
+                         "with the same --out read the first --conversations of them")
+    cmd.add_argument("--target", required=True, help=TARGET_HELP)
+    cmd.add_argument("--out", type=Path, required=True, help="output folder (out/chat_conversations.pt and "
+                     "out/answers.json, the run's tokens and tokens per second)")
+    cmd.add_argument("--conversations", type=int, default=14000, help="how many (14,000: about 3.5M tokens)")
+    cmd.add_argument("--batch", type=int, default=64, help="requests answered at once")
+    cmd.add_argument("--seed", type=int, default=0)
+    cmd.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
+    cmd.add_argument("--stop-after-minutes", type=float, help="save and stop after this long; rerun to resume")
+    cmd.set_defaults(run=run_answers)
+
+
 def add_eagle_tree_command(sub) -> None:
     cmd = sub.add_parser("eagle-tree", help="time EAGLE-2's settings for a trained EAGLE head on this machine and "
                          "write the fastest, greedy and sampled, to its tree.json (what train eagle and eagle3 run "
@@ -211,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_exit_command(sub)
     add_shared_draft_command(sub)
     add_parallel_draft_command(sub)
+    add_answers_command(sub)
     add_eagle_tree_command(sub)
     return parser
 
@@ -287,6 +308,16 @@ def choose_tree(target: str, head_dir: Path, device: str, **tuning) -> None:
         for row in choice["table"]:
             print(f"  {describe_tree(row)}: {row['tokens_per_pass']:.2f} tokens/pass, {row['speedup']:.2f}x")
         print(f"chosen: {describe_tree(choice)} (written to {head_dir / 'tree.json'})")
+
+
+def run_answers(args) -> None:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    report = self_answers(args.target, args.out, args.conversations, batch=args.batch, seed=args.seed,
+                          stop_after_minutes=args.stop_after_minutes)
+    print(f"{report['conversations']} conversations, {report['tokens']:,} tokens ({report['answer_tokens']:,} "
+          f"written by the target) at {report['answer_tokens_per_s']:.0f} tokens/s on {report['host']}; "
+          f"record: {args.out / 'answers.json'}")
 
 
 def run_eagle_tree(args) -> None:

@@ -28,7 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from speclab import corpus
 from speclab.measure.workloads import chat_records
 from speclab.train import chat_requests
-from speclab.train.replies import answer, reply_text
+from speclab.train.replies import answer, reply_length, reply_text
 from speclab.train.loop import stopped
 
 CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
@@ -176,15 +176,22 @@ def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
         sampled = index % 2 == 1
         started = time.perf_counter()
         rows = answer(target, tokenizer, convs, max_new_tokens, sampled, seed + index)
+        written = sum(reply_length(tokenizer, c, r) for c, r in zip(convs, rows))
         second = second_turns(requests, len(convs), start, rng)
         if second:  # a second turn: the target's reply, then a follow-up question
             replies = [reply_text(tokenizer, convs[i], rows[i]) for i in second]
             turns = [follow_up(convs[i], r, rng, follow_ups) for i, r in zip(second, replies)]
             longer = answer(target, tokenizer, turns, max_new_tokens // 2, sampled, seed + index + 7)
+            written += sum(reply_length(tokenizer, c, r) for c, r in zip(turns, longer))
             for i, row in zip(second, longer):
                 rows[i] = row
         state["conversations"] += [r.to(torch.int32) for r in rows]
-        state["seconds"] += time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        state["seconds"] += seconds
+        # the tokens the target wrote and the time it took, counted together (a file written before they
+        # were counted has neither, so the rate is of the batches counted)
+        state["answer_tokens"] = state.get("answer_tokens", 0) + written
+        state["answer_seconds"] = state.get("answer_seconds", 0.0) + seconds
         torch.save(state, path)
         bar.update(len(rows))
     bar.close()

@@ -135,6 +135,13 @@ CODE_FORMS = ("Write a Python function that {task}.", "Write a Python function `
               "Could you write a Python function that {task}? Add a docstring.",
               "How do I write a function in Python that {task}?", "Write a short Python program that {task}.")
 PASSAGE_PROMPT = "Write {kind} about {topic}. Use four or five sentences."
+# Further forms, asked only once every kind and topic has been asked in the first (a run of 1,400
+# conversations never reaches them, so its passages stay what they were): more conversations need more
+# passages than the 891 of the first form give, and more varied ones.
+MORE_PASSAGE_PROMPTS = ("Write {kind} about {topic} for readers who know nothing about it. Keep it short.",
+                        "Write {kind} about {topic}, with at least one number or date in it.",
+                        "Write {kind} about {topic} in a friendly tone. Five sentences at most.",
+                        "Write {kind} about {topic} that ends with a question for the reader.")
 
 
 # ---------------------------------------------------------------- the target's passages
@@ -172,18 +179,19 @@ def first_sentence(passage: str) -> str:
 
 def material(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, passages: int,
              translations: int, batch: int = 64) -> dict:
-    """{"passages": [...], "foreign": [(language, text), ...]}: the target's passages (PASSAGE_PROMPT over
-    kinds and topics, greedy) and its translations of their first sentences, saved after each batch in
-    out/everyday_material.pt so an interrupted run resumes."""
+    """{"passages": [...], "foreign": [(language, text), ...]}: the target's passages (PASSAGE_PROMPT, then
+    MORE_PASSAGE_PROMPTS, over kinds and topics, greedy) and its translations of their first sentences,
+    saved after each batch in out/everyday_material.pt so an interrupted run resumes. Once every prompt has
+    been asked, fewer passages than asked for come back, and the requests reuse them in turn."""
     path = out / "everyday_material.pt"
     state = torch.load(path) if path.exists() else {"passages": [], "foreign": [], "asked": 0}
-    prompts = [PASSAGE_PROMPT.format(kind=k, topic=t) for t in TOPICS for k in PASSAGE_KINDS]
-    random.Random(1).shuffle(prompts)
+    prompts = []
+    for form in (PASSAGE_PROMPT, *MORE_PASSAGE_PROMPTS):
+        asked = [form.format(kind=k, topic=t) for t in TOPICS for k in PASSAGE_KINDS]
+        random.Random(1).shuffle(asked)
+        prompts += asked
     bar = tqdm(total=passages, initial=len(state["passages"]), desc="target's passages", mininterval=10)
-    while len(state["passages"]) < passages:
-        if state["asked"] >= len(prompts):
-            raise ValueError(f"the {len(prompts)} passage prompts gave {len(state['passages'])} usable passages, "
-                             f"fewer than the {passages} asked for: ask for fewer conversations")
+    while len(state["passages"]) < passages and state["asked"] < len(prompts):
         chunk = prompts[state["asked"]:state["asked"] + batch]
         kept = [p for p in map(tidy_passage, target_replies(target, tokenizer, chunk, 160, batch)) if p]
         state["passages"] += kept
@@ -193,7 +201,7 @@ def material(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: P
     bar.close()
     while len(state["foreign"]) < translations:
         start = len(state["foreign"])
-        chunk = [(LANGUAGES[i % len(LANGUAGES)], first_sentence(state["passages"][i % passages]))
+        chunk = [(LANGUAGES[i % len(LANGUAGES)], first_sentence(state["passages"][i % len(state["passages"])]))
                  for i in range(start, min(translations, start + batch))]
         replies = target_replies(target, tokenizer, [f"Translate this sentence into {lang}:\n{s}" for lang, s in chunk],
                                  80, batch)
@@ -285,13 +293,19 @@ def tuning_requests(n: int) -> list[list[dict]]:
             for i in range(n)]
 
 
+# Past this many passages (7,000 conversations) the requests reuse them in turn, each time with another form
+# and question: the target's passages cost about a tenth of the answering, and reused ones still vary.
+MAX_PASSAGES = 2000
+
+
 def everyday_requests(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int, seed: int = 0,
                       batch: int = 64) -> list[list[dict]]:
     """n first user messages, the categories in turn (CATEGORIES), reproducible for a seed once the
-    target's material (material) is in out/ (chat_data.first_messages refuses any that meets a bench
-    prompt)."""
+    target's material (material) is in out/; the first m of n are the m a run of m asks
+    (chat_data.first_messages refuses any that meets a bench prompt)."""
     per = -(-n // len(CATEGORIES))
-    state = material(target, tokenizer, out, passages=2 * per, translations=per, batch=batch)
+    state = material(target, tokenizer, out, passages=min(2 * per, MAX_PASSAGES),
+                     translations=min(per, MAX_PASSAGES // 2), batch=batch)
     passages, foreign = state["passages"], state["foreign"]
     rng = random.Random(seed)
     convs = []

@@ -1,0 +1,61 @@
+"""The target's own answers at scale: speclab's batched decoding on the fast path writes what
+transformers' generate writes, a longer run starts with a shorter one's requests, and the command
+records its tokens per second and its host."""
+import json
+
+import torch
+
+from speclab.runner import disable_fast_path, enable_fast_path
+from speclab.train import chat_requests
+from speclab.train.answers import self_answers
+from speclab.train.replies import answer, reply_length
+from tests.conftest import tiny_model
+from tests.test_models import WORDS
+from tests.test_packaged import chat_tokenizer
+from tests.train.test_chat_requests import PASSAGE, fake_replies  # noqa: F401 (a fixture)
+
+
+def conversations(n: int) -> list[list[dict]]:
+    return [[{"role": "user", "content": " ".join(WORDS[(3 * i + j) % len(WORDS)] for j in range(2 + 3 * i))}]
+            for i in range(n)]
+
+
+def test_the_fast_path_answers_greedy_as_transformers_does_with_ragged_rows():
+    target, tok = tiny_model("llama", layers=2, vocab=64, seed=3), chat_tokenizer()
+    convs = conversations(3)  # prompts of different lengths: transformers pads them, speclab does not
+    eager = answer(target, tok, convs, max_new_tokens=8, sampled=False, seed=0)
+    enable_fast_path(target, "static", max_len=64, max_batch=3)
+    try:
+        fast = answer(target, tok, convs, max_new_tokens=8, sampled=False, seed=0)
+        sampled = [answer(target, tok, convs, max_new_tokens=8, sampled=True, seed=s) for s in (5, 5, 6)]
+    finally:
+        disable_fast_path(target)
+    assert all(torch.equal(a, b) for a, b in zip(eager, fast))
+    assert all(0 < reply_length(tok, c, r) <= 8 for c, r in zip(convs, fast))
+    assert all(torch.equal(a, b) for a, b in zip(sampled[0], sampled[1]))  # a seed reproduces a sampled batch
+    assert any(not torch.equal(a, b) for a, b in zip(sampled[0], sampled[2]))
+
+
+def test_a_longer_run_starts_with_a_shorter_ones_requests_and_reuses_passages_past_the_cap(tmp_path, monkeypatch):
+    def replies(target, tokenizer, prompts, max_new_tokens, batch):  # the same prompt, the same reply
+        return [f"{PASSAGE} It is about {p.split(' about ')[-1].split('.')[0]}." for p in prompts]
+    monkeypatch.setattr(chat_requests, "target_replies", replies)
+    monkeypatch.setattr(chat_requests, "MAX_PASSAGES", 6)
+    (tmp_path / "short").mkdir(), (tmp_path / "long").mkdir()
+    short = chat_requests.everyday_requests(None, None, tmp_path / "short", n=21, batch=4)
+    long = chat_requests.everyday_requests(None, None, tmp_path / "long", n=70, batch=4)
+    assert long[:21] == short
+    kept = torch.load(tmp_path / "long" / "everyday_material.pt")
+    assert 6 <= len(kept["passages"]) < 10 and len(kept["foreign"]) == 3  # capped, not one per request
+    passages = [r[0]["content"].split("\n\n", 1)[1] for r in long[2::7]]  # the summarization category's
+    assert len(set(passages)) < len(passages) and set(passages) <= set(kept["passages"])  # reused, in turn
+
+
+def test_the_command_records_tokens_per_second_and_the_host(fake_replies, tmp_path):  # noqa: F811
+    target_dir = tmp_path / "target"
+    tiny_model("llama", layers=1, vocab=64, seed=0, context=512).save_pretrained(target_dir)
+    chat_tokenizer().save_pretrained(target_dir)
+    record = self_answers(target_dir, tmp_path / "run", n=7, batch=4)
+    saved = json.loads((tmp_path / "run" / "answers.json").read_text())
+    assert saved["conversations"] == 7 and saved["answer_tokens"] > 0 and saved["answer_tokens_per_s"] > 0
+    assert "fast path" in saved["decoder"] and "CPU thread" in saved["host"] and record == saved
