@@ -212,6 +212,175 @@ def expect_distribution(counts: Any, probs: Any, what: str, p_min: float = 1e-4,
            f"{[round(pi, 3) for pi in p]} (chi-square p-value {pvalue:.1e})" + (f" ({why})" if why else ""))
 
 
+# ================================================================ what a public check compares with
+class Expected:
+    """What a check compares an answer with, without handing the learner a ready-made answer.
+
+    A case calls `want = expected("mask", start, n, max_len)`. In the instructor source and in the grader
+    the hidden cells hand the references in (`expected.use(mask=reference_mask)`), and the call computes the
+    value for any input. The public checks shipped to learners hold no reference: there the call returns
+    the value the reference gave for this call of this public case (the n-th call named "mask" in the case),
+    recorded by `python -m speclab labs build` into `speclab/course/labs/labNN_expected.py`, with what the
+    reference wrote into its arguments. A digest of the inputs, recorded beside each value, catches a case
+    whose inputs differ from the recorded ones (a torch that draws other random numbers)."""
+
+    def __init__(self, lab: str):
+        self.lab = lab
+        self.refs: dict[str, Callable[..., Any]] = {}
+        self.recording: dict | None = None   # labbuild: {(qid, case, name, index): (digest, value, writes)}
+        self._table: dict | None = None
+        self._case: tuple[str, str] | None = None
+        self._calls: dict[str, int] = {}
+
+    def use(self, **refs: Callable[..., Any]) -> None:
+        """The references (instructor side): `expected(name, ...)` calls refs[name](...) from now on."""
+        self.refs.update(refs)
+
+    def start(self, qid: str, case: str) -> None:
+        self._case, self._calls = (qid, case), {}
+
+    def __call__(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        index = self._calls.get(name, 0)
+        self._calls[name] = index + 1
+        key = (*(self._case or ("", "")), name, index)
+        if name in self.refs:
+            if self.recording is None:
+                return self.refs[name](*args, **kwargs)
+            before, digest = _snapshot((args, kwargs)), _digest((args, kwargs))
+            value = self.refs[name](*args, **kwargs)
+            writes = _writes(before, (args, kwargs))
+            self.recording[key] = (digest, _copy(value), writes)
+            return value
+        if self._case is None:
+            raise CheckFailed(f"expected({name!r}, ...) is for the checks' own cases, while they run")
+        table = self._load()
+        expect(key in table, f"this public check has no expected value recorded for its call {name}#{index}: "
+               "is speclab up to date? (pip install -U speclab, or rerun the Colab setup cell)")
+        digest, value, writes = table[key]
+        expect(_digest((args, kwargs)) == digest, "this public check's inputs differ from the ones its expected "
+               f"values were recorded with (call {name}#{index}): your torch ({torch.__version__}) may draw other "
+               "random numbers than the one that recorded them; the grader computes them afresh")
+        _apply(writes, (args, kwargs))
+        return _copy(value)
+
+    def _load(self) -> dict:
+        if self._table is None:
+            path = resources.files("speclab.course.labs").joinpath(f"{self.lab}_expected.py")
+            scope: dict[str, Any] = {}
+            if path.is_file():
+                exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), scope)
+            self._table = scope.get("VALUES", {})
+        return self._table
+
+
+def recorded_tensor(dtype: str, shape: tuple, values: list) -> torch.Tensor:
+    """A tensor written out by `literal` (the recorded expected values)."""
+    return torch.tensor(values, dtype=getattr(torch, dtype)).reshape(shape)
+
+
+def literal(x: Any) -> str:
+    """Python source that rebuilds x (numbers, strings, None, lists, tuples, dicts, tensors as recorded_tensor);
+    floats exactly (repr)."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu()
+        return f"T({str(t.dtype).removeprefix('torch.')!r}, {tuple(t.shape)!r}, {t.reshape(-1).tolist()!r})"
+    if isinstance(x, (bool, int, float, str, type(None))):
+        return repr(x)
+    if isinstance(x, list):
+        return "[" + ", ".join(literal(v) for v in x) + "]"
+    if isinstance(x, tuple):
+        return "(" + "".join(literal(v) + ", " for v in x) + ")"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in x.items()) + "}"
+    raise TypeError(f"cannot record a {type(x).__name__} as an expected value")
+
+
+def _copy(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, list):
+        return [_copy(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_copy(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _copy(v) for k, v in x.items()}
+    return x
+
+
+def _digest(x: Any) -> Any:
+    """A summary of a call's inputs that repeats on any machine: exact for integers and strings, shapes and a
+    coarse sum for float tensors (so that the last bits of a float do not matter), the type of anything else."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu()
+        if t.is_floating_point():
+            return ("tensor", str(t.dtype), tuple(t.shape), round(float(t.double().sum()), 2))
+        return ("tensor", str(t.dtype), tuple(t.shape), t.reshape(-1).tolist())
+    if isinstance(x, float):
+        return round(x, 6)
+    if isinstance(x, (bool, int, str, type(None))):
+        return x
+    if isinstance(x, (list, tuple)):
+        return tuple(_digest(v) for v in x)
+    if isinstance(x, dict):
+        return tuple((_digest(k), _digest(v)) for k, v in x.items())
+    return type(x).__name__
+
+
+def _snapshot(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, (list, tuple)):
+        return [_snapshot(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _snapshot(v) for k, v in x.items()}
+    return None
+
+
+def _changed(before: Any, after: Any) -> bool:
+    if isinstance(after, torch.Tensor):
+        return not (isinstance(before, torch.Tensor) and before.shape == after.shape and torch.equal(before, after))
+    if isinstance(after, (list, tuple)):
+        return (not isinstance(before, list) or len(before) != len(after)
+                or any(_changed(b, a) for b, a in zip(before, after)))
+    if isinstance(after, dict):
+        return not isinstance(before, dict) or before.keys() != after.keys() or any(
+            _changed(before[k], after[k]) for k in after)
+    return False
+
+
+def _writes(before: Any, call: tuple) -> dict:
+    """What the reference wrote into its arguments: {position or keyword: the argument's new content}."""
+    (args, kwargs), (b_args, b_kwargs) = call, before
+    out = {i: _copy(a) for i, (b, a) in enumerate(zip(b_args, args)) if isinstance(a, (torch.Tensor, list, dict))
+           and _changed(b, a)}
+    out.update({k: _copy(a) for k, a in kwargs.items() if isinstance(a, (torch.Tensor, list, dict))
+                and _changed(b_kwargs[k], a)})
+    return out
+
+
+def _apply(writes: dict, call: tuple) -> None:
+    """Write the recorded content into the arguments, as the reference would have."""
+    args, kwargs = call
+    for where, value in writes.items():
+        target = args[where] if isinstance(where, int) else kwargs[where]
+        _put(target, value)
+
+
+def _put(target: Any, value: Any) -> None:
+    if isinstance(target, torch.Tensor):
+        target.copy_(value)
+    elif isinstance(target, list):
+        target[:] = _copy(value)
+    elif isinstance(target, dict):
+        for k, v in value.items():
+            if isinstance(target.get(k), torch.Tensor) and isinstance(v, torch.Tensor) and target[k].shape == v.shape:
+                target[k].copy_(v)
+            else:
+                target[k] = _copy(v)
+        for k in [k for k in target if k not in value]:
+            del target[k]
+
+
 # ================================================================ results
 @dataclass
 class CaseResult:
@@ -379,6 +548,7 @@ class Lab:
         self._load_public = public_tests
         self._test_files: set[str] = {__file__}
         self._slow: list[Any] = []  # answers that ran out of time: score() does not wait for them again
+        self.expected = Expected(name)  # what the cases compare with (public: recorded values; grader: references)
 
     # ---- registering (test cells, or the packaged public file)
     def question(self, qid: str, answer: str, points: float = 1.0, title: str = "") -> None:
@@ -463,6 +633,7 @@ class Lab:
     def _run_case(self, case: Case, answer: Any) -> tuple[bool, str, str]:
         out = io.StringIO()
         seed = zlib.crc32(f"{self.name}/{case.question}/{case.name}".encode())
+        self.expected.start(case.question, case.name)
         try:
             prepare = getattr(answer, "prepare", None)  # the grader's remote answer: its process, before the clock
             if callable(prepare):

@@ -15,10 +15,13 @@ using otter-grader's words so that a later move to otter stays cheap:
 `labs/labNN.ipynb` (solutions stubbed, test cells removed, outputs cleared, stable cell ids) and
 `speclab/course/labs/labNN.py` (the public checks, shipped in the package so that `pip install speclab` brings
 them to Colab). The hidden checks are never shipped: the grader (`speclab.course.grading`) reads them from the
-source notebook. `stale` says which generated files differ from a fresh build (CI checks it is empty).
+source notebook. Nor are the references the checks compare with: they live in hidden cells
+(`lab.expected.use(name=reference_...)`), and `build` runs the public cases on the solutions to record what
+each reference returned there, into `speclab/course/labs/labNN_expected.py` (`speclab.checks.Expected`). `stale` says which generated files differ from a fresh build (CI checks it is empty).
 """
 from __future__ import annotations
 
+import math
 import re
 import tempfile
 from pathlib import Path
@@ -122,6 +125,72 @@ def public_module(source_nb, lab: str) -> str:
     return header + checks_source(source_nb, hidden=False)
 
 
+def solution_namespace(source_nb, lab: str) -> dict:
+    """The lab's answers as the solutions define them: its answer cells (and the cell that makes `lab`) run in
+    one namespace, in notebook order; no demo cell runs."""
+    ns: dict = {"__name__": "__main__"}
+    for i, cell in enumerate(source_nb.cells):
+        if cell["cell_type"] == "code" and cell_kind(cell) == "content" and (
+                "SOLUTION" in cell["source"] or "Lab(" in cell["source"]):
+            exec(compile(strip_solutions(cell["source"], keep=True, where=f"{lab} cell {i}"), f"<{lab} answers>",
+                         "exec"), ns)
+    return ns
+
+
+def expected_module(source_nb, lab: str) -> str | None:
+    """The recorded expected values of the lab's public cases (None when its checks use no reference): every
+    public case runs on the solutions with the references of the hidden cells, and each `lab.expected(...)`
+    call's value is written out, with what the reference wrote into its arguments."""
+    from speclab.course.checks import Lab, literal
+
+    checker = Lab(lab, public_tests=False, time_limit=None)
+    checker.load_tests(checks_source(source_nb, hidden=True), f"<{lab} tests>")
+    if not checker.expected.refs:
+        return None
+    ns = solution_namespace(source_nb, lab)
+    checker.expected.recording = recording = {}
+    for case in [c for c in checker.cases if not c.hidden]:
+        passed, message, _ = checker._run_case(case, ns.get(checker.questions[case.question].answer))
+        if not passed:
+            raise ValueError(f"{lab} {case.question} {case.name!r} fails on the solution: {message}")
+    lines = [f'"""Expected values of the public checks of {lab}: recorded by `python -m speclab labs build` from',
+             f"labs/source/{lab}.ipynb, by running each public case on the solutions with the instructor's references.",
+             "",
+             "Do not edit. One entry per call of `lab.expected(name, ...)` in a public case: (question, case, name,",
+             "index) -> (a digest of the inputs, the value, what the reference wrote into its arguments).",
+             '"""', "from speclab.checks import recorded_tensor as T", "", "VALUES = {"]
+    lines += [f"    {literal(key)}: {literal(value)}," for key, value in recording.items()]
+    return "\n".join(lines + ["}", ""])
+
+
+def same_expected(a: str, b: str) -> bool:
+    """Whether two recorded expected-value files hold the same entries, floats equal to 1e-6 (a float's last
+    bits may differ from one machine to another)."""
+    def values(text):
+        scope: dict = {}
+        exec(compile(text, "<expected>", "exec"), scope)
+        return scope["VALUES"]
+
+    def close(x, y) -> bool:
+        import torch
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            return (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
+                    and x.dtype == y.dtype and bool(torch.allclose(x.double(), y.double(), atol=1e-6, rtol=1e-6,
+                                                                   equal_nan=True)))
+        if isinstance(x, float) and isinstance(y, (int, float)):
+            return math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-6) or (math.isnan(x) and math.isnan(y))
+        if isinstance(x, (list, tuple)):
+            return type(x) is type(y) and len(x) == len(y) and all(close(u, v) for u, v in zip(x, y))
+        if isinstance(x, dict):
+            return isinstance(y, dict) and x.keys() == y.keys() and all(close(x[k], y[k]) for k in x)
+        return x == y
+
+    try:
+        return close(values(a), values(b))
+    except Exception:  # noqa: BLE001 (a file that does not load is not the same)
+        return False
+
+
 def find_root(root: str | Path | None = None) -> Path:
     """The repository root: the given one, else the first of the working directory and the directory
     above this package that holds labs/source."""
@@ -153,6 +222,11 @@ def build(root: str | Path | None = None, out_root: str | Path | None = None) ->
         learner.write_text(nbformat.writes(learner_notebook(nb, lab)) + "\n", encoding="utf-8")
         tests.write_text(public_module(nb, lab), encoding="utf-8")
         written += [learner, tests]
+        values = expected_module(nb, lab)
+        if values is not None:
+            recorded = tests.with_name(f"{lab}_expected.py")
+            recorded.write_text(values, encoding="utf-8")
+            written.append(recorded)
     return written
 
 
@@ -165,7 +239,10 @@ def stale(root: str | Path | None = None) -> list[str]:
         for path in fresh:
             rel = path.relative_to(tmp)
             committed = root / rel
-            if not committed.exists() or committed.read_bytes() != path.read_bytes():
+            if not committed.exists():
+                problems.append(str(rel))
+            elif committed.read_bytes() != path.read_bytes() and not (
+                    path.name.endswith("_expected.py") and same_expected(committed.read_text(), path.read_text())):
                 problems.append(str(rel))
         expected = {p.relative_to(tmp) for p in fresh}
         for pattern in ("labs/lab*.ipynb", "speclab/course/labs/lab*.py"):
