@@ -91,10 +91,10 @@ def page_stats(path: Path) -> PageStats:
     return PageStats(path.stem, words, code, longest, wide, heavy, images, captioned)
 
 
-def book_pages(root: Path = ROOT) -> list[Path]:
-    """The book's notebooks, in the order of _toc.yml."""
-
-    files: list[str] = []
+def toc_files(root: Path = ROOT) -> list[str]:
+    """Every page of _toc.yml (the root page first), as the toc names it: a path without its suffix."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files: list[str] = [toc["root"]]
 
     def walk(entries):
         for entry in entries:
@@ -102,8 +102,13 @@ def book_pages(root: Path = ROOT) -> list[Path]:
                 files.append(entry["file"])
             walk(entry.get("sections", []) + entry.get("chapters", []))
 
-    walk(yaml.safe_load((root / "_toc.yml").read_text())["parts"])
-    return [root / f"{f}.ipynb" for f in files if (root / f"{f}.ipynb").exists()]
+    walk(toc["parts"])
+    return files
+
+
+def book_pages(root: Path = ROOT) -> list[Path]:
+    """The book's notebooks, in the order of _toc.yml."""
+    return [root / f"{f}.ipynb" for f in toc_files(root) if (root / f"{f}.ipynb").exists()]
 
 
 def unlinked_references(bib: Path = ROOT / "book" / "references.bib") -> list[str]:
