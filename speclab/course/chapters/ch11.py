@@ -46,7 +46,10 @@ def cost_numbers(record: dict) -> dict[str, float]:
             "step1_over_roof": costs[1][1] / roof_ms(record, 1),
             "verify5_b1": costs[1][5] / costs[1][1], "verify5_b64": costs[big][5] / costs[big][1],
             "pass64_5_ms": costs[big][5], "roof64_5_ms": roof_ms(record, big * 5), "tokens64_5": big * 5,
-            "pass64_5_over_roof": costs[big][5] / roof_ms(record, big * 5)}
+            "pass64_5_over_roof": costs[big][5] / roof_ms(record, big * 5),
+            "min_over_roof": min(ms / roof_ms(record, b * w) for b, by_w in costs.items() for w, ms in by_w.items()),
+            # exercise 1: prompt lookup's break-even tokens a round at K = 1 (a 2-wide pass in one-wide steps)
+            "ex1_b16": costs[16][2] / costs[16][1], "ex1_b64": costs[big][2] / costs[big][1]}
 
 
 def plot_pass_costs(record: dict):
@@ -195,6 +198,31 @@ def policy_analysis(record: dict) -> tuple[str, dict]:
                cells_all=len(summary) * len(sizes), policy_beyond_all=beyond_all,
                pl_off=" and ".join(map(str, off)) or "none", pl_losing=" and ".join(map(str, losing)) or "none")
     return "\n".join(lines), out
+
+
+POLICY_HEADER = ["batch", *METHODS_KEYS]
+
+
+def policy_table(record: dict) -> list[list]:
+    """11.5's table: a row per batch size, a column per method holding the policy's K and, in the timed
+    rows, the policy's speedup, the best fixed K's and fixed K = 4's ('off' where the policy's K is 0)."""
+    summary, out = record["summary"], []
+    for b in record["batch_sizes"]:
+        row = [b]
+        for m in METHODS_KEYS:
+            s, key = summary[m], str(b)
+            k = s["policy_k"][key]
+            row.append(f"{k if k else 'off'}: {s['policy_speedup'][key]:.2f} / {s['best_speedup'][key]:.2f} / "
+                       f"{s['k4_speedup'].get(key, float('nan')):.2f}")
+        out.append(row)
+    return out
+
+
+def round_parts(record: dict, method: str = "eagle chain", batch: int = 64, k: int = 4) -> dict[str, float]:
+    """One row's drafting and verification time a round (ms), for exercise 3."""
+    r = next(r for r in record["rows"] if r["method"] == method and r["batch"] == batch and r["k"] == k)
+    return {"ex3_draft_ms": r["draft_ms"], "ex3_verify_ms": r["verify_ms"],
+            "ex3_round_ms": r["draft_ms"] + r["verify_ms"]}
 
 
 def latency_rows(record: dict, batches: tuple[int, ...] = (1, 8, 64)) -> list[list]:

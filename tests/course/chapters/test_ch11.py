@@ -49,3 +49,14 @@ def test_figures_draw():
     for fig in (ch11.plot_pass_costs(RECORD), ch11.plot_sweep(RECORD)):
         assert fig.get_size_inches()[0] <= 7.5
         plt.close(fig)
+
+
+def test_policy_table_and_exercise_numbers():
+    rows = ch11.policy_table(RECORD)
+    assert len(rows) == len(RECORD["batch_sizes"]) and all(len(r) == len(ch11.POLICY_HEADER) for r in rows)
+    assert any("off" in cell for row in rows for cell in row[1:])   # prompt lookup switched off somewhere
+    numbers = ch11.cost_numbers(RECORD)
+    assert 1 < numbers["min_over_roof"] <= numbers["pass64_5_over_roof"]
+    assert 1 < numbers["ex1_b16"] < numbers["ex1_b64"] < 2
+    parts = ch11.round_parts(RECORD)
+    assert parts["ex3_round_ms"] == parts["ex3_draft_ms"] + parts["ex3_verify_ms"] > 0
