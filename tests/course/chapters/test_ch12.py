@@ -49,3 +49,14 @@ def test_the_claims_of_12_4_hold_for_the_committed_records_and_fail_when_they_do
     fallback_as_eagle3 = {**load, "rows": {**load["rows"], "eagle3-fallback": load["rows"]["eagle3"]}}
     with pytest.raises(AssertionError, match="fallback below plain decoding"):
         ch12.check_load_claims(fallback_as_eagle3, batch)
+
+
+def test_the_fallback_and_ngram_claims_of_12_4_fail_when_the_record_says_otherwise():
+    load, batch = read_record("12_load_test"), read_record("11_batch_static")
+    drafting = [{**r, "drafts": 100} for r in load["rows"]["eagle3-fallback"]]
+    with pytest.raises(AssertionError, match="as often as EAGLE-3"):
+        ch12.check_load_claims({**load, "rows": {**load["rows"], "eagle3-fallback": drafting}}, batch)
+    off_p95 = {r["rate"]: r["tpot_ms_p95"] for r in load["rows"]["off"]}
+    calm = [{**r, "tpot_ms_p95": off_p95[r["rate"]]} for r in load["rows"]["ngram"]]
+    with pytest.raises(AssertionError, match="n-gram raises the p95"):
+        ch12.check_load_claims({**load, "rows": {**load["rows"], "ngram": calm}}, batch)
