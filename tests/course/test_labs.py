@@ -656,6 +656,10 @@ MISTAKES = [
                            "  # the longest row's length for every row")),
     ("lab11", "q3", "one sequence",
      batched_attention_but("<= last[:, :, None]", "< last[:, :, None]  # < : not its own key")),
+    ("lab11", "q3", "in place",
+     batched_attention_but("    for b in range(batch):\n",
+                           "    cache['keys'], cache['values'] = cache['keys'].clone(), cache['values'].clone()  # a copy\n"
+                           "    for b in range(batch):\n")),
     ("lab11", "q4", "the same batch size", "def predicted_speedups(pass_ms, draft_ms, tokens_per_round, k):\n"
      "    return {b: tokens_per_round[b] * pass_ms[1][1] / (k * draft_ms[b] + c[k + 1])  # batch 1's step\n"
      "            for b, c in pass_ms.items()}"),
@@ -883,6 +887,8 @@ RULES = [
      next(m[3] for m in MISTAKES if m[0] == "lab11" and "the longest row's" in m[3])),
     ("lab11", "q3", "not any slot of another row", "never reads another row's cache",
      next(m[3] for m in MISTAKES if m[0] == "lab11" and "broadcast to every row" in m[3])),
+    ("lab11", "q3", "**in place**", "in place: the same two tensors",
+     next(m[3] for m in MISTAKES if m[0] == "lab11" and "# a copy" in m[3])),
     ("lab11", "q4", "**at the same batch size**", "the same batch size",
      next(m[3] for m in MISTAKES if m[0] == "lab11" and "batch 1's step" in m[3])),
     ("lab11", "q4", "one verify pass over $K + 1$ positions a row", "K + 1 positions",

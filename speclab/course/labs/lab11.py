@@ -12,9 +12,9 @@ import math
 import random
 import torch
 from speclab.checks import expect, expect_allclose, expect_close, expect_equal, plain, show, unfinished
-from speclab.measure.batching import crossover as reference_crossover
 
-
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
 def because(why):
     return f" ({why})" if why else ""
 
@@ -36,60 +36,6 @@ def table(t):
     return "; ".join(f"row {b}: {row}" for b, row in enumerate(plain(t)))
 
 
-def reference_accepted(drafts, widths, choices):
-    """Row b keeps its drafts up to the first that differs from the target's choice at that position,
-    and never more than its own widths[b]."""
-    out = []
-    for b, width in enumerate(widths):
-        n = 0
-        while n < width and int(drafts[b][n]) == int(choices[b][n]):
-            n += 1
-        out.append(n)
-    return out
-
-
-def reference_settle(lengths, accepted, drafts, choices, produced, max_new_tokens, eos_id=None):
-    tokens, new_lengths, finished = [], [], []
-    for b, a in enumerate(accepted):
-        new = [int(t) for t in drafts[b][:a]] + [int(choices[b][a])]
-        new = new[:max_new_tokens - produced[b]]
-        stopped = eos_id is not None and eos_id in new
-        if stopped:
-            new = new[:new.index(eos_id) + 1]
-        tokens.append(new)
-        new_lengths.append(int(lengths[b]) + 1 + a)
-        finished.append(stopped or produced[b] + len(new) >= max_new_tokens)
-    return tokens, new_lengths, finished
-
-
-def reference_mask(start, n, max_len):
-    """Query i of a pass written at slot start sees every slot up to and including start + i."""
-    return torch.arange(max_len)[None, :] <= (start + torch.arange(n))[:, None]
-
-
-def attend(q, keys, values, mask):
-    """softmax(q K^T / sqrt(d)) V, masked scores at -inf, in float64."""
-    q, keys, values = q.double(), keys.double(), values.double()
-    scores = q @ keys.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ values
-
-
-def reference_batched_attention(cache, q, k, v, lengths):
-    batch, _, n, _ = q.shape
-    max_len = cache["keys"].shape[2]
-    out = []
-    for b in range(batch):
-        s = int(lengths[b])
-        cache["keys"][b, :, s:s + n] = k[b]
-        cache["values"][b, :, s:s + n] = v[b]
-        out.append(attend(q[b], cache["keys"][b], cache["values"][b], reference_mask(s, n, max_len)))
-    return torch.stack(out).float()
-
-
-def reference_speedups(pass_ms, draft_ms, tokens_per_round, k):
-    return {b: tokens_per_round[b] * pass_ms[b][1] / (k * draft_ms[b] + pass_ms[b][k + 1]) for b in pass_ms}
-
-
 # TESTS q1
 lab.question("q1", "accepted_counts", points=1, title="each row's accepted count")
 WHERE_Q1 = " See q1's text above, and chapter 11, section 11.1 (The batch is a dimension of the same loop)."
@@ -102,7 +48,7 @@ def check_counts(f, drafts, widths, choices, why=""):
     call = f"accepted_counts(drafts [{table(drafts)}], widths={list(widths)}, choices [{table(choices)}])"
     got = f(drafts.clone(), list(widths), choices.clone())
     expect(got is not None, unfinished(call))
-    want = reference_accepted(drafts, widths, choices)
+    want = expected("accepted", drafts, widths, choices)
     got_ints = ints(got)
     expect(got_ints is not None and len(got_ints) == len(want), f"{call} returned {show(got)}; expected a list "
            f"of {len(want)} ints, one per row")
@@ -159,7 +105,7 @@ def check_settle(f, lengths, accepted, drafts, choices, produced, max_new_tokens
     got = plain(got)
     expect(isinstance(got, list) and len(got) == 3, f"{call} returned {show(got)}; expected a tuple of three: "
            "(tokens, new_lengths, finished)")
-    want = reference_settle(lengths, accepted, drafts, choices, produced, max_new_tokens, eos_id)
+    want = expected("settle", lengths, accepted, drafts, choices, produced, max_new_tokens, eos_id)
     names = ("tokens", "new_lengths", "finished")
     for name, part, mine, theirs in zip(names, ("tokens", "lengths", "finished"), got, want):
         if part not in parts:
@@ -236,15 +182,25 @@ def run_batched(f, g, batch, heads, n, head_dim, max_len, lengths, cache=None):
     cache = cache or new_cache(g, batch, heads, max_len, head_dim)
     q, k, v = (randn(g, batch, heads, n, head_dim) for _ in range(3))
     mine = {name: t.clone() for name, t in cache.items()}
+    held = dict(mine)  # the two tensors the learner's cache holds: written in place, they are still these
     want_cache = {name: t.clone() for name, t in cache.items()}
     call = f"batched_attention(cache of {batch} rows x {max_len} slots, q, k, v of {n} rows each, lengths={lengths})"
     got = f(mine, q, k, v, list(lengths))
     expect(got is not None, unfinished(call))
-    want = reference_batched_attention(want_cache, q, k, v, lengths)
+    want = expected("batched_attention", want_cache, q, k, v, lengths)
     expect(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(want.shape),
            f"{call} returned {('shape ' + str(tuple(got.shape))) if isinstance(got, torch.Tensor) else show(got)}; "
            f"expected a tensor of shape {tuple(want.shape)}")
-    return call, got, want, mine, want_cache, (q, k, v)
+    return call, got, want, mine, want_cache, (q, k, v, held)
+
+
+def in_place(call, mine, held):
+    """The learner's cache dict still holds the very tensors it was given, of the same shape."""
+    for name, t in held.items():
+        now = mine.get(name) if isinstance(mine, dict) else None
+        expect(now is t and isinstance(now, torch.Tensor) and now.shape == t.shape,
+               f"after {call}, cache[{name!r}] is a new tensor: write the rows into the tensor the cache holds, in "
+               "place (slice assignment or index_copy_); a static cache is allocated once")
 
 
 def row_report(got, want):
@@ -265,6 +221,15 @@ def _(f):
                    "and no other slot of any row changes")
 
 
+@lab.case("q3", "in place: the same two tensors, of the same shape",
+          hint="The batch's cache is allocated once: write into the two tensors the dict already holds, never a new "
+               "or copied tensor put in their place (lab 10's q1, one row per sequence)." + WHERE_Q3)
+def _(f):
+    g = torch.Generator().manual_seed(36)
+    call, _, _, mine, _, (_, _, _, held) = run_batched(f, g, 2, 1, 1, 2, 5, [0, 3])
+    in_place(call, mine, held)
+
+
 @lab.case("q3", "one sequence: softmax(q K^T / sqrt(d)) V over its slots, its own key included",
           hint="For one row this is lab 10's attention: scores scaled by 1 / sqrt(head_dim), each query seeing its own slot and every slot before it, the softmax over the slots, then the values." + WHERE_Q3)
 def _(f):
@@ -281,7 +246,7 @@ def _(f):
 def _(f):
     g = torch.Generator().manual_seed(32)
     lengths = [3, 3]
-    call, got, want, _, _, (q, k, v) = run_batched(f, g, 2, 2, 2, 4, 8, lengths)
+    call, got, want, _, _, (q, k, v, _) = run_batched(f, g, 2, 2, 2, 4, 8, lengths)
     wrong = row_report(got, want)
     expect(not wrong, f"{call}: rows {wrong} of the output differ from attention over each row's own cache"
            + because("both rows have the same length here, so only the cache row read can differ"))
@@ -322,7 +287,7 @@ def check_speedups(f, pass_ms, draft_ms, tau, k, why=""):
     call = f"predicted_speedups(pass_ms={pass_ms}, draft_ms={draft_ms}, tokens_per_round={tau}, k={k})"
     got = f({b: dict(c) for b, c in pass_ms.items()}, dict(draft_ms), dict(tau), k)
     expect(got is not None, unfinished(call))
-    want = reference_speedups(pass_ms, draft_ms, tau, k)
+    want = expected("speedups", pass_ms, draft_ms, tau, k)
     expect(isinstance(got, dict) and sorted(got) == sorted(want), f"{call} returned {show(got)}; expected a dict "
            f"with one speedup for each batch size, keys {sorted(want)}")
     for b in sorted(want):
@@ -356,7 +321,7 @@ HINT_Q5 = ("The crossover is the smallest measured batch size from which on ever
 def check_crossover(f, speedups, why=""):
     call = f"crossover({speedups})"
     got = f(dict(speedups))
-    want = reference_crossover(speedups)
+    want = expected("crossover", speedups)
     if want is not None:
         expect(got is not None, f"{call} returned None (no crossover); expected {want}" + because(why) +
                ". (The untouched stub returns None too: write your code where it says `# YOUR CODE HERE`.)")
