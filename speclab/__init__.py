@@ -1,21 +1,12 @@
 """speclab: the companion package of the speculative decoding course.
 
-The public surface the book, the labs and outside checks rely on:
-    generate, speculative_generate   the decode loop (target only, and speculative)
-    verify, verify_tree              the rejection rule for one round (a chain, a tree) on explicit distributions
-    Draft, Drafter, SideBranch       what a drafter proposes (a chain or a tree, and tokens riding along for their
-                                     logits), and the interface it implements
-    load_drafter                     a drafter by method name (speclab.methods: the registry of every method)
-    logits_to_probs                  the one sampler: logits to the served distribution
-    load_pair, load_model            the bundled stdlib pair, hub pairs, local directories
-    theory                           the speedup model
-
-The package's folders: the engine at the top (sampling, trees, verification, runner, decoding, read in
-that order, and drafting, the interface), methods/ (one module per drafting method, and the registry),
-train/, measure/, course/ (the chapters' and labs' machinery) and cli/.
-
-Names are imported on first use (PEP 562), so `python -m speclab --help` prints without loading torch;
-`speclab.<module>` works for every module of the package, as `import speclab.<module>` would.
+The public surface (_WHERE): generate and speculative_generate (the decode loop), verify and verify_tree
+(the rejection rule on explicit distributions), Draft, Drafter and SideBranch (the drafting interface),
+load_drafter (any registered method: speclab.methods), logits_to_probs (the one sampler), load_pair and
+load_model (the bundled pair, SmolLM2, hub pairs, local folders), theory (the speedup model). The folders:
+the engine at the top level (sampling, trees, verification, runner, decoding; drafting, the interface),
+then methods/, train/, measure/, serving/, course/ and cli/, each importing only those before it.
+Names are imported on first use (PEP 562), so `python -m speclab --help` prints without loading torch.
 """
 from __future__ import annotations
 

@@ -1,21 +1,12 @@
-"""How many tokens to draft: a fixed K, transformers' heuristic schedule, and a confidence stop.
+"""How many tokens to draft: a fixed K, transformers' heuristic schedule, and a confidence stop (both in
+transformers' assisted generation: num_assistant_tokens_schedule="heuristic",
+assistant_confidence_threshold).
 
-The best fixed K depends on how often drafts are accepted (speclab.theory.best_k), and that changes
-from one workload to the next (code, prose, copying) and within one output. Two adaptive answers,
-both in transformers' assisted generation (`num_assistant_tokens_schedule="heuristic"`,
-`assistant_confidence_threshold`):
-
-- The heuristic schedule looks back: after a round whose drafts were all accepted it drafts 2 more
-  next time, after any rejection 1 fewer (never below 1). speclab caps it at k, so k is the upper
-  bound, and starts it at k.
-- The confidence stop looks at the draft itself: a chain drafter stops drafting as soon as the
-  draft model's top probability for the token it just drafted (softmax of its raw logits, whatever
-  the sampling settings) falls below a threshold; that last token is still proposed. It needs a
-  drafter with per-token probabilities, so it is a drafter option (Drafter.set_confidence_threshold),
-  set by speculative_generate.
-
-Neither changes what is emitted: the rule still verifies whatever was drafted, so both stay lossless
-(a stop decided from the draft's own state cannot bias the target's distribution).
+The best fixed K depends on acceptance (speclab.theory.best_k), which changes between workloads and within
+one output. The heuristic schedule drafts 2 more after a round fully accepted and 1 fewer after a
+rejection (capped at k, starting at k, never below 1). The confidence stop ends a chain as soon as the
+drafter's top probability for its last token falls below a threshold (a drafter option:
+Drafter.set_confidence_threshold). Both decide from the draft's side only, so both stay lossless.
 """
 from __future__ import annotations
 

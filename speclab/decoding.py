@@ -16,13 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from importlib import import_module
 
 import torch
 
 from speclab.adaptive import FixedK, check_confidence_threshold, make_schedule
 from speclab.devices import timer
 from speclab.drafting import Draft, Drafter
-from speclab.methods.draft_model import ModelDrafter
 from speclab.runner import context_length, runner_for
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, pick
 from speclab.stats import GenerationResult, GenerationStats, Round
@@ -190,9 +190,14 @@ ACCEPTANCE_RULES = ("rejection", "block", "typical", "typical-medusa")
 LOSSLESS_RULES = ("rejection", "block")
 
 
+# The loop never imports a method: a bare model passed as the draft is wrapped by the registry's
+# draft-model method, looked up only when one is passed (speclab.methods.drafter_for_model).
+REGISTRY = "speclab.methods"
+
+
 def as_drafter(draft: torch.nn.Module | Drafter, device: torch.device) -> Drafter:
     """A Drafter (a bare model becomes a draft-model drafter) whose network runs on `device`."""
-    drafter = draft if isinstance(draft, Drafter) else ModelDrafter(draft)
+    drafter = draft if isinstance(draft, Drafter) else import_module(REGISTRY).drafter_for_model(draft)
     if drafter.device is not None and drafter.device != device:
         raise ValueError(f"target is on {device} but the {drafter.name} is on {drafter.device}: move both to the "
                          "same device (model.to(device))")
@@ -219,27 +224,17 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
                          typical_delta: float = 0.3, k_schedule: str = "fixed",
                          confidence_threshold: float | None = None) -> GenerationResult | list[GenerationResult]:
     """Speculative decoding: `draft` (a model sharing the target's tokenizer, or any Drafter) proposes up to k
-    tokens (a chain) or a tree at most k deep, the target checks them all in one forward pass, and the
-    rejection rule decides. k None: the depth of the drafter's own tree (EAGLE-2's, measured for its head:
-    Drafter.own_depth); drafters without one need k. Greedy output equals `generate`'s; sampled output has
-    the same distribution. acceptance="block" judges a chain's drafts jointly (block verification, Sun et al.
-    2025: verification.verify_block), lossless too and never fewer accepted in expectation; trees are
-    refused. acceptance="typical" swaps in typical acceptance (speclab's variant of the
-    Medusa paper's rule: verification.typical_accept_tree; typical_epsilon, typical_delta), and
-    "typical-medusa" the Medusa reference's own decision (verification.medusa_typical_accept_tree, with
-    medusa_generate's fast=True): they accept more when sampling, and they are NOT lossless; the stats
-    say so. Adaptive K
-    (speclab.adaptive), k the upper bound: k_schedule="heuristic" is transformers' schedule (+2 after a
-    fully accepted round, -1 otherwise); confidence_threshold stops a chain drafter's round at the first
-    token its draft was less sure of (top probability below it). Both lossless.
+    tokens (a chain) or a tree at most k deep, the target checks them in one pass, and the rule decides.
+    k None: the drafter's own depth (Drafter.own_depth). Greedy output equals generate's; sampled output
+    has the same distribution. acceptance: "rejection" (token-wise), "block" (a chain judged jointly: Sun et
+    al. 2025, verification.verify_block; lossless), or "typical" / "typical-medusa" (Medusa's typical
+    acceptance, speclab's variant and the reference's: NOT lossless, and the stats say so). Adaptive K, k
+    the upper bound (speclab.adaptive): k_schedule="heuristic", confidence_threshold; both lossless.
 
-    A list of prompts is decoded as one batch (chapter 11) on the fast path (enable_fast_path(model,
-    max_batch=B) for the target and a draft model), by a drafter that drafts batches (Drafter.batched);
-    each sequence keeps its own length, accepted count, K schedule and stop, and the result is a list.
-
-    What the loop asks of a drafter is the Drafter interface (speclab.drafting): start, propose, update,
-    and take_features / take_side_logits for those that read the target's features or ride along in
-    its pass (each in a form for the batch's rows); its device, depth and pass count are declared there too."""
+    A list of prompts decodes as one batch (chapter 11) on the fast path (enable_fast_path(model,
+    max_batch=B)) with a drafter that drafts batches; each sequence keeps its own length, accepted count,
+    K schedule and stop, and the result is a list. The loop asks of a drafter only speclab.drafting's
+    interface."""
     runner = runner_for(target, who="target model")
     drafter = as_drafter(draft, runner.device)
     k = round_depth(k, drafter)
@@ -349,3 +344,10 @@ def settle(seq: Sequence_, proposal: Draft, logits: torch.Tensor, cached: int, r
     seq.trace.append(Round(proposal.tokens.tolist(), len(path), next_token, None if chain else tree,
                            None if chain else path))
     return path
+
+
+def __getattr__(name: str):
+    """`speclab.decoding.ModelDrafter`, the draft-model drafter, read from its method module on first use."""
+    if name == "ModelDrafter":
+        return import_module(f"{REGISTRY}.draft_model").ModelDrafter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -77,9 +77,8 @@ def wide_half_on_cpu(x: torch.Tensor) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, except that a 16-bit product over many rows on a CPU (a draft's prefill, a head catching
     up over the prompt) runs in float32 and is rounded back to x's precision. A CPU without 16-bit
-    matrix units runs a half-precision GEMM row by row: for 576 x 1536 weights, 0.11 ms a row in float16
-    against a float32 cast of the weight (0.9 ms, once a call) and 0.02 ms a row after it (AMD EPYC, 2
-    threads): the cast pays from about 14 rows. A draft's decode steps (a row or a few) keep its 16-bit
+    matrix units runs a half-precision GEMM row by row, so past a few rows (CPU_FLOAT32_ROWS) casting the
+    weight once costs less than the 16-bit rows. A draft's decode steps (a row or a few) keep its 16-bit
     weights, which is what makes them cheap to stream. Only acceptance can move with this, never the
     output: it is the draft's precision, not the target's (draft_dtype)."""
     if wide_half_on_cpu(x):

@@ -1,25 +1,13 @@
 """The drafting interface: whatever proposes the tokens the target verifies implements `Drafter`.
 
-One small interface (in the spirit of transformers' CandidateGenerator): `propose` returns a Draft
-for the sequence so far; `update` tells the drafter what the target accepted, so it can roll its own
-state back and adapt. The decode loop knows nothing else about a drafter, so a draft model, an
-n-gram lookup in the context, and (in later chapters) Medusa heads, an EAGLE head, lookahead or MTP
-heads plug into the same loop. Each method lives in a module of `speclab.methods`, which also holds
-the registry that names them (`load_drafter`).
-
-A Draft is a tree of tokens (`parents`, see speclab.trees; None means a chain) with, where the
-drafter has them, the served distributions they were drawn from. A drafter without probabilities
-(prompt lookup, top-k tree children) proposes deterministically: its q is a point mass on the
-proposed token, and the rejection rule then accepts x with probability p(x).
-
-Drafters that read the target's hidden states (Medusa heads, EAGLE) name the layers in
-`feature_layers`; the decode loop then hands them, through `take_features`, the target's features
-of every token it has processed and kept, from the pass that processed them: no extra target pass.
-
-A drafter may also ride along in the verification pass with tokens that are not candidates (a
-`SideBranch`: lookahead decoding's Jacobi window). They get their own attention pattern, never see
-or are seen by the candidates, their logits come back through `take_side_logits`, and their cache
-rows are dropped with the rejected nodes'. So lookahead needs no branch of its own in the loop.
+`propose` returns a Draft for the sequence so far; `update` tells the drafter what the target accepted,
+so it can roll its state back and adapt (in the spirit of transformers' CandidateGenerator). The decode
+loop knows nothing else about a drafter; each method is a module of speclab.methods. A Draft is a tree
+of tokens (`parents`, speclab.trees; None: a chain) with the distributions they were drawn from where
+the drafter has them; without them q is a point mass and the rule accepts x with probability p(x).
+Drafters that read the target's hidden states name the layers in `feature_layers` and get them through
+`take_features`, from the pass that processed them. A SideBranch (lookahead's Jacobi window) rides
+along in the verify pass for its logits only (`take_side_logits`), unseen by the candidates.
 """
 from __future__ import annotations
 

@@ -1,21 +1,12 @@
 """A Llama on a static KV cache written by position: the fast path's model (gpt-fast's design).
 
-transformers' model grows a DynamicCache by concatenation, builds its masks and positions on every
-call and routes each layer through several modules; for a small model decoding one token, that
-framework work costs more than the matrix products (chapter 10 measures it). This file is the same
-network written out flat, reading the same weights:
-
-- the cache is preallocated, one (1, kv_heads, max_len, head_dim) pair per layer, and a pass writes its
-  keys and values at the positions it is given (`index_copy_`, in place even under torch.compile);
-- attention reads the cache up to the last position in use and a boolean mask says which slots each
-  row sees, so rolling back is forgetting a length: rows past it are never read again before they are
-  overwritten, and nothing is copied or cropped;
-- q, k and v are one matrix product, as are the MLP's gate and up projections (the weights are
-  concatenated once, at build time), which halves the small products a layer launches.
-
-RoPE's cos and sin come from the model's own rotary module, once for every position, so any rope
-scaling transformers implements is honoured. Only the Llama architecture is taken (the bundled
-pair, SmolLM2, Llama and its fine-tunes); anything else is refused with an error, never run wrongly.
+For a small model decoding one token, transformers' framework work (a DynamicCache grown by concatenation,
+masks and positions built per call, several modules a layer) costs more than the matrix products. This
+is the same network written flat on the same weights: the cache is preallocated per layer and a pass
+writes its keys and values at the positions given (index_copy_, in place under torch.compile); attention
+reads up to the last position in use under a boolean mask, so rolling back is forgetting a length; q/k/v
+and the MLP's gate/up are one product each. RoPE's tables come from the model's own rotary module, so its
+scaling is honoured. Only Llama is taken (the bundled pair, SmolLM2); anything else is refused.
 """
 from __future__ import annotations
 
@@ -185,8 +176,7 @@ class FastLlama(torch.nn.Module):
         """x @ weight.T. Compiled on a CPU (gemv_rows > 0), a product over a few rows is written as one
         multiply-and-sum per row, which inductor fuses into one vectorized loop that streams each weight
         row once for all rows. A library call on a matrix this small runs far below the bandwidth a large
-        one reaches, and a decode step makes 4 a layer (measured here, 2 threads, on the bundled target's
-        shapes: 97 products 6.5 ms through MKL, 1.9 ms as generated loops; 4.5 ms against 11 for 8 rows).
+        one reaches, and a decode step makes 4 a layer (chapter 10 times both).
         Uncompiled, the same expression would be n * 2 operators a product: eager keeps the library call."""
         rows = x.reshape(-1, x.shape[-1])  # every token of every sequence is a row of the product
         if rows.shape[0] <= self.gemv_rows:

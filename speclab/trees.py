@@ -1,19 +1,12 @@
 """Token trees: how a tree of draft tokens is written down and laid out for one target pass.
 
-A tree of N draft nodes is a list `parents`: node i's parent index, or -1 for a child of the
-pending token (the last token of the sequence, which the target has not processed yet: the root).
-A parent comes before its children, and siblings are tried in index order. A chain of K tokens is
-the tree [-1, 0, 1, ..., K-2]; Medusa and EAGLE-2 propose wider trees (Cai et al. 2024; Li et al.
-2024), SpecInfer (Miao et al. 2024) verifies several sequences merged into one tree.
-
-The target checks every node in one forward pass over [root, node 0, ..., node N-1]. Node i must see
-the cached prefix, the root, its own ancestors and itself, and nothing else, at position
-prefix + depth(i): `tree_attention_mask` and `tree_position_ids` build exactly that. After the rule
-picks a path, `kept_positions` names the cache rows to keep (prefix, root, accepted path).
-
-The Medusa reference code writes a tree as `medusa_choices`: one tuple per node, the top-k rank
-chosen at each depth on the way down ((0,) the top-1 of head 1, (0, 1) the second choice of head 2
-under it). `tree_from_choices` turns that into parents and ranks.
+A tree of N draft nodes is a list `parents`: node i's parent index, or -1 for a child of the pending token
+(the root). A parent comes before its children and siblings are tried in index order; a chain of K tokens
+is [-1, 0, ..., K-2]. Medusa and EAGLE-2 propose wider trees (Cai et al. 2024; Li et al. 2024), SpecInfer
+(Miao et al. 2024) merges several sequences into one. The target checks every node in one pass over
+[root, node 0, ..., node N-1], node i seeing the prefix, the root, its ancestors and itself at position
+prefix + depth(i) (tree_attention_mask, tree_position_ids); kept_positions names the cache rows to keep
+after the rule picks a path. tree_from_choices reads the Medusa reference's `medusa_choices`.
 """
 from __future__ import annotations
 

@@ -72,25 +72,16 @@ def verify(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: 
 
 def verify_block(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
                  generator: torch.Generator | None = None) -> tuple[int, int]:
-    """Block verification (Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR 2025;
-    vLLM's rejection_sample_method="block") for a chain of K drafts; the arguments and result as `verify`
-    (draft_probs None: deterministic drafts, a point mass on each token).
+    """Block verification (Sun et al., ICLR 2025; vLLM's rejection_sample_method="block") of a chain of K
+    drafts; arguments and result as `verify` (draft_probs None: point masses).
 
-    The token-wise rule stops at the first draft it refuses, even when the drafts after it would have
-    made the block as a whole likely under the target. Block verification keeps a running weight
-    w_i = min(1, w_{i-1} p_i(x_i) / q_i(x_i)), w_0 = 1: how much of the target's probability of the
-    prefix x_1..x_i the draft has not yet used up. Then, with r_i the mass of max(0, w_i p_{i+1} - q_{i+1})
-    (what the target still wants at the next position, beyond what the draft offers there), it keeps
-    the prefix of length i with probability
-
-        h_i = r_i / (r_i + 1 - w_i)   for i < K,      h_K = w_K,
-
-    draws one uniform per position, and accepts the longest prefix whose uniform fell under its h_i (not
-    the first refusal: a later position may still pass). The next token comes from the target's row after
-    the whole block when all K are kept, else from max(0, w_tau p_{tau+1} - q_{tau+1}) renormalised. The
-    paper proves the emitted tokens are distributed as the target's, and that the expected number kept
-    is at least the token-wise rule's, for every p and q (its Theorems 1 and 2); with w_i = 1 up to a
-    draft this is the token-wise test, and greedy (one-hot) p and q give the same longest match.
+    Where the token-wise rule stops at its first refusal, this keeps a running weight w_i = min(1,
+    w_{i-1} p_i(x_i) / q_i(x_i)), w_0 = 1, and with r_i the mass of max(0, w_i p_{i+1} - q_{i+1}) keeps the
+    prefix of length i with probability h_i = r_i / (r_i + 1 - w_i) (i < K), h_K = w_K: one uniform a
+    position, the longest prefix whose uniform fell under its h_i. The next token comes from the target's
+    row after the block when all K are kept, else from max(0, w_tau p_{tau+1} - q_{tau+1}) renormalised.
+    The paper proves the output distributed as the target's and the expected number kept at least the
+    token-wise rule's (its Theorems 1 and 2); greedy p and q give the same longest match.
     """
     k = draft_tokens.shape[0] if draft_tokens.dim() == 1 else -1
     check_tree_inputs(target_probs, draft_probs, draft_tokens, chain_parents(max(k, 0)))
@@ -143,24 +134,16 @@ def check_tree_inputs(target_probs: torch.Tensor, draft_probs: torch.Tensor | No
 
 def verify_tree(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
                 parents, generator: torch.Generator | None = None) -> tuple[list[int], int]:
-    """The rejection rule on a tree of N draft nodes (multi-candidate speculative sampling, as in
-    SpecInfer, Miao et al. 2024). Returns (path, next token): the accepted nodes from the root down,
-    and the token drawn after the last of them.
+    """The rejection rule on a tree of N draft nodes (multi-candidate speculative sampling, SpecInfer, Miao et
+    al. 2024). Returns (path, next token): the accepted nodes from the root down and the token after them.
+    target_probs (N+1, V): row 0 after the pending token, row i + 1 after node i; draft_probs (N, V): the
+    distribution node i was drawn from, or None (a point mass); parents: see speclab.trees.
 
-    target_probs (N+1, V): row 0 is the served target distribution after the pending token, row i + 1
-    the one after node i. draft_probs (N, V): row i is the distribution node i was drawn from, or None
-    when the proposals are deterministic (top-k children, a lookup): q is then a point mass on the
-    token. parents (N,): see speclab.trees.
-
-    Starting at the root with p = its target row: try its children in index order. Child x, drawn from
-    q, is accepted with probability min(1, p(x) / q(x)); then p becomes the child's own target row and
-    its children are tried. After a rejection p becomes normalise(max(0, p - q)), the residual, before
-    the next sibling is tried. When no child is left, the next token is drawn from p as it stands: the
-    residual after a rejection, or the leaf's own row (the bonus token) after an acceptance. Each
-    sibling must report the q it was really drawn from: the parent's q when siblings are drawn with
-    replacement, q renormalised over the tokens not yet drawn when without replacement, a point mass
-    when chosen deterministically. Then every emitted token is distributed exactly as the target's p.
-    With one-hot (greedy) p this is "follow the children that equal the target's argmax".
+    From the root, with p its target row, children are tried in index order: child x is accepted with
+    probability min(1, p(x) / q(x)) and p becomes its row; after a rejection p becomes normalise(max(0,
+    p - q)) before the next sibling. With no child left the next token is drawn from p: the residual, or
+    the bonus row. Each sibling must report the q it was really drawn from (with or without replacement,
+    or a point mass); then every emitted token is distributed as the target's p.
     """
     parents = check_tree_inputs(target_probs, draft_probs, draft_tokens, parents)
     n = len(parents)

@@ -1,8 +1,13 @@
-"""The package's shape, checked: no import cycle, imports at the top of their modules, and every drafting
-method named in one place (its own module, and the registry that lists it)."""
+"""The package's shape, checked: no import cycle between modules or between packages (importing a module
+runs its package's __init__ first, so that is an edge too), the engine never imports a method, imports at
+the top of their modules, and every drafting method named in one place (its own module, and the registry).
+
+`python tests/test_architecture.py` prints the graph with packages as nodes."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "speclab"
@@ -10,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speclab"
 DEFERRED = {
     ("speclab/course/notebook.py", "myst_nb"): "glue into the book's prose: installed where the book is built, "
                                                "not on Colab, where glue does nothing",
-    ("speclab/measure/vllm_cpu.py", "vllm"): "vLLM lives in its own environment (its pins differ from the "
+    ("speclab/serving/vllm_cpu.py", "vllm"): "vLLM lives in its own environment (its pins differ from the "
                                              "course's); the module says so when it is missing",
     ("speclab/serving/vllm_engine.py", "vllm"): "the same: run in the serving environment (requirements-serving.txt)",
     ("speclab/serving/load_test.py", "aiohttp"): "the serving environment's HTTP client (vLLM's dependency)",
@@ -40,12 +45,59 @@ def imported(node: ast.AST) -> list[str]:
     return [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names]
 
 
+def runtime_nodes(tree: ast.Module) -> list[ast.AST]:
+    """The module's nodes, less those under `if TYPE_CHECKING:` (never run)."""
+    skipped = {id(n) for top in ast.walk(tree) if isinstance(top, ast.If)
+               and getattr(top.test, "id", getattr(top.test, "attr", None)) == "TYPE_CHECKING"
+               for n in ast.walk(top)}
+    return [n for n in ast.walk(tree) if id(n) not in skipped]
+
+
+def alias_of(tree: ast.Module) -> str | None:
+    """The module a module replaces itself with (`sys.modules[__name__] = m`, after `from p import m`): an
+    old import path that is the same module (speclab.checks is speclab.course.checks)."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
+                and ast.unparse(node.targets[0]) == "sys.modules[__name__]" and isinstance(node.value, ast.Name)):
+            return next(f"{i.module}.{a.name}" for i in tree.body if isinstance(i, ast.ImportFrom)
+                        for a in i.names if (a.asname or a.name) == node.value.id)
+    return None
+
+
+ALIASES = {name: target for name, path in MODULES.items() if (target := alias_of(ast.parse(path.read_text())))}
+
+
+def parents(module: str) -> list[str]:
+    """The packages whose __init__ runs before `module` (speclab's own is lazy: PEP 562)."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
+
+
 def import_graph() -> dict[str, set[str]]:
+    """module -> the modules importing it runs: those it imports and, for a module of another package,
+    that package's __init__ (a package's own modules run inside its __init__, not after it); an alias
+    module stands for the module it is."""
     graph = {}
     for name, path in MODULES.items():
-        tree = ast.parse(path.read_text())
-        graph[name] = {m for node in ast.walk(tree) for m in imported(node) if m in MODULES and m != name}
+        if name in ALIASES:
+            continue
+        named = {m for node in runtime_nodes(ast.parse(path.read_text())) for m in imported(node) if m in MODULES}
+        named = {ALIASES.get(m, m) for m in named}
+        graph[name] = (named | {p for m in named for p in parents(m) if p not in parents(name)}) - {name}
     return graph
+
+
+def package_of(module: str) -> str:
+    """A subpackage's modules are one node (speclab.methods); a top-level module is its own node."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else module
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, imports in import_graph().items():
+        graph.setdefault(package_of(name), set()).update(package_of(m) for m in imports)
+    return {p: imports - {p} for p, imports in graph.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -82,6 +134,47 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_has_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+def test_packages_import_one_way():
+    assert cycles(package_graph()) == []
+
+
+def test_a_module_depends_on_its_package():
+    graph = import_graph()
+    assert "speclab.methods" in graph["speclab.serving.export"]  # it imports speclab.methods.checkpoints
+    assert "speclab.methods" not in graph["speclab.methods.eagle"]  # its own package
+
+
+def test_the_package_cycle_check_sees_the_parent_package():
+    """decoding importing speclab.methods.draft_model runs speclab.methods' __init__, which imports every
+    method: a cycle between the engine and the methods that module edges alone would miss."""
+    graph = {"speclab.decoding": {"speclab.methods.draft_model", "speclab.methods"},
+             "speclab.methods": {"speclab.methods.draft_model", "speclab.decoding"},
+             "speclab.methods.draft_model": {"speclab.methods"}}
+    assert cycles(graph) == [["speclab.decoding", "speclab.methods", "speclab.methods.draft_model"]]
+
+
+ENGINE = ("speclab.decoding", "speclab.runner", "speclab.verification", "speclab.sampling", "speclab.drafting",
+          "speclab.trees", "speclab.adaptive", "speclab.stats", "speclab.fast_model")
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def test_the_engine_never_imports_a_method():
+    """The loop takes a Drafter; a bare draft model is wrapped by the registry, looked up when passed."""
+    graph = import_graph()
+    for module in ENGINE:
+        above = {m for m in reachable(graph, module) if package_of(m) != m}
+        assert not above, f"{module} imports {sorted(above)}"
 
 
 def test_the_cycle_check_finds_a_cycle():
@@ -129,3 +222,15 @@ def test_a_method_name_is_written_in_its_module_and_the_registry_only():
         assert len(own) == 1, f"{name!r} should be written in exactly one method module, found {own}"
         outside = where[name] - own - {registry}
         assert not outside, f"{name!r} is written outside its module and the registry: {outside}"
+
+
+def test_importing_the_loop_loads_no_method():
+    code = "import sys, speclab.decoding; print(sorted(m for m in sys.modules if m.startswith('speclab.methods')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+if __name__ == "__main__":
+    for package, imports in sorted(package_graph().items()):
+        print(f"{package} -> {', '.join(sorted(imports)) or '(nothing in speclab)'}")
+    print("cycles:", cycles(package_graph()) or "none")

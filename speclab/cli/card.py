@@ -7,7 +7,7 @@ from pathlib import Path
 
 from speclab.cli.main import command_parser
 from speclab.cli.options import set_threads
-from speclab.measure.card import CARD_SECTIONS, model_card, replace_section
+from speclab.train.card import CARD_SECTIONS, model_card, replace_section
 from speclab.measure.converted_card import converted_card
 from speclab.methods import REGISTRY
 from speclab.models import BUNDLED_DIR, CONVERTED_PAIRS

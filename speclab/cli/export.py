@@ -9,7 +9,7 @@ import json
 from speclab.cli.main import command_parser
 from speclab.methods import METHODS
 from speclab.serving import export, settings
-from speclab.serving.checkpoints import ENGINES
+from speclab.methods.checkpoints import ENGINES
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,8 +10,7 @@ from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_
                                  lookahead_setting, require_draft, weights_given)
 from speclab.decoding import generate, speculative_generate
 from speclab.measure.workloads import encode_chat
-from speclab.methods import (METHODS, REGISTRY, draft_model, eagle, layer_skip, load_drafter, lookahead, lookup_first,
-                             mtp, ngram)
+from speclab.methods import METHODS, REGISTRY, draft_model, eagle, load_drafter, lookup_first, ngram
 from speclab.runner import FAST_MODES
 
 TARGET_ONLY = "target-only"
@@ -73,11 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_given(name: str, args) -> dict:
-    """load_drafter's options other than the weights, as the flags give them."""
-    window, size, pool = args.lookahead
-    return {lookahead.NAME: dict(window=window, ngram=size, pool=pool), eagle.NAME: args.eagle_tree,
-            eagle.NAME3: args.eagle_tree, mtp.NAME: dict(num_tokens=args.mtp_tokens),
-            layer_skip.NAME: dict(exit_layer=args.exit_layer, adapter=args.exit_adapter)}.get(name, {})
+    """load_drafter's options other than the weights, as the flags give them (Method.flag_options)."""
+    read = REGISTRY[name].flag_options
+    return dict(read(args)) if read else {}
 
 
 def drafter_options(name: str, args, draft) -> dict:

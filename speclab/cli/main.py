@@ -1,4 +1,36 @@
-"""python -m speclab: the map of what speclab can do.
+"""`python -m speclab`: the command map `--help` prints (MAP) and the dispatch to speclab/cli/COMMAND.py."""
+
+from __future__ import annotations
+
+import argparse
+from importlib import import_module
+import shlex
+import sys
+import textwrap
+from typing import NoReturn
+
+PROG = "python -m speclab"
+
+# command -> (its module in speclab.cli, one line of help)
+COMMANDS = {
+    "generate": ("generate", "decode a prompt and print the text and statistics"),
+    "bench": ("bench", "the course's methods vs target-only and transformers, side by side (--all: every method)"),
+    "profile": ("profile", "forward time vs positions, c, bandwidth"),
+    "evaluate": ("evaluate", "acceptance by K and temperature on held-out prompts"),
+    "card": ("card", "measure the bundled pair and write its model card"),
+    "theory": ("theory", "the speedup model for a given cost ratio"),
+    "pairs": ("pairs", "list the bundled pair, smollm2 (from the package registry) and the hub pairs"),
+    "workloads": ("workloads", "show the prompt sets; --build rewrites the shipped copying sets"),
+    "train": ("train", "python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
+                       "train medusa|eagle|eagle3|mtp|exit --target DIR --out DIR"),
+    "labs": ("labs", "python -m speclab labs build | grade DIR --out scores.csv"),
+    "book": ("book", "python -m speclab book stats | book execute [--pages 08 09]"),
+    "export": ("export", "a method's weights in vLLM's or SGLang's layout, with the engine's settings; "
+                         "--table: every engine's settings for every method"),
+}
+
+# What --help prints between the usage and the commands' one-line help.
+MAP = """python -m speclab: the map of what speclab can do.
 
   generate   decode a prompt with the bundled pair (or --pair smollm2, a hub or a local pair) and
              print statistics
@@ -44,7 +76,7 @@
              llama.cpp and transformers name every method's settings (speclab.serving)
 
 In the serving environment (requirements-serving.txt, README "Serving engines"), vLLM runs beside speclab:
-python -m speclab.measure.vllm_cpu (the fast path against vLLM's CPU engine, chapter 10),
+python -m speclab.serving.vllm_cpu (the fast path against vLLM's CPU engine, chapter 10),
 python -m speclab.serving.vllm_engine (speclab's exported heads in vLLM, chapter 12) and
 python -m speclab.serving.load_test (a vLLM server under Poisson load, chapter 12).
 
@@ -52,34 +84,6 @@ python -m speclab COMMAND --help lists a command's options. Each command is a mo
 (speclab/cli/COMMAND.py, with build_parser() and main(argv)); this one imports none of them, nor torch,
 until a command is named.
 """
-from __future__ import annotations
-
-import argparse
-from importlib import import_module
-import shlex
-import sys
-import textwrap
-from typing import NoReturn
-
-PROG = "python -m speclab"
-
-# command -> (its module in speclab.cli, one line of help)
-COMMANDS = {
-    "generate": ("generate", "decode a prompt and print the text and statistics"),
-    "bench": ("bench", "the course's methods vs target-only and transformers, side by side (--all: every method)"),
-    "profile": ("profile", "forward time vs positions, c, bandwidth"),
-    "evaluate": ("evaluate", "acceptance by K and temperature on held-out prompts"),
-    "card": ("card", "measure the bundled pair and write its model card"),
-    "theory": ("theory", "the speedup model for a given cost ratio"),
-    "pairs": ("pairs", "list the bundled pair, smollm2 (from the package registry) and the hub pairs"),
-    "workloads": ("workloads", "show the prompt sets; --build rewrites the shipped copying sets"),
-    "train": ("train", "python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
-                       "train medusa|eagle|eagle3|mtp|exit --target DIR --out DIR"),
-    "labs": ("labs", "python -m speclab labs build | grade DIR --out scores.csv"),
-    "book": ("book", "python -m speclab book stats | book execute [--pages 08 09]"),
-    "export": ("export", "a method's weights in vLLM's or SGLang's layout, with the engine's settings; "
-                         "--table: every engine's settings for every method"),
-}
 
 
 def command_parser(command: str) -> argparse.ArgumentParser:
@@ -92,11 +96,11 @@ def usage() -> str:
 
 
 def map_text() -> str:
-    """What --help prints: the usage, this module's docstring and the commands' lines of help."""
+    """What --help prints: the usage, MAP and the commands' lines of help."""
     width = max(map(len, COMMANDS))
     lines = [textwrap.fill(text, 100, initial_indent=f"  {name:{width}}  ", subsequent_indent=" " * (width + 4))
              for name, (_, text) in COMMANDS.items()]
-    return "\n".join([usage(), "", __doc__.rstrip(), "", "commands:", *lines, "",
+    return "\n".join([usage(), "", MAP.rstrip(), "", "commands:", *lines, "",
                       "options:", "  -h, --help  show this help message and exit"])
 
 

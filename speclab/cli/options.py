@@ -11,7 +11,7 @@ import argparse
 import torch
 
 from speclab.measure.workloads import prompt_ids
-from speclab.methods import eagle, medusa, mtp
+from speclab.methods import REGISTRY
 from speclab.models import CONVERTED_PAIRS, Pair, load_pair, missing_draft
 
 
@@ -81,9 +81,9 @@ def prompts_for(args, tokenizer, workload: str | None = None, num_prompts: int |
 
 
 def weights_given(args) -> dict:
-    """Method name -> the weights directory its flag names (--heads, --eagle, --eagle3, --mtp; None: the
-    weights shipped with the bundled target)."""
-    return {medusa.NAME: args.heads, eagle.NAME: args.eagle, eagle.NAME3: args.eagle3, mtp.NAME: args.mtp}
+    """Method name -> the weights directory its flag names (Method.weights_flag: --heads, --eagle, ...; None:
+    the weights shipped with the bundled target)."""
+    return {m.name: getattr(args, m.weights_flag) for m in REGISTRY.values() if m.weights_flag}
 
 
 # ================================================================ compound settings

@@ -1,28 +1,5 @@
-"""Train the course's bundled pair (a tokenizer, a target, and a draft distilled from the target), and
-drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, exit adapters.
+"""`python -m speclab train`: the command line of speclab.train (HELP is what --help prints first)."""
 
-    python -m speclab train pair --out runs/stdlib          # target and drafts (resumable)
-    python -m speclab train pair --out /tmp/micro --preset micro   # a few-second smoke run
-    python -m speclab train draft --target DIR --out runs/draft   # a new draft for an existing target
-    python -m speclab train medusa --target DIR --out runs/medusa # Medusa heads for a frozen target
-    python -m speclab train eagle --target DIR --out runs/eagle   # an EAGLE-1 head (eagle3, mtp: the others)
-    python -m speclab train exit --target DIR --out runs/eagle    # layer-skip exit adapters
-    python -m speclab train pard --target DIR --out runs/pard     # a parallel draft (K tokens a pass)
-    python -m speclab train shared-draft --target smollm2 --out runs/smollm2 --preset smollm2
-                                        # a draft reading SmolLM2's embeddings, over a draft vocabulary
-    python -m speclab train answers --target smollm2 --out runs/smollm2-scale --conversations 14000
-                                        # the target's own chat answers, batched on the fast path (resumable)
-    python -m speclab train eagle-tree --target smollm2 --head speclab/pairs/smollm2/eagle3 --prompts chat
-                                        # EAGLE-2's settings for a trained head, timed on this machine
-
---target takes a directory, a hub id, or the name of a converted pair (smollm2: its cached conversion);
---install then copies into that pair's folder (speclab/pairs/smollm2), where load_drafter finds it.
-
-Every stage saves a checkpoint and is skipped or resumed when the command is run again, so a long
-run can be stopped (Ctrl-C, or --stop-after-minutes) and continued later, on CPU or CUDA.
-Batches are drawn from a generator seeded by (seed, step), so a resumed run sees the same data as an
-uninterrupted one.
-"""
 from __future__ import annotations
 
 import argparse
@@ -56,6 +33,32 @@ from speclab.train.tuning import CANDIDATES, PROMPTS, choose_eagle_tree
 TARGET_HELP = ("target model: a local directory (the bundled one is speclab/pairs/stdlib/target), a hub id, or a "
                "converted pair's name (smollm2)")
 DRAFT = REGISTRY[draft_model.NAME]  # the draft command's registry entry
+
+HELP = """Train the course's bundled pair (a tokenizer, a target, and a draft distilled from the target), and
+drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, exit adapters.
+
+    python -m speclab train pair --out runs/stdlib          # target and drafts (resumable)
+    python -m speclab train pair --out /tmp/micro --preset micro   # a few-second smoke run
+    python -m speclab train draft --target DIR --out runs/draft   # a new draft for an existing target
+    python -m speclab train medusa --target DIR --out runs/medusa # Medusa heads for a frozen target
+    python -m speclab train eagle --target DIR --out runs/eagle   # an EAGLE-1 head (eagle3, mtp: the others)
+    python -m speclab train exit --target DIR --out runs/eagle    # layer-skip exit adapters
+    python -m speclab train pard --target DIR --out runs/pard     # a parallel draft (K tokens a pass)
+    python -m speclab train shared-draft --target smollm2 --out runs/smollm2 --preset smollm2
+                                        # a draft reading SmolLM2's embeddings, over a draft vocabulary
+    python -m speclab train answers --target smollm2 --out runs/smollm2-scale --conversations 14000
+                                        # the target's own chat answers, batched on the fast path (resumable)
+    python -m speclab train eagle-tree --target smollm2 --head speclab/pairs/smollm2/eagle3 --prompts chat
+                                        # EAGLE-2's settings for a trained head, timed on this machine
+
+--target takes a directory, a hub id, or the name of a converted pair (smollm2: its cached conversion);
+--install then copies into that pair's folder (speclab/pairs/smollm2), where load_drafter finds it.
+
+Every stage saves a checkpoint and is skipped or resumed when the command is run again, so a long
+run can be stopped (Ctrl-C, or --stop-after-minutes) and continued later, on CPU or CUDA.
+Batches are drawn from a generator seeded by (seed, step), so a resumed run sees the same data as an
+uninterrupted one.
+"""
 
 
 def install_help(what: str, method: Method, pronoun: str = "them", options: str = "") -> str:
@@ -222,7 +225,7 @@ def add_eagle_tree_command(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"{PROG} train", description=__doc__,
+    parser = argparse.ArgumentParser(prog=f"{PROG} train", description=HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     add_pair_commands(sub)

@@ -1,26 +1,14 @@
-"""Speculation under load (chapter 11): batched decoding measured over batch sizes and K, side by side in
-one process, and the K a batch size calls for.
+"""Speculation under load (chapter 11): batched decoding over batch sizes and K, side by side in one
+process, and the K a batch size calls for.
 
-Every row decodes the same held-out prompts in batches of B (speclab.decoding: a list of prompts), at least
-MIN_PROMPTS of them (batch 1: thirty-two batches of one), for the same number of new tokens, EOS ignored.
-A row reports total tokens/s (every sequence's new tokens over the batch's wall time), its ratio to
-target-only at the same batch size, and each sequence's inter-token latency: a round's time shared by
-the tokens it produced (a round of m tokens that came d seconds after the previous one counts m gaps of
-d / m), the first round (time to first token, the prefill's) left out; the mean and the 95th percentile
-over every gap of every sequence.
-
-Times are the batch's decode time, after its prefill (the same work with or without speculation). A
-batch runs until its slowest sequence is done: `tail` says how many more rounds that took than its
-sequences needed on average (the sequences left in a batch's tail run at a smaller batch size).
-
-The model behind the crossover (`predict`): a round costs K draft steps and one verify pass over
-B x (K + 1) tokens, each measured as a function of the batch (`pass_costs`); acceptance per method comes
-from batch 1. theory.speedup then gives the speedup at each batch size, and `k_policy` the K it predicts
-best (0: speculation off). The policy the sweep is measured against is tuned instead, as a deployment
-would tune vLLM's num_speculative_tokens_per_batch_size: the fastest K at each batch size in a sweep of
-other held-out prompts (`measured_policy`; K 0, off, counts as 1.0x), never of the prompts it is then timed
-on. Those other prompts run in the same interleaved rotation as the timed ones (`sweep(..., calibration=...)`),
-so both meet the same machine.
+Every row decodes the same held-out prompts in batches of B (at least MIN_PROMPTS), EOS ignored, and
+reports total tokens/s over the batch's decode time (after its prefill), its ratio to target-only at the
+same B, the inter-token latency (a round's time shared by its tokens; mean and 95th percentile, the first
+round left out) and `tail`: how many more rounds the slowest sequence took than the average. `predict`
+models the crossover from per-batch pass costs (pass_costs) and batch-1 acceptance through
+theory.speedup, and k_policy gives the K it predicts best (0: off); the measured policy (measured_policy)
+is tuned instead on other held-out prompts, in the same interleaved rotation, never on those it is timed
+on, as a deployment would tune vLLM's num_speculative_tokens_per_batch_size.
 """
 from __future__ import annotations
 
@@ -344,12 +332,8 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: 
     return Calibration(target_ms, draft_ms, alpha)
 
 
-# Two K whose speedups differ by less than this are a tie, won by the smaller K. It was 0.03 in the first two
-# records of 2026-11-27 (the smaller K was to lose less when the traffic accepts less than the calibration
-# prompts), and in both the largest miss against the best fixed K was a tie handed to the smaller K: EAGLE's
-# chain at batch 8 (K=2 1.39x against K=4 1.53x) and at batch 4 (K=2 1.47x against K=4 1.74x), the
-# calibration sweep having put the two within 0.01 of each other. Timed and calibration prompts accept alike
-# (same workload, as many prompts), so the fastest K on the calibration prompts is the estimate to take
+# Two K whose speedups differ by less than this are a tie, won by the smaller K. Timed and calibration
+# prompts come from one workload and accept alike, so the calibration's fastest K is the estimate to take
 TIE = 0.0
 
 

@@ -1,22 +1,12 @@
-"""Side-by-side speed comparison on one pair, one set of prompts and settings, in one process:
-speclab target-only, speclab speculative (draft model, prompt lookup, lookahead, Medusa heads with
-their tree and with a top-1 chain), and transformers' own generate: target-only, assisted
-generation (assistant_model) and prompt lookup.
+"""Side-by-side speed on one pair, one prompt set and one set of settings, in one process: speclab
+target-only, every registered method's bench rows (speclab.methods.REGISTRY), and transformers'
+generate (target-only, assisted generation, prompt lookup), each for max_new_tokens (EOS ignored).
 
-Every method decodes the same prompts for the same number of new tokens (EOS is ignored, so all
-produce max_new_tokens); the table reports tokens/s and the ratio to speclab target-only. The runs
-are interleaved prompt by prompt: each repeat takes the prompts in turn and runs every method on
-one before the next, in an order rotated from one prompt to the next (A, B, C on the first, B, C, A
-on the second, ...). So a machine that slows down for a few seconds slows every method alike
-instead of biasing one ratio, and no method always runs first; each method's time is its median
-repeat (its total over the prompts).
-
-`model_check` then compares the measured speedup with `theory.speedup`, from the acceptance and the
-costs measured in the same runs (see its docstring).
-
-With fast paths (`bench --fast`, chapter 10) every speclab row runs a second time on the fast path, as
-"<row> (fast)", in the same interleaved runs: the two paths' ratios come from one process and one
-stretch of the machine, and every fast row's greedy output is compared with eager target-only's.
+Runs are interleaved prompt by prompt in an order rotated from one prompt to the next, so a machine that
+slows for a moment slows every method alike; each method's time is its median repeat. model_check then
+compares the measured speedup with theory.speedup from the acceptance and costs measured in the same
+runs. With fast paths (bench --fast, chapter 10) every speclab row runs again as "<row> (fast)" in the
+same interleaved runs, its greedy output compared with eager target-only's.
 """
 from __future__ import annotations
 
@@ -356,22 +346,15 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               paths: Mapping[torch.nn.Module, FastPath] | None = None, block: bool = False,
               time_alone: bool = False, eos_token_id: int | None = None,
               progress: Callable[[str], None] | None = None) -> list[BenchRow]:
-    """Each method over every prompt, `repeats` times, interleaved prompt by prompt (see the module docstring);
-    one row per method with the totals over the prompts from the median repeat. `weights`: method name ->
-    the directory of its trained weights (Medusa heads, an EAGLE-1 or EAGLE-3 head, an MTP module; default:
-    those shipped for the bundled target); `lookahead`: (W, N, G) settings, a row each (a sweep); `lookup_k`:
-    tokens per round for both prompt-lookup rows (speclab's and transformers'), which draft almost for free
-    and so pay off at a larger K than a draft model (default: k); `lookup_choices`: prompt lookup's match
-    rules, a row each (default: one row, the default rule); `layer_skip`: (exit layer, adapter) settings, a
-    row each; `k_sweep`: fixed K
-    values, a draft-model row each; `adaptive_k`: the adaptive rows' upper bound on K (default: the sweep's
-    largest K, else k); `confidence_thresholds`: the confidence stop's thresholds, a row each. `paths`
-    (prepare_fast_paths): every speclab row runs again on those fast paths, as "<row> (fast)". `block`: every
-    speclab row that drafts a chain with the rejection rule runs again with block verification, as
-    "<row> (block)", the same drafter on the same drafts' prompts and seeds (chapter 13). `time_alone`: the
-    draft-model rows' passes are also timed with each model alone, beside them (BenchRow.alone_ms), for
-    the model check's loop-against-alone comparison. `eos_token_id`: every row stops a prompt's decoding
-    at this token (a chat answer's end of turn), as Spec-Bench does; None decodes max_new_tokens past it."""
+    """Each method over every prompt, `repeats` times, interleaved prompt by prompt; one row per method with
+    the totals over the prompts from the median repeat. weights: method name -> its trained weights'
+    directory (default: those shipped). Sweeps, a row each: lookahead (W, N, G), lookup_choices (prompt
+    lookup's match rules), layer_skip ((exit layer, adapter)), k_sweep (fixed K, draft model),
+    confidence_thresholds; lookup_k: both prompt-lookup rows' K (default k); adaptive_k: the adaptive rows'
+    upper bound (default: the sweep's largest K, else k). paths: every speclab row again on those fast paths
+    as "<row> (fast)"; block: every chain row under the rejection rule again with block verification as
+    "<row> (block)" (chapter 13); time_alone: draft-model rows' passes also timed alone (BenchRow.alone_ms);
+    eos_token_id: stop each prompt there, as Spec-Bench does (None: max_new_tokens past it)."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     unknown = [m for m in methods if m not in METHODS + REFERENCE_METHODS]
@@ -434,8 +417,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
 
     if warmup:
         # a fast row decodes the longest prompt in full, so that every compiled graph the timed runs meet
-        # (each pass width, each bucket of cache the contexts reach) compiles here: a graph compiled inside
-        # a timed run cost a chat prompt 50 s in one record's run, against 3 s decoded
+        # (each pass width, each bucket of cache the contexts reach) compiles here, not inside a timed run
         longest = max(prompts, key=len)
         for method in methods:
             fast = method.endswith(FAST)
@@ -480,9 +462,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     return rows
 
 
-# A bootstrap sees only the spread among the prompts it is given: four alike prompts give a narrow
-# interval that the next four can land far outside (in one session's runs, held-out code prompts 1-4 put
-# EAGLE-2 at 2.15-2.48x, prompts 1-4 and 13-24 at 2.35-3.10x). Below this many prompts the bench shows none.
+# A bootstrap sees only the spread among the prompts it is given: a few alike prompts give a narrow
+# interval that the next few can land far outside. Below this many prompts the bench shows none.
 MIN_INTERVAL_PROMPTS = 8
 
 

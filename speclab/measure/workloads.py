@@ -1,36 +1,13 @@
-"""Workloads where copying from the context pays, and the control where it should not.
+"""The prompt sets the bench runs on (`python -m speclab workloads` lists them): held-out code and prose
+(the control), the copying sets where drafting from the context pays (edit, a series of edits of one
+file, quote), and chat prompts by task for an instruction-tuned target (speclab/data/chat_prompts.json:
+Spec-Bench's six categories and code, four each with source and licence; `chat` for all seven).
 
-Built from the held-out files of the standard-library corpus (speclab.corpus), so neither the bundled
-models nor their heads were trained on them, and shipped as a small JSON prompt set: the standard
-library differs between Python versions (Colab's is not this machine's), and a course's measurements
-should be repeatable on the same prompts everywhere.
-
-  edit    code editing: the prompt holds a function, then the start of its revised version (renamed,
-          its first parameter renamed); the continuation restates the body with the change
-  edits   several edits of one file, as a series of requests (the multi-request workload of chapter 13):
-          edit prompts for successive functions of the same held-out file, in order; a drafter that
-          keeps earlier requests' outputs (suffix decoding) sees what they had in common
-  quote   answering from a given passage: the prompt holds a function's docstring as a comment block,
-          then the function's signature and the docstring's first words; the continuation quotes it
-  code    free continuation of held-out source (the control; speclab.corpus.heldout_prompts), around
-          the eight prompts kept for tuning settings (tuning_prompts)
-  prose   free continuation of a held-out docstring (speclab.corpus.heldout_prompts)
-
-And chat prompts by task, for an instruction-tuned target such as SmolLM2 (speclab/data/chat_prompts.json,
-four a category, each with its source and licence): Spec-Bench's six categories and code, one workload
-each, so the bench prints a table per category:
-
-  chat-conversation  multi-turn conversation (earlier turns given, the last user turn answered)
-  chat-translation   translation          chat-summarization  summarization
-  chat-qa            question answering   chat-math           mathematical reasoning
-  chat-rag           retrieval-grounded answers (a document, then a question about it)
-  chat-code          writing or explaining short Python functions
-
-`chat` stands for all seven (expand_workloads). A chat prompt is a list of messages; prompt_ids renders it
-with the tokenizer's chat template, ending with the assistant's turn opened, and where the tokenizer has
-no template (the bundled pair's) as plain "User: ..." / "Assistant: ..." lines, said in chat_text.
-
-`python -m speclab workloads --build` rewrites the shipped copying sets from this interpreter's library.
+The copying sets are built from the standard-library corpus' held-out files (speclab.corpus), which no
+shipped model or head was trained on, and shipped as JSON, since each Python version's library differs
+and measurements should repeat on the same prompts everywhere (`workloads --build` rewrites them). A
+chat prompt is rendered with the tokenizer's chat template, or as plain "User:"/"Assistant:" lines where
+the tokenizer has none (chat_text).
 """
 from __future__ import annotations
 

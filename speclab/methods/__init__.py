@@ -1,24 +1,12 @@
-"""Every drafting method, registered once: its name, how to load it, the options other engines call by
-other names, the weights it ships with for the bundled target, how to train them, and its bench rows.
-
-Each method is a module of this package behind the one interface of speclab.drafting; none of them
-imports this registry. The command line, the bench, the model card and the trainers read it, so a new
+"""Every drafting method, registered once (REGISTRY): its name (vLLM's), how to load it and its options,
+the names other engines give those options, the weights it ships with, how to train them, and its bench
+rows. Each method is a module of this package behind speclab.drafting's one interface, and none of them
+imports this registry; the command line, the bench, the model card and the trainers read it, so a new
 method is a new module and an entry here (plus its tests and its chapter).
-
-    draft_model   a separate draft model                       methods/draft_model.py
-    ngram         prompt lookup                                methods/ngram.py
-    lookahead     lookahead decoding (Jacobi window + n-grams)  methods/lookahead.py
-    medusa        Medusa heads on the last hidden state         methods/medusa.py
-    eagle         an EAGLE-1 head: EAGLE-1's chain, EAGLE-2's tree  methods/eagle.py
-    eagle3        an EAGLE-3 head                               methods/eagle.py
-    mtp           a DeepSeek-V3-style MTP module                methods/mtp.py
-    layer_skip    the target's first layers (+ exit adapter)    methods/layer_skip.py
-    pard          a parallel draft: K tokens from one pass       methods/parallel_draft.py
-    suffix        suffix decoding: suffix trees over the request and earlier outputs  methods/suffix.py
-    lookup_first  prompt lookup where the text repeats, another method's drafter elsewhere  methods/lookup_first.py
 """
 from __future__ import annotations
 
+from argparse import Namespace
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,42 +14,31 @@ from pathlib import Path
 import torch
 
 from speclab.drafting import Drafter
-from speclab.methods import (draft_model, eagle, layer_skip, lookahead, lookup_first, medusa, mtp, ngram,
-                             parallel_draft, shipped, suffix)
+from speclab.methods import (checkpoints, draft_model, eagle, layer_skip, lookahead, lookup_first, medusa, mtp,
+                             ngram, parallel_draft, shipped, suffix)
 from speclab.models import BUNDLED_DIR, load_pair
-from speclab.serving import checkpoints
 
 
 @dataclass(frozen=True)
 class Method:
-    """One drafting method as the rest of speclab sees it.
+    """One drafting method as the rest of speclab sees it (load_drafter builds it from this entry)."""
 
-    name         vLLM's name where vLLM has the method (load_drafter's first argument)
-    load         load(target, **options) -> Drafter
-    aliases      other engines' option names -> (speclab's option, offset added to the value)
-    weights      the option naming the method's trained weights (a directory), where they default to
-                 the bundled ones
-    bundled      the folder its weights ship in, in each pair's folder (speclab/pairs/<pair>/<bundled>;
-                 the bundled target's: speclab/pairs/stdlib/<bundled>)
-    on_target    built on the target itself (the bundled target is loaded when none is passed)
-    train        `python -m speclab train <train>` makes its weights (None: nothing to train)
-    bench_rows   the bench's rows for it: row name -> load_drafter options of that row
-    decode_options  speculative_generate options of some of those rows: a row that decodes with
-                 another schedule or acceptance rule than the default, with the same drafter
-    lesson_rows  of its bench rows, those `python -m speclab bench` runs by default (the course's lesson);
-                 `bench --all` runs them all
-    """
-
-    name: str
-    load: Callable[..., Drafter]
-    aliases: Mapping[str, tuple[str, int]] = field(default_factory=dict)
-    weights: str | None = None
-    bundled: str | None = None
-    on_target: bool = False
-    train: str | None = None
-    bench_rows: Mapping[str, Mapping] = field(default_factory=dict)
+    name: str  # vLLM's name where vLLM has the method: load_drafter's first argument
+    load: Callable[..., Drafter]  # load(target, **options) -> Drafter
+    options: str = ""  # what load_drafter's options mean for this method, in a sentence or two
+    aliases: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # other engines' option -> (ours, offset)
+    weights: str | None = None  # the option naming its trained weights (a directory; default: those shipped)
+    bundled: str | None = None  # the folder its weights ship in, in each pair's folder (speclab/pairs/<pair>/)
+    on_target: bool = False  # built on the target itself: the bundled target is loaded when none is passed
+    train: str | None = None  # `python -m speclab train <train>` makes its weights (None: nothing to train)
+    bench_rows: Mapping[str, Mapping] = field(default_factory=dict)  # bench row -> load_drafter options
+    # speculative_generate options of the rows that decode with another schedule or acceptance rule
     decode_options: Mapping[str, Mapping] = field(default_factory=dict)
-    lesson_rows: tuple[str, ...] = ()
+    lesson_rows: tuple[str, ...] = ()  # the rows `bench` runs by default (the course's lesson); --all: every row
+    # the command line (generate, bench): the flag naming its weights directory, and its other options from
+    # generate's flags (argparse's namespace -> load_drafter options)
+    weights_flag: str | None = None
+    flag_options: Callable[[Namespace], Mapping] | None = None
 
     def uses_draft_model(self, row: str | None = None) -> bool:
         """Whether the method (or its bench row `row`) drafts with a draft model: the bench hands those
@@ -101,50 +78,69 @@ def _load_lookup_first(target, drafter: str = draft_model.NAME, max_ngram: int =
 # SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
 # and vLLM's num_speculative_tokens (the draft depth) name the same knobs as speclab's EAGLE options.
 # SGLang's tree size counts the root (the pending token) and speclab's does not: hence the offset of -1.
+EAGLE_OPTIONS = ("head= a directory; tree=\"dynamic\" (EAGLE-2's tree) or \"chain\"; top_k, depth, total_tokens, "
+                 "min_confidence; settings=\"fastest\" (tree.json's) or \"fastest-tree\"")
 EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk": ("top_k", 0),
                  "speculative_num_draft_tokens": ("total_tokens", -1), "num_speculative_tokens": ("depth", 0)}
 
 REGISTRY: dict[str, Method] = {m.name: m for m in (
-    Method(draft_model.NAME, _load_draft_model, weights="draft", bundled="draft", train="draft",
+    Method(draft_model.NAME, _load_draft_model, options="draft= a model or a directory (default: the bundled draft)",
+           weights="draft", bundled="draft", train="draft",
            bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {}, "speclab adaptive-confidence": {}},
            decode_options={"speclab adaptive-heuristic": {"k_schedule": "heuristic"}},
            lesson_rows=("speclab speculative",)),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
+           options="max_ngram=3, min_ngram=1, num_tokens=None (k), choose=\"frequent\"",
            aliases={"prompt_lookup_max": ("max_ngram", 0), "prompt_lookup_min": ("min_ngram", 0),  # vLLM
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
            bench_rows={"speclab prompt-lookup": {}}, lesson_rows=("speclab prompt-lookup",)),
     Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
+           options="max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0, min_token_prob=0.1, "
+                   "tree=False (vLLM's chain; True: the paper's tree)",
            aliases={f"suffix_decoding_{name}": (name, 0) for name in  # vLLM's speculative_config keys
                     ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")},
            bench_rows={"speclab suffix": {}, "speclab suffix-tree": {"tree": True}}),
-    Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o), bench_rows={"speclab lookahead": {}}),
-    Method(medusa.NAME, medusa.load_medusa, weights="heads", bundled="medusa", train="medusa",
+    Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o),
+           options="window=W, ngram=N, pool=G, from_context=True, seed=0", bench_rows={"speclab lookahead": {}},
+           flag_options=lambda a: dict(zip(("window", "ngram", "pool"), a.lookahead))),
+    Method(medusa.NAME, medusa.load_medusa,
+           options="heads= a directory; tree= \"chain\" or medusa_choices (default: the tree chosen for the heads)",
+           weights="heads", bundled="medusa", train="medusa", weights_flag="heads",
            # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
            bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}, "speclab medusa-typical": {}},
            decode_options={"speclab medusa-typical": {"acceptance": "typical-medusa"}},
            lesson_rows=("speclab medusa",)),
-    Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), aliases=EAGLE_ALIASES, weights="head",
+    Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), options=EAGLE_OPTIONS,
+           aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle", flag_options=lambda a: a.eagle_tree,
            bundled="eagle", on_target=True, train="eagle",
            # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree
            # with two or more children a node, and EAGLE-1's own chain
            bench_rows={"speclab eagle": {}, "speclab eagle-tree": {"settings": "fastest-tree"},
                        "speclab eagle-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle",)),
-    Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), aliases=EAGLE_ALIASES, weights="head",
+    Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), options=EAGLE_OPTIONS,
+           aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle3", flag_options=lambda a: a.eagle_tree,
            bundled="eagle3", on_target=True, train="eagle3",
            bench_rows={"speclab eagle3": {}, "speclab eagle3-tree": {"settings": "fastest-tree"},
                        "speclab eagle3-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle3",)),
-    Method(mtp.NAME, mtp.load_mtp, aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
-           on_target=True, train="mtp",
+    Method(mtp.NAME, mtp.load_mtp, options="module= a directory; num_tokens=1 (drafts a round; more chains it)",
+           aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
+           on_target=True, train="mtp", weights_flag="mtp", flag_options=lambda a: dict(num_tokens=a.mtp_tokens),
            # chained as deep as the round's K
            bench_rows={"speclab mtp": {}, "speclab mtp-chain": {"num_tokens": 64}}),
-    Method(layer_skip.NAME, _load_layer_skip, bundled="exit", on_target=True, train="exit",
+    Method(layer_skip.NAME, _load_layer_skip,
+           options="exit_layer=E (1..L-1); adapter=False (no new weights), True (those shipped) or a directory",
+           bundled="exit", on_target=True, train="exit",
+           flag_options=lambda a: dict(exit_layer=a.exit_layer, adapter=a.exit_adapter),
            bench_rows={"speclab layer-skip": {}}),
-    Method(parallel_draft.NAME, _load_parallel_draft, weights="model", bundled="pard", train="pard",
+    Method(parallel_draft.NAME, _load_parallel_draft, options="model= a parallel draft or its directory",
+           weights="model", bundled="pard", train="pard",
            bench_rows={"speclab pard": {}}),
     # no weights of its own: the drafter behind lookup loads (or is handed) its own
     Method(lookup_first.NAME, _load_lookup_first,
+           options="min_ngram=2, max_ngram=3; drafter= a method's name (default draft_model), loaded with the "
+                   "remaining options",
            bench_rows={"speclab lookup-then-draft": {"drafter": draft_model.NAME},
                        "speclab lookup-then-eagle3": {"drafter": eagle.NAME3}}),
 )}
@@ -161,6 +157,13 @@ def method(name: str) -> Method:
 def by_bench_row(row: str) -> Method | None:
     """The method a bench row drafts with (None for a row of no registered method)."""
     return next((m for m in REGISTRY.values() if row in m.bench_rows), None)
+
+
+def drafter_for_model(model: torch.nn.Module) -> Drafter:
+    """A bare model as a drafter, by the method that drafts with a draft model: what the decode loop does
+    with speculative_generate(target, model, ...)."""
+    m = next(m for m in REGISTRY.values() if m.uses_draft_model())
+    return m.load(None, **{m.weights: model})
 
 
 def rename_aliases(options: dict, aliases: Mapping[str, tuple[str, int]]) -> dict:
@@ -200,42 +203,13 @@ def _engine_head(m: Method, directory: Path, target: torch.nn.Module | None, eng
 
 
 def load_drafter(method_name: str, target: torch.nn.Module | None = None, **options) -> Drafter:
-    """A drafter by method name (vLLM's names), for `target` (None: the bundled target). Trained weights
-    not given are those shipped for `target`, in any pair's folder, found by the target fingerprint they
-    record (speclab.methods.shipped); where none ship, the error names the train command.
+    """A drafter by method name (vLLM's names), for `target` (None: the bundled target), with the method's
+    options (REGISTRY[name].options; other engines' names for them are accepted too: Method.aliases).
 
-    draft_model  a draft model: draft= a model or a directory (default: the bundled draft)
-    ngram        prompt lookup: max_ngram=3, min_ngram=1, num_tokens=None (k), choose="frequent";
-                 vLLM's and transformers' option names are accepted too
-    medusa       Medusa heads: heads= a directory (default: the heads shipped for the bundled
-                 target), tree= "chain" or medusa_choices (default: the tree chosen for them)
-    suffix       suffix decoding: max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0,
-                 min_token_prob=0.1 (vLLM's names with suffix_decoding_ in front are accepted too),
-                 tree=False (vLLM's chain; True: the paper's tree)
-    pard         a parallel draft (train pard): model= a model or a directory (vLLM's key; default:
-                 the one shipped for the bundled target)
-    lookahead    lookahead decoding: window=W, ngram=N, pool=G, from_context=True, seed=0
-    eagle        an EAGLE-1 head: head= a directory written by train eagle (default: the head shipped
-                 for the bundled target), tree="dynamic" (EAGLE-2's tree, default) or "chain",
-                 top_k, depth, total_tokens, min_confidence (the tree stops growing below it),
-                 settings="fastest" (tree.json's) or "fastest-tree" (its fastest with top_k > 1);
-                 SGLang's names (speculative_eagle_topk, speculative_num_steps,
-                 speculative_num_draft_tokens: nodes plus the root) and vLLM's
-                 num_speculative_tokens (the depth) are accepted too
-    eagle3       an EAGLE-3 head (train eagle3), with the same options
-    mtp          a DeepSeek-V3-style MTP module (train mtp): module= a directory (default: the one
-                 shipped for the bundled target), num_tokens=1 (drafts per round; more chains it;
-                 vLLM's num_speculative_tokens)
-    layer_skip   the target's first exit_layer= E layers draft (1..L-1); adapter=False (no new
-                 weights), True (the exit adapters shipped for the bundled target) or a directory
-                 written by train exit
-    lookup_first prompt lookup where the sequence's last min_ngram=2 .. max_ngram=3 tokens occurred
-                 before, else drafter= (a method's name, default draft_model) loaded with the
-                 remaining options (llama.cpp's and TensorRT-LLM's precedence)
-
-    A weights directory in vLLM's or SGLang's layout (speclab.serving.checkpoints: what `python -m
-    speclab export` writes, or a head published for a hub target) is read into speclab's head;
-    engine="vllm" or "sglang" says how to read its EAGLE-3 layer ids where the layout leaves them open.
+    Trained weights not given are those shipped for `target`, found by the target fingerprint they record
+    (speclab.methods.shipped); where none ship, the error names the train command. A weights directory in
+    vLLM's or SGLang's layout (speclab.methods.checkpoints) is read into speclab's head; engine="vllm" or
+    "sglang" says how to read its EAGLE-3 layer ids where the layout leaves them open.
     """
     m = method(method_name)
     options = rename_aliases(options, m.aliases)
@@ -254,5 +228,5 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     return m.load(target, **options)
 
 
-__all__ = ["METHODS", "REGISTRY", "Method", "by_bench_row", "bundled_weights", "load_drafter", "method",
-           "rename_aliases", "shipped_weights"]
+__all__ = ["METHODS", "REGISTRY", "Method", "by_bench_row", "bundled_weights", "drafter_for_model", "load_drafter",
+           "method", "rename_aliases", "shipped_weights"]

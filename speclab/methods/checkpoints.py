@@ -1,28 +1,12 @@
-"""Heads in the layouts the serving engines load, written from speclab's heads and read back into them.
+"""Heads in the layouts the serving engines load (vLLM's and SGLang's EAGLE-1 and EAGLE-3, vLLM's Medusa),
+written from speclab's heads and read back into them; `python -m speclab export` writes them, load_drafter
+reads them.
 
-An engine reads a head by name: a key it does not expect is skipped (or zero-filled) without an error,
-and a feature read from the wrong layer still drafts something. The output stays correct (verification
-sees to that) and only the acceptance collapses, so every layout here is checked by acceptance, not by
-loading (tests/serving/test_checkpoints.py, chapter 12). The layouts (../shared/part3-anchors.md §2, and
-vLLM 0.32's loaders: model_executor/models/llama_eagle.py, llama_eagle3.py, medusa.py):
-
-EAGLE-3   config.json: a one-layer Llama config, architectures ["LlamaForCausalLMEagle3"],
-          draft_vocab_size, target_hidden_size; weights midlayer.* (q/k/v read 2H: the normed embedding
-          and the normed feature), fc [H, 3H], norm, lm_head over the draft vocabulary, d2t (target id =
-          draft id + d2t[draft id]) and t2d. Both engines fuse the residual stream entering target layers
-          i (transformers' hidden_states[i], as speclab does), but they read the ids differently: vLLM
-          takes a top-level `eagle_aux_hidden_state_layer_ids` as they are; SGLang takes them from
-          `eagle_config` and adds 1 (SpecForge writes layer outputs there). The same directory loaded in
-          the other engine fuses the wrong layers.
-EAGLE-1   config.json: a one-layer Llama config; weights fc [H, 2H] and layers.0.* without the input norm;
-          embeddings and lm_head shared with the target. SGLang names it LlamaForCausalLMEagle and keeps
-          fc's bias (the reference has one); vLLM names it LlamaForCausalLM (renamed EagleLlamaForCausalLM
-          on load) and builds fc without a bias. speclab's heads have the bias, so the vLLM export folds it,
-          exactly, into the head's own embedding table: fc([e + c; f]) = W_e e + W_e c + W_f f, with c
-          solving W_e c = b (vLLM keeps a draft's embed_tokens when they differ from the target's).
-Medusa    vLLM only: config.json model_type "medusa" (vLLM's method name), num_heads, num_hidden_layers,
-          medusa_fc_bias; weights blocks.{h}.layers.{l}.weight/.bias, lm_heads.{h}.weight. Without
-          medusa_fc_bias the biases are dropped silently.
+An engine skips a key it does not expect and drafts from whatever layer it is told to, so a wrong layout
+still runs and only acceptance collapses: tests/serving/test_checkpoints.py checks each layout by its
+acceptance. Sources: vLLM's loaders (vllm-project/vllm model_executor/models/llama_eagle.py @ 00da9231,
+llama_eagle3.py, medusa.py @ 01dbb081) and SpecForge's EAGLE-3 configs (sgl-project/SpecForge @ a6b6b023).
+Each layout's keys and traps are documented at the function that writes it.
 """
 from __future__ import annotations
 
@@ -87,6 +71,11 @@ def eagle3_layer_ids(feature_layers, engine: str) -> dict:
 
 
 def write_eagle3(head: Eagle3Head, target: nn.Module, directory: str | Path, engine: str) -> Path:
+    """A one-layer Llama config (LlamaForCausalLMEagle3, draft_vocab_size, target_hidden_size) and the
+    head's weights (midlayer.*, fc [H, 3H], norm, lm_head over the draft vocabulary, d2t/t2d). The fused
+    layers are the inputs of target layers i: vLLM reads a top-level eagle_aux_hidden_state_layer_ids as
+    they are; SGLang reads them from eagle_config and adds 1, so one directory fuses different layers in
+    each engine."""
     check_engine(engine)
     config = _llama_config(head, target, EAGLE3_ARCH)
     config.update(draft_vocab_size=len(head.d2t), target_hidden_size=target.config.hidden_size,
@@ -127,6 +116,9 @@ def read_eagle3(config: dict, state: dict[str, torch.Tensor], target: nn.Module,
 
 # ---------------------------------------------------------------- EAGLE-1
 def write_eagle(head: EagleHead, target: nn.Module, directory: str | Path, engine: str) -> Path:
+    """A one-layer Llama config and fc [H, 2H] with layers.0.* (no input norm; the target's embeddings and
+    lm_head). SGLang (LlamaForCausalLMEagle) keeps fc's bias; vLLM (LlamaForCausalLM) builds fc without
+    one, so its export folds the bias exactly into the head's own embeddings: W_e c = b, embeddings + c."""
     check_engine(engine)
     if type(head) is not EagleHead:
         raise TypeError(f"write_eagle writes an EAGLE-1 head; got {type(head).__name__}")
@@ -165,6 +157,8 @@ def read_eagle(config: dict, state: dict[str, torch.Tensor], target: nn.Module, 
 
 # ---------------------------------------------------------------- Medusa
 def write_medusa(heads: MedusaHeads, directory: str | Path, engine: str, target: nn.Module) -> Path:
+    """vLLM only: model_type "medusa", num_heads, num_hidden_layers, medusa_fc_bias (without it vLLM drops
+    the biases silently); weights blocks.{h}.layers.{l}.weight/.bias and lm_heads.{h}.weight."""
     check_engine(engine)
     if engine != "vllm":
         raise ValueError("SGLang serves no Medusa heads; export them for vLLM (--format vllm)")

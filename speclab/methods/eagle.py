@@ -1,32 +1,13 @@
-"""EAGLE (Li et al. 2024, 2024b, 2025): draft in the target's feature space with one decoder layer.
+"""EAGLE (Li et al. 2024, 2024b, 2025): drafting in the target's feature space with one decoder layer.
 
-The target's feature f_t (its last hidden state after the final norm: what its lm_head reads) holds
-most of what it knows about the next token. EAGLE-1 predicts the *next feature* from the current
-one and the token that follows it: an input projection of [embedding(x_{t+1}); f_t] (2H -> H, with
-a bias) into one decoder layer of the target's own architecture without an input norm, whose output
-f^_{t+1} goes through the target's frozen lm_head to give the draft distribution of x_{t+2}.
-Embeddings and lm_head are the target's (frozen, not stored with the head), so the head is one layer
-and one H x 2H matrix. `EagleHead` follows the reference's EAGLE-1 model (SafeAILab/EAGLE,
-eagle/model/cnets1.py: `Model.fc`, `LlamaDecoderLayer` with index 0).
-
-EAGLE-3 changes what goes in and how it is trained, not the drafting loop. `Eagle3Head` follows the
-reference's EAGLE-3 model (eagle/model/cnets.py: `Model`, `LlamaDecoderLayeremb`), the layout vLLM
-(`LlamaForCausalLMEagle3`) and SGLang load: `fc` fuses the target's hidden states at a low, a middle
-and a high layer (3H -> H, no bias) into the first step's feature; the one decoder layer norms the
-token's embedding and the feature apart and its attention reads their concatenation, 2H wide, while
-the feature is the residual stream; a final norm and the head's own lm_head over a draft vocabulary
-(its ids mapped back to the target's by d2t) give the draft. Later steps feed the layer's output
-(before that norm) as the feature. It is trained on tokens only (no feature loss), with the
-training-time test: the head is unrolled several steps on its own outputs during training
-(speclab.train.eagle.eagle3_loss), so step 3 is trained on what step 3 will see when drafting.
-
-Drafting runs autoregressively on the head's own outputs, with its own KV cache: each round the
-head first catches up on the true features the verification pass handed over (the same hand-over
-Medusa uses: Drafter.take_features), then drafts from there; the rows it computed from its own
-guesses are rolled back at the next round, like a draft model's. EAGLE-2's dynamic tree
-(`expand_level`, `rerank`) grows the draft as a tree scored by the head's own confidence.
-
-This module holds the heads and the drafter; training is in speclab.train.eagle.
+EagleHead (EAGLE-1; SafeAILab/EAGLE eagle/model/cnets1.py) predicts the next feature from the current
+one and the next token's embedding (fc: 2H -> H, then one decoder layer without an input norm), read out
+by the target's frozen lm_head. Eagle3Head (EAGLE-3; eagle/model/cnets.py, the layout vLLM and SGLang
+load) fuses three of the target's layers (fc: 3H -> H), norms embedding and feature apart, and reads out
+through its own lm_head over a draft vocabulary (d2t maps it back); it is trained on tokens with the
+training-time test (speclab.train.eagle). EagleDrafter drafts with either on its own KV cache, catching
+up each round on the true features the verify pass hands over (Drafter.take_features), as a chain or as
+EAGLE-2's dynamic tree (expand_level, rerank). Training is in speclab.train.eagle.
 """
 from __future__ import annotations
 
@@ -482,41 +463,16 @@ def node_depth(parents: Sequence[int], node: int) -> int:
 
 
 class EagleDrafter(ChainDrafter):
-    """An EAGLE head drafting a chain (tree="chain": k tokens per round, each from the head's own
-    output, sampled from the served distribution; EAGLE-1's way) or EAGLE-2's dynamic tree
-    (tree="dynamic", the default: Li et al. 2024b). The dynamic tree grows `depth` levels (at most k):
-    every frontier node's top_k children are scored by the cumulative log-probability of their path,
-    the best top_k of them become the next frontier, and at the end the best `total_tokens` of every
-    node scored form the tree the target verifies (expand_level, rerank). Its nodes are deterministic
-    top-k picks, so the rule sees point masses and stays lossless at any temperature. With one child
-    per node (top_k 1) and sampling, the tree is a chain, and its tokens are drawn from the head's
-    served distribution instead, as EAGLE-1's chain does: a point mass on the head's top token is
-    accepted only as often as the target would draw that token (at temperature 1, in one bench run on a
-    2-core CPU, the bundled EAGLE-1 head's 20-deep chain ran at 0.82x target-only with point masses and
-    1.57x with drawn tokens). The class
-    defaults (top_k 2, depth 6, 12 tokens) suit a small target on a CPU, where every head pass costs
-    about a tenth of a target step and a wider tree buys little; a head directory may carry the
-    settings measured fastest with it (tree.json, written by speclab.train.choose_eagle_tree), which
-    load_drafter uses instead. The reference implementation's defaults (top_k 10, depth 7, 60 tokens)
-    are for large targets on GPUs. Works alike for EAGLE-1 and EAGLE-3 heads.
-
-    min_confidence (speclab's addition, None: off): the tree stops growing after a level whose most
-    probable new node had a probability, given its parent, below it; that level's nodes are still
-    scored and may be kept. The published EAGLE-2 always grows `depth` levels: on a GPU a bigger tree
-    costs the verification pass almost nothing. On a CPU every node costs a head pass and a position
-    in the verification pass, so stopping where the head is unsure pays; with top_k = 1 it is
-    transformers' confidence stop (assistant_confidence_threshold) on EAGLE-1's chain. The head's own
-    probabilities decide it, so it changes which tokens are proposed, never what is emitted.
-
-    sampled (speclab's addition, None: the same settings): a dict of top_k, depth, total_tokens and
-    min_confidence for the rounds that sample. The fastest tree depends on the decoding: greedy, a
-    head's top token is accepted whenever it is the target's, and deep chains pay; sampled, every
-    draft is a gamble on the target's draw, and shorter ones do. tree.json keeps both, each timed.
-
-    Bookkeeping: pair j is (feature f_j, token x_{j+1}). After the prefill the target has handed over
-    f_0..f_{n-2} for a prompt of n tokens, and x_1..x_{n-1} are known, so pairs 0..n-2 are all true.
-    Each round the head rolls its cache back to the true pairs, feeds the new ones (the verify pass's
-    features of the pending token and the accepted drafts), and drafts on from there."""
+    """An EAGLE head (EAGLE-1 or EAGLE-3) drafting EAGLE-1's chain (tree="chain": k tokens, each drawn
+    from the head's served distribution) or EAGLE-2's dynamic tree (tree="dynamic", Li et al. 2024b):
+    `depth` levels of each frontier node's top_k children scored by their path's log-probability, the
+    best `total_tokens` verified. Tree nodes are top-k picks, point masses to the rule, so it stays
+    lossless at any temperature. The defaults (top_k 2, depth 6, 12 tokens) suit a small target on a
+    CPU; a head's tree.json (speclab.train.choose_eagle_tree) holds the settings timed fastest with it.
+    speclab's additions: min_confidence stops growing the tree after a level whose best new node is
+    below it (it changes what is proposed, never what is emitted); sampled holds other settings for
+    sampled rounds. Each round the head rolls its cache back to the true (feature f_j, token x_{j+1})
+    pairs, feeds the verify pass's new features, and drafts on from there."""
 
     def __init__(self, head: FeatureHead, target: nn.Module, tree: str = "dynamic", top_k: int = 2, depth: int = 6,
                  total_tokens: int = 12, min_confidence: float | None = None, sampled: dict | None = None):
@@ -824,8 +780,7 @@ SETTINGS_CHOICES = ("fastest", "fastest-tree")
 def head_dtype(target: nn.Module) -> torch.dtype:
     """A drafting head's precision: a draft's (speclab.devices.draft_dtype), float16 on a CPU as a draft
     model and Medusa's heads run, the target's elsewhere. A head only proposes, so its rounding moves
-    acceptance, never the output; its steps read half the bytes of float32 (SmolLM2's EAGLE-3 head on
-    the compiled path: 8-9 ms a round in float32, 4.3-4.8 in float16, AMD EPYC, 2 threads)."""
+    acceptance, never the output; its steps read half the bytes of float32."""
     return draft_dtype(target.device, target.dtype)
 
 

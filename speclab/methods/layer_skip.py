@@ -1,20 +1,13 @@
-"""Layer-skip self-drafting: the target's first E layers draft for all of it.
+"""Layer-skip self-drafting (Elhoushi et al. 2024, LayerSkip; transformers' assistant_early_exit): the
+target's first E layers, its final norm and lm_head draft for all of it, with no weights of their own.
 
-The draft is the target cut short: its embeddings, its first E decoder layers, its final norm and
-its lm_head, with no weights of its own (Elhoushi et al. 2024, LayerSkip; transformers'
-`assistant_early_exit`). A draft step costs about E/L of a target step, and it agrees with the target
-only as much as layer E's hidden state already "knows" the next token. The LayerSkip paper trains the
-whole model for it (layer dropout and an early-exit loss); speclab keeps the target frozen and
-offers a small exit adapter instead: an affine map h -> h + W h + b on layer E's hidden state, zero at
-the start (the identity), trained to make the exit's distribution match the final layer's (a tuned
-lens, Belrose et al. 2023): `python -m speclab train exit` (speclab.train.exit).
-
-The draft here keeps its own KV cache for its E layers, rolled back like a draft model's. LayerSkip's
-self-speculation shares it instead: the verifier's first E layers compute exactly the keys and values
-the draft already has for the drafted tokens (same weights, same inputs), so it can reuse them and
-start the verification at layer E + 1 (and reuse the exit's hidden states). That saves E/L of every
-verification pass and the memory of a second cache; it needs an engine whose verify pass can start
-mid-model, which speclab's one-loop engine (a model called whole) does not have.
+A draft step costs about E/L of a target step and agrees with the target as far as layer E's hidden state
+already holds the next token. LayerSkip trains the whole model for it; speclab keeps the target frozen and
+offers an exit adapter instead, h -> h + W h + b, zero at the start, trained so the exit's distribution
+matches the final layer's (a tuned lens, Belrose et al. 2023; `python -m speclab train exit`). The draft
+keeps its own KV cache for its E layers, rolled back like a draft model's; LayerSkip shares it with the
+verifier and starts verification at layer E + 1, which needs an engine whose verify pass can start
+mid-model (speclab calls a model whole).
 """
 from __future__ import annotations
 

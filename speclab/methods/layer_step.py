@@ -1,33 +1,13 @@
-"""One Llama-family decoder layer, written out for a drafter's small passes.
+"""One Llama-family decoder layer written out for a drafter's small passes (an EAGLE head, the MTP
+module): on a CPU, transformers' general forward costs as much as a small layer's arithmetic.
 
-An EAGLE head (and the MTP module built on it) is one decoder layer of the target's own kind, and a
-drafter runs it on one to a few rows at a time: a chain step, a tree level, the catch-up on the
-rows the target accepted. transformers' model forward is general (any mask kind, any attention
-backend, output objects), and on a CPU, where a row of a small layer costs tens of microseconds of
-arithmetic, that generality costs as much as the layer: the bundled head's layer took about 0.45 ms
-on one row through transformers and 0.24 ms through LayerStep (2-core CPU). `LayerStep` is the same layer as a dozen tensor operations, in the spirit of
-gpt-fast's model file: RMSNorm, the q/k/v projections (Qwen3's per-head q/k norms), rotary
-embeddings read from a table, the cache update, one scaled-dot-product attention with a boolean
-mask, the output projection and the gated MLP. q, k and v come from one matmul, and so do gate and
-up, on stacked copies of the layer's weights that are rebuilt whenever a weight changes, so a head
-trained after a drafter was built is still the head that drafts.
-
-It covers the layer kinds it was checked against (`SUPPORTED`, with full attention and a rotary
-embedding that does not depend on the sequence length); `LayerStep.supports` says whether a layer
-qualifies, and for any other layer the head keeps calling the model's forward.
-tests/test_layer_step.py checks it against that forward for every supported kind, on one row,
-on several rows that see each other causally, and on tree rows with a mask.
-
-`RowCache` is the drafter's KV cache for it, written by position (gpt-fast's static cache): keys and
-values live in buffers allocated ahead, a step writes its rows in place and attends to a view of
-the rows so far, and rolling back is a change of length. transformers' DynamicCache concatenates
-the whole cache on every step instead, a copy that grows with the context and that a drafter pays
-on every one of its small passes.
-
-On the compiled fast path (chapter 10) the head is compiled beside its target: `FastHeadStep` runs the
-head's forward and logits under torch.compile on a `SlotCache` (rows written at named slots, read in
-whole buckets with a mask, so shapes stay fixed), each step padded to one of the target's few graph
-widths. The EAGLE drafter switches to it by itself when its target runs compiled.
+LayerStep is the layer as a dozen tensor operations, in the spirit of gpt-fast's model file (q/k/v and
+gate/up each one matmul, on stacked weights rebuilt whenever a weight changes); LayerStep.supports says
+whether a layer is one of the kinds it was checked against (SUPPORTED; tests/methods/test_layer_step.py),
+and any other layer keeps the model's forward. RowCache is its KV cache written by position (gpt-fast's
+static cache): rolling back is a change of length, with no copy per step. On the compiled fast path
+(chapter 10) FastHeadStep runs the head under torch.compile on a SlotCache at the target's graph widths;
+the EAGLE drafter switches to it when its target runs compiled.
 """
 from __future__ import annotations
 

@@ -1,27 +1,13 @@
 """Lookahead decoding (Fu et al. 2024): the target drafts for itself by Jacobi iteration.
 
-Jacobi decoding guesses W future tokens at once and refines every guess in parallel from the guesses
-before it; a guess that stops changing has converged to what greedy decoding would produce. On its
-own it rarely converges faster than one token per step. Lookahead decoding keeps the *trajectory*
-instead: a window of N - 1 levels of W guesses, where column i, read downwards and followed by the
-newest output, is a plausible N-gram (the levels were produced one after another, each from the one
-before). Those N-grams go into a pool keyed by their first token; each round the pool's entries for
-the pending token are verified like any draft, in the same target pass that advances the window.
-
-Inside that one pass (hao-ai-lab/LookaheadDecoding; llama.cpp's examples/lookahead), with the pending
-token at position p:
-
-- window level l, slot i (token L[l][i]) sits at position p + 1 + i + l and sees the pending token,
-  level 0's slots 0..i and the same slot i of levels 1..l: a causal sequence of consecutive positions
-  [pending, L[0][0..i], L[1][i], ..., L[l][i]], whose output guesses position p + 2 + i + l;
-- the verification branch is the pool's candidates merged into a token tree under the pending token
-  (speclab.trees): each candidate sees the prefix, the pending token and its own earlier tokens;
-- the two branches never see each other.
-
-After the pass the top level's outputs become a new level (the oldest is dropped once there are
-N - 1), and every column with the output under it adds an N-gram to the pool. The decode loop knows
-none of this: the window rides along as a `SideBranch` of the Draft, and its logits come back through
-`take_side_logits` (speclab.drafting).
+A window of N - 1 levels of W guesses, refined in parallel, leaves a trajectory whose columns, read
+downwards and followed by the newest output, are plausible N-grams; they go into a pool keyed by their
+first token, and each round the pool's entries for the pending token are verified like any draft, in the
+same target pass that advances the window (hao-ai-lab/LookaheadDecoding; llama.cpp examples/lookahead).
+In that pass, window level l's slot i sits at position p + 1 + i + l and sees the pending token, level
+0's slots 0..i and slot i of levels 1..l; the candidates form a token tree under the pending token
+(speclab.trees); the two branches never see each other. The decode loop knows none of this: the window
+rides along as a SideBranch of the Draft and its logits come back through take_side_logits.
 """
 from __future__ import annotations
 
@@ -121,18 +107,13 @@ def window_ngrams(levels: Sequence[Sequence[int]], outputs: Sequence[int]) -> li
 
 
 class LookaheadDrafter(Drafter):
-    """Lookahead decoding: a Jacobi window of N - 1 levels of W guesses advanced in the verification
-    pass itself, and an n-gram pool of at most G continuations per key, verified as a token tree.
-
-    window (W)   guesses per level: more n-grams per pass, more positions per pass
-    ngram (N)    n-gram length: candidates are N - 1 tokens deep (the round's k still bounds the depth)
-    pool (G)     candidates kept, and verified, per key (the pending token)
-    from_context also seed the pool with the prompt's n-grams and add those of the text as it is
-                 generated (prompt lookup inside lookahead; the reference offers the prompt seeding)
-    seed         the window's first level is drawn from the prompt's tokens with this seed
-
-    The window is advanced by the target's argmax, whatever the sampling: it only supplies candidates,
-    and the rule (point masses for the candidates) keeps the output exact or lossless either way.
+    """Lookahead decoding: a Jacobi window of N - 1 levels of W guesses advanced in the verification pass
+    itself, and an n-gram pool of at most G continuations per key, verified as a token tree. window (W):
+    guesses per level; ngram (N): candidates N - 1 tokens deep (k still bounds the depth); pool (G):
+    candidates kept and verified per key (the pending token); from_context: also seed the pool with the
+    prompt's n-grams and the output's (prompt lookup inside lookahead); seed: draws the first level from the
+    prompt's tokens. The window advances by the target's argmax whatever the sampling: it only supplies
+    candidates, point masses to the rule, so the output stays lossless.
     """
 
     name = "lookahead"

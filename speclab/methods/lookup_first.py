@@ -1,26 +1,13 @@
-"""Prompt lookup first, a trained drafter when nothing matches: how production engines combine a
-draftless matcher with a drafter. llama.cpp: "If a draft model is combined with a draftless decoding the
-draftless decoding has higher precedence"; TensorRT-LLM mixes its suffix-automaton drafter into EAGLE-3,
-MTP and PARD (`use_sa_spec=True`), its draft taking over when the match is at least `sa_spec_threshold`
-(4) tokens long (../shared/part3-anchors.md, section 1.3 and 1.4).
+"""Prompt lookup first, a trained drafter when nothing matches: how production engines combine a draftless
+matcher with a drafter (llama.cpp docs/speculative.md @ a71f4a0e: the draftless decoding "has higher
+precedence"; TensorRT-LLM docs/source/features/speculative-decoding.md @ 04c8822c: use_sa_spec mixes its
+suffix automaton into EAGLE-3, MTP and PARD above sa_spec_threshold=4 matched tokens).
 
-Why: a small drafter cannot copy. Asked to summarise a passage, SmolLM2-135M restates it almost word for
-word, and both of its trained drafters (a two-layer draft model and an EAGLE-3 head, each over an
-8,192-token draft vocabulary) guess generic words where the target copies the passage's own ("railway",
-"developer"); prompt lookup, which only copies, is accepted twice as often there. Elsewhere (a
-conversation, a question) little of the answer is in the prompt and the drafter is the better guess. So
-each round asks the cheap question first: do the sequence's last n tokens (n from max_ngram down to
-min_ngram) occur earlier? If so, propose what followed them; if not, let the drafter draft.
-
-min_ngram is the precedence threshold: a one-token match (" the" occurred before) is weak evidence and
-would hand most rounds to lookup; two tokens is speclab's default (TensorRT-LLM's suffix automaton asks
-for 4, over a longer-memory matcher).
-
-State: the drafter is told of every round (the target's features for those that read them, and the
-update), including the rounds lookup drafted, so its next pass catches up from there: a draft model feeds
-the tokens its cache has not seen, an EAGLE head the features handed over since its last pass.
-Lossless: which drafter drafts a round depends only on the tokens so far, and each round's q is that
-drafter's (lookup's point masses, or the drafter's distribution), which is all the rejection rule needs.
+A small drafter cannot copy, and lookup only copies: each round, if the sequence's last n tokens
+(max_ngram down to min_ngram, the precedence threshold: 2 by default) occurred earlier, lookup proposes
+what followed them, else the drafter drafts. The drafter is told of every round (features and update),
+lookup's included, so its next pass catches up. Lossless: which drafter drafts depends only on the
+tokens so far, and each round's q is that drafter's.
 """
 from __future__ import annotations
 

@@ -1,22 +1,13 @@
-"""Multi-token prediction (DeepSeek-AI 2024, DeepSeek-V3 report, section 2.2) as a drafter.
+"""Multi-token prediction (DeepSeek-AI 2024, DeepSeek-V3 report, section 2.2) as a drafter (vLLM `mtp`,
+SGLang `NEXTN`).
 
-DeepSeek-V3 trains, with the model, a module that predicts one token further ahead: the target's
-hidden state h_t and the embedding of the next token x_{t+1}, each RMS-normed, concatenated and
-projected (2H -> H, no bias), go through one transformer block of the model's own kind; the shared
-output head (behind its own norm) reads the token x_{t+2}. Served as a drafter (vLLM `mtp`, SGLang
-`NEXTN`) it proposes one token per round; chained (its own output fed back as the next "hidden
-state") it proposes more, less reliably, since it was only ever trained one step deep (vLLM warns of
-this; chapter 9 measures it).
-
-That is EAGLE-1's head (speclab.methods.eagle.EagleHead: a projection of [embedding; feature] into
-one decoder layer) with EAGLE-3's norms: both inputs normed apart, a norm before the shared head, no
-bias in the projection. So MtpModule is an EagleHead with normed inputs, trained one step deep, and
-MtpDrafter is an EAGLE chain that drafts `num_tokens` per round.
-What differs from DeepSeek-V3 here: the module is trained after the fact on a frozen target, against
-the target's own distribution (speclab.train.mtp.train_mtp), not jointly with the
-model's pretraining on the corpus's tokens; and it reads the target's last hidden state after the
-final norm (what the verification pass hands every feature drafter), where DeepSeek-V3 reads it
-before; the module's own RMSNorm rescales either alike.
+DeepSeek-V3's module normalises the hidden state h_t and the embedding of x_{t+1} apart, projects their
+concatenation (2H -> H, no bias) through one block of the model's kind, and the shared head reads x_{t+2}
+behind its own norm: EAGLE-1's head with EAGLE-3's norms. So MtpModule is an EagleHead with normed
+inputs, trained one step deep, and MtpDrafter an EAGLE chain drafting `num_tokens` a round (more than
+one feeds its own output back, which it was never trained on). Unlike DeepSeek-V3, it is trained after
+the fact on a frozen target against the target's distribution (speclab.train.mtp), and it reads the last
+hidden state after the final norm, as every feature drafter here does.
 """
 from __future__ import annotations
 

@@ -15,18 +15,12 @@ MATCH_CHOICES = ("latest", "first", "frequent", "longest")
 
 def lookup_continuation(seq: list[int], num_tokens: int, max_ngram: int = 3, min_ngram: int = 1,
                         choose: str = "latest") -> list[int]:
-    """Prompt lookup's proposal for the sequence `seq`: find earlier occurrences of its last n tokens
-    (n from max_ngram down to min_ngram; the longest n with a match wins) and return up to num_tokens
-    of what followed one of them ([] when nothing matches). Which occurrence, when there are several:
-
-    latest    the most recent one (recent text is the most likely to be restated)
-    first     the earliest one: what the reference implementation (Saxena's find_candidate_pred_tokens)
-              and transformers' prompt lookup do, walking the matches from the start and taking the
-              first with a continuation
-    frequent  the most common continuation: walk the occurrences' continuations token by token,
-              taking the token most of them agree on (ties to the latest)
-    longest   the one whose preceding text agrees with the sequence's for longest (a longer context
-              match, beyond max_ngram), ties to the latest
+    """Prompt lookup's proposal for the sequence `seq`: up to num_tokens of what followed an earlier
+    occurrence of its last n tokens (the longest n from max_ngram down to min_ngram with a match; [] when
+    nothing matches). Which occurrence: "latest" (the most recent); "first" (the reference's,
+    Saxena's find_candidate_pred_tokens, and transformers'); "frequent" (token by token, the continuation
+    most occurrences agree on, ties to the latest); "longest" (the one whose preceding text agrees with
+    the sequence's for longest, beyond max_ngram, ties to the latest).
     """
     if choose not in MATCH_CHOICES:
         raise ValueError(f"choose must be one of {MATCH_CHOICES}, got {choose!r}")
@@ -75,18 +69,10 @@ def _most_frequent(seq: list[int], follows: list[int], num_tokens: int) -> list[
 class PromptLookupDrafter(Drafter):
     """Prompt lookup decoding (Saxena 2023): find an earlier occurrence of the sequence's last n tokens
     (n from max_ngram down to min_ngram) and propose the num_tokens that followed it (None: as many as
-    the round allows, k). No model, no probabilities; it wins where the output copies its context
-    (code edits, answers quoting a passage, summaries). `choose` picks among several occurrences
-    (see lookup_continuation); "frequent" is the default because it gave the most tokens per round on
-    every workload of chapter 6 (the latest match is often so recent that little follows it). The
-    same knobs elsewhere:
-
-    speclab      transformers generate()        vLLM speculative_config (method "ngram")
-    max_ngram    max_matching_ngram_size (2)    prompt_lookup_max
-    min_ngram    - (1)                          prompt_lookup_min
-    num_tokens   prompt_lookup_num_tokens       num_speculative_tokens
-    choose       "first"                        -
-    """
+    the round allows, k). No model, no probabilities; it wins where the output copies its context (code
+    edits, answers quoting a passage, summaries). `choose` picks among several occurrences
+    (lookup_continuation; chapter 6 compares the rules on its workloads). transformers' and vLLM's names
+    for the same knobs are the registry's aliases (speclab.methods.REGISTRY)."""
 
     name = "prompt lookup"
     batched = True  # no state between rounds: each sequence's proposal reads only its own ids

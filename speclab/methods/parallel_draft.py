@@ -1,17 +1,11 @@
 """Parallel drafting (PARD, An et al. 2025; vLLM's `draft_model` with `parallel_drafting`, TensorRT-LLM's
 PARDDecodingConfig): a draft model that proposes K tokens in one forward pass.
 
-The draft is an ordinary causal LM with one more token in its vocabulary, the mask token. To draft K
-tokens after the sequence so far, it reads what it has not seen yet and then K - 1 mask tokens, in one
-pass: the last real token's logits give draft 1, as in any draft model, and the j-th mask's give draft
-j + 1, a guess at the token j places further on without knowing the ones between. Drafting then costs one
-pass instead of K, at some loss of acceptance deeper in the block, since draft j + 1 is not conditioned on
-drafts 1..j. The masks leave the draft's cache right after the pass (a length), and the next round feeds
-the accepted drafts as real tokens.
-
-Exactness needs nothing new: each draft token is drawn from the distribution q_j its position computed,
-and that q_j is what the rejection rule divides by. q_j ignores the earlier drafts, which a proposal is
-allowed to do; it only lowers acceptance.
+The draft is a causal LM with one more token, the mask. After what it has not seen yet it reads K - 1
+masks in the same pass: the last real token's logits give draft 1, the j-th mask's give draft j + 1, a
+guess without the tokens between (one pass instead of K, at some loss of acceptance deeper in the block).
+The masks leave the draft's cache after the pass. Each draft is drawn from the q_j its position computed,
+which is what the rule divides by, so it stays exact.
 """
 from __future__ import annotations
 

@@ -1,21 +1,13 @@
-"""Suffix decoding (Oliaro et al. 2025, SuffixDecoding; Snowflake's Arctic Inference; vLLM's `suffix`):
-model-free drafting from suffix trees over the prompt, the output so far and earlier requests' outputs.
+"""Suffix decoding (Oliaro et al. 2025; Snowflake's Arctic Inference; vLLM's `suffix`): model-free drafting
+from suffix trees over the current request (prompt and output so far) and earlier requests' outputs (a
+global cache of up to max_cached_requests).
 
-Prompt lookup (speclab.methods.ngram) searches one sequence for its last few tokens and copies one
-continuation. Suffix decoding keeps every substring of up to `max_tree_depth` tokens in a trie with its
-count, for two sources: the current request (its prompt and what it has generated) and a global cache of
-the outputs of up to `max_cached_requests` earlier requests. Each round it tries every length m of the
-sequence's suffix found in a tree (up to the tree depth) and drafts from each matched node the
-continuations seen most often: a token's score is the share of the matched occurrences that continue with
-it (counts along the path), drafting stops below `min_token_prob`, and a match of length m drafts at most
-`max_spec_factor` x m tokens (and K). The draft with the highest total score wins, over every length and
-both trees (ties to the longer match, then to the request's own tree), as in Arctic's `speculate`: the
-longest match does not always win. It pays on traffic that repeats itself across requests (agents calling the same tools, edits
-of the same file), which no single-request method can see.
-
-Drafts carry no probabilities (point masses), so the rejection rule accepts a token with the target's own
-probability: lossless at any temperature, as for prompt lookup. vLLM drafts the most frequent chain
-(`tree=False`, its setting); the paper's tree (`tree=True`) drafts the best-scoring nodes of the subtree.
+Each trie holds every substring of up to max_tree_depth tokens with its count. Each round every length m
+of the sequence's suffix found in a tree drafts the continuations seen most often (a token scores the
+share of matched occurrences continuing with it; drafting stops below min_token_prob and after
+max_spec_factor x m tokens), and the best total score wins over lengths and trees, as in Arctic's
+`speculate`. It pays on traffic that repeats across requests. Drafts are point masses, so it is lossless
+at any temperature; tree=False drafts the best chain (vLLM's), tree=True the paper's subtree.
 """
 from __future__ import annotations
 
@@ -154,18 +146,13 @@ def draft_chain(node: dict, limit: int, min_prob: float) -> tuple[list[int], lis
 
 
 class SuffixDrafter(Drafter):
-    """Suffix decoding with vLLM's settings (speculative_config method "suffix", defaults alike):
-
-    max_tree_depth       suffix_decoding_max_tree_depth (24): the longest substring kept and matched
-    max_cached_requests  suffix_decoding_max_cached_requests (10000): earlier requests' outputs kept
-                         in the global tree, oldest dropped first (0: none, the request's own tree only)
-    max_spec_factor      suffix_decoding_max_spec_factor (1.0): at most this x the match length tokens
-    min_token_prob       suffix_decoding_min_token_prob (0.1): no token whose estimated probability
-                         is lower
-    tree                 False: a chain, as vLLM drafts; True: the paper's tree of the best nodes
-
-    A request starts at `start` and ends at the next `start` (or `end_request`), when its output joins
-    the global tree. `forget_requests` empties the global tree (a new workload, or a repeat of one).
+    """Suffix decoding with vLLM's settings and defaults (speculative_config method "suffix", each option
+    named suffix_decoding_<option> there): max_tree_depth (24, the longest substring kept and matched),
+    max_cached_requests (10000 earlier outputs in the global tree, oldest dropped first; 0: the request's
+    own tree only), max_spec_factor (1.0: tokens at most this x the match length), min_token_prob (0.1).
+    tree False drafts a chain, as vLLM does; True the paper's tree of the best nodes. A request starts at
+    `start` and ends at the next `start` (or end_request), when its output joins the global tree;
+    forget_requests empties the global tree.
     """
 
     name = "suffix decoding"

@@ -1,5 +1,5 @@
 """`python -m speclab export METHOD --format vllm|sglang --out DIR`: a method's trained weights for a pair's
-target, written in the layout the engine loads (speclab.serving.checkpoints), with `serving.json`: the
+target, written in the layout the engine loads (speclab.methods.checkpoints), with `serving.json`: the
 target's directory, the method, and the engine settings that serve them (speclab.serving.settings).
 
     draft_model   the draft as a plain transformers directory (config, weights, tokenizer)
@@ -19,16 +19,15 @@ import torch
 from transformers import PreTrainedModel
 
 from speclab.artifacts import fingerprint
-from speclab.methods import load_drafter, method
+from speclab.methods import checkpoints, load_drafter, method
 from speclab.methods.draft_model import NAME as DRAFT_MODEL
 from speclab.methods.eagle import NAME as EAGLE
 from speclab.models import load_pair
-from speclab.serving import checkpoints
 from speclab.serving.settings import Options, engine_settings
 
 SERVING_FILE = "serving.json"
 
-# The EAGLE-1 export for vLLM folds fc's bias into the head's own embed_tokens (speclab.serving.checkpoints).
+# The EAGLE-1 export for vLLM folds fc's bias into the head's own embed_tokens (speclab.methods.checkpoints).
 # That holds only where vLLM keeps a draft's embed_tokens when they differ from the target's: the EAGLE proposer
 # compares them (has_own_embed_tokens, then torch.equal) since vLLM PR #28549 (merged 2025-11-12, in the releases
 # from 0.12 on; 0.32, pinned here, keeps them: chapter 12's record decodes the folded head with the acceptance

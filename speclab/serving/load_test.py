@@ -1,20 +1,13 @@
 """A bounded load test of a vLLM server on localhost (chapter 12): Poisson arrivals at a few rates, a fixed
-number of requests each, speculation off and on; per-request latency from the stream, acceptance from the
-server's own Prometheus counters (vllm:spec_decode_*). It stops by itself.
-
-Runs in the serving environment (requirements-serving.txt), which has vLLM and aiohttp:
+number of requests each, speculation off and on (--configs); it stops by itself. It runs in the serving
+environment (requirements-serving.txt, with vLLM and aiohttp):
 
     .venv-serving/bin/python -m speclab.serving.load_test --json book/records/12_load_test.json
 
-For each configuration (--configs: off, ngram, eagle3, eagle3-fallback) it starts `vllm serve` on the
-bundled target (eager, float32, at most --max-num-seqs sequences at once), waits for /health, runs every
-rate in turn (each request: a held-out code prompt as token ids, greedy, --max-new-tokens tokens, streamed)
-and shuts the server down before the next configuration, so two servers never share the cores.
-
-What each request records: time to first token, and its time per output token after the first
-(TPOT = (last token - first token) / (tokens - 1), the per-user inter-token latency vLLM's own benchmark
-reports). What each rate records: output tokens/s over the whole run, TPOT mean, p50 and p95 over the
-requests, and the server counters' change: drafts, draft tokens, accepted tokens.
+Each configuration gets its own `vllm serve` on the bundled target (eager, float32), shut down before
+the next. Each request (a held-out code prompt, greedy, streamed) records its time to first token and
+TPOT = (last token - first token) / (tokens - 1), as vLLM's own benchmark reports it; each rate records
+output tokens/s, TPOT mean, p50 and p95, and the change of the server's vllm:spec_decode_* counters.
 """
 from __future__ import annotations
 

@@ -1,19 +1,13 @@
 """The rollout gate (chapter 12): promote a speculative configuration (the canary) over the one serving now
 (the baseline) only where measured load says it pays, and say why not where it does not.
 
-Inputs are the load test's rows (speclab.serving.load_test), one per arrival rate, for both configurations,
-measured on the same server, prompts and rates. The canary is promoted when, at every rate,
-
-- its p95 time per output token is no worse than the baseline's by more than `max_p95_regression`
-  (the users' latency: the reason to speculate at all),
-- its output tokens/s is no worse than the baseline's by more than `max_throughput_loss` (the fleet's
-  capacity: what speculation costs under load), and
-- its mean acceptance length is at least `min_acceptance` where it drafted (a head exported wrongly
-  still serves correct text, chapter 12.2: acceptance is the only symptom).
-
-Otherwise it is held, with every failed condition named by rate; `fallback_rate` is the lowest rate at
-which it failed, where a per-batch-size K of 0 (vLLM's num_speculative_tokens_per_batch_size) should turn
-speculation off before the canary is tried again.
+From the load test's rows (speclab.serving.load_test) for both, the canary is promoted when, at every
+rate, its p95 time per output token is within max_p95_regression of the baseline's (the users' latency),
+its output tokens/s within max_throughput_loss (the fleet's capacity), and its mean acceptance length at
+least min_acceptance where it drafted (a head exported wrongly still serves correct text: acceptance is the
+only symptom). Otherwise it is held, every failed condition named by rate; fallback_rate is the lowest
+failing rate, where a per-batch-size K of 0 (vLLM's num_speculative_tokens_per_batch_size) should turn
+speculation off.
 """
 from __future__ import annotations
 

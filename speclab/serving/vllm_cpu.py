@@ -1,20 +1,14 @@
-"""speclab's fast path against vLLM's CPU engine on the bundled target, batch 1, in one process: target-only
-decoding and n-gram drafting (vLLM's "ngram" method against speclab's prompt lookup, the same K and n-gram
-sizes), on the bench's held-out code prompts, every output compared token by token (chapter 10).
+"""speclab's fast path against vLLM's CPU engine on the bundled target, batch 1 (chapter 10): target-only
+decoding and vLLM's "ngram" against speclab's prompt lookup (the same K and n-gram sizes) on the bench's
+held-out code prompts, every output compared token by token. It runs in the serving environment
+(requirements-serving.txt; the README's "Serving engines"), with Intel's OpenMP preloaded as vLLM's CPU
+guide asks:
 
-vLLM's pins differ from the course's (transformers below 5.20), so this runs in the serving environment
-(requirements-serving.txt, the README's "Serving engines"):
-
-    python3 -m venv .venv-serving && .venv-serving/bin/pip install --no-deps -r requirements-serving.txt
-    LD_PRELOAD=$PWD/.venv-serving/lib/libiomp5.so .venv-serving/bin/python -m speclab.measure.vllm_cpu \
+    LD_PRELOAD=$PWD/.venv-serving/lib/libiomp5.so .venv-serving/bin/python -m speclab.serving.vllm_cpu \
         --json book/records/10_vllm_cpu.json
 
-(vLLM's CPU guide asks for Intel's OpenMP preloaded; here it took vLLM's compiled target-only decoding from
-94 to 145 tok/s, and speclab's from 266 to 280: both engines run with it.)
-
-speclab runs first, in this process; then vLLM, each configuration in its own engine, shut down before the
-next, so the two never share the two cores. Each prompt is timed alone (batch 1) from the request
-to its last token, prefill included, for both engines."""
+speclab runs first, then each vLLM configuration in its own engine, shut down before the next, so the two
+never share the cores; each prompt is timed alone, request to last token, prefill included."""
 from __future__ import annotations
 
 import argparse
@@ -84,7 +78,7 @@ def row(outputs: list[list[int]], seconds: list[float]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m speclab.measure.vllm_cpu", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m speclab.serving.vllm_cpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--num-prompts", type=int, default=4, help="held-out code prompts (the README bench's)")
     p.add_argument("--k", type=int, default=4, help="tokens drafted a round (vLLM: num_speculative_tokens)")
     p.add_argument("--max-new-tokens", type=int, default=128)

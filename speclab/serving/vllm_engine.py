@@ -1,20 +1,13 @@
 """vLLM beside speclab (chapter 12): the same target, prompts, method, weights and K in both engines, greedy,
 batch 1; every output compared token by token, and each method's acceptance counted as vLLM counts it.
+It runs in the serving environment (requirements-serving.txt; run_in_serving_env starts it there):
 
-vLLM's pins differ from the course's, so this runs in the serving environment (requirements-serving.txt):
-
-    python3 -m venv .venv-serving && .venv-serving/bin/pip install --no-deps -r requirements-serving.txt
     .venv-serving/bin/python -m speclab.serving.vllm_engine --json book/records/12_vllm_beside_speclab.json
 
-Each method is exported first (speclab.serving.export, into --exports), then decoded by speclab (its eager
-path, in this process) and by vLLM (an engine per method, eager, shut down before the next, so the two never
-share the cores). From the course's environment, `run_in_serving_env` starts this module there.
-
-vLLM's acceptance comes from its own counters (LLM.get_metrics(): vllm:spec_decode_num_drafts,
-_num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos); its mean acceptance length is
-1 + accepted / drafts, where a draft is one request's proposal at one step. speclab's is counted alike
-over the rounds that drafted something: for the model-based methods every round does, for n-gram
-lookup only the rounds whose lookup found a match.
+Each method is exported (speclab.serving.export), decoded by speclab (eager, in this process) and by vLLM
+(an eager engine per method, shut down before the next). vLLM's acceptance comes from its own counters
+(LLM.get_metrics(): vllm:spec_decode_*), its mean acceptance length 1 + accepted / drafts; speclab's is
+counted alike over the rounds that drafted (for n-gram lookup, the rounds whose lookup matched).
 """
 from __future__ import annotations
 

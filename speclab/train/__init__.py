@@ -1,20 +1,12 @@
-"""Training: the bundled pair, and drafters for a frozen target (python -m speclab train, whose command
-line is speclab.cli.train).
-
-    loop.py     the one resumable training loop every trainer runs: checkpoint, resume, deadline,
-                Ctrl-C, periodic save, progress bar, learning-rate schedule (lr_at), evaluations
-    data.py     what every trainer reads: tokenizer, encoded corpus, batches by (seed, step), the
-                target's continuations, the frozen target's cached features, the machine's name
-    pair.py     the bundled pair and drafts: Preset, train_pair, train_draft, install_pair
-    medusa.py   Medusa heads: their loss, quick_medusa (chapter 7), train_medusa, choose_medusa_tree
-    eagle.py    EAGLE-1 and EAGLE-3 heads: their losses, the unrolled training-time test, quick_eagle
-                (chapter 8), train_eagle
-    mtp.py      DeepSeek-V3-style MTP modules: train_mtp (EAGLE-3's trainer, one step deep)
-    exit.py     layer-skip exit adapters: exit_logits, exit_agreement, train_exit
-    tuning.py   EAGLE-2's settings for a trained head, chosen by timing them (choose_eagle_tree)
-    install.py  copying a trained drafter's folder into the package, beside the bundled target
-
-Trainers read each method's name, folder and train command from speclab.methods.REGISTRY.
+"""Training: the bundled pair, and drafters for a frozen target (`python -m speclab train`:
+speclab.cli.train). loop.py is the one resumable loop every trainer runs (checkpoint, resume, deadline,
+Ctrl-C, learning-rate schedule, evaluations) and data.py what every trainer reads (corpus, batches by
+(seed, step), the target's continuations and cached features); one module per thing trained: pair.py
+(the pair and drafts), medusa.py, eagle.py (EAGLE-1 and EAGLE-3, with the training-time test), mtp.py,
+exit.py (layer-skip exit adapters), parallel_draft.py, shared_draft.py; tuning.py times EAGLE-2's
+settings for a head; install.py copies a trained drafter beside its target; card.py writes the bundled
+pair's model card. Trainers read each method's name, folder and train command from
+speclab.methods.REGISTRY.
 """
 from speclab.train.eagle import quick_eagle, train_eagle
 from speclab.train.exit import train_exit

@@ -40,8 +40,8 @@ class EaglePreset:
     seq_len: int = 256
     prompt_len: int = 64
     batch: int = 8
-    steps: int = 12000       # EAGLE-1: 29 min on 2 CPU threads, the features computed once beforehand
-    eagle3_steps: int = 4000  # EAGLE-3: each step unrolls ttt_steps head passes (0.53 s a step here)
+    steps: int = 12000       # EAGLE-1 (the features computed once beforehand)
+    eagle3_steps: int = 4000  # EAGLE-3: each step unrolls ttt_steps head passes
     mtp_steps: int = 3000     # MTP: one head pass a step, trained one step deep
     lr: float = 1e-3
     warmup: int = 50
@@ -58,8 +58,7 @@ class EaglePreset:
     # EAGLE-2's settings, chosen by timing after training (choose_eagle_tree): how many prompts of the tuning
     # set (held-out code prompts speclab bench never times, at most 8; chat requests for a chat corpus), new
     # tokens each, and timed repeats.
-    # Four prompts picked a setting that gained 25% tokens a pass on them and 6% on the bench's prompts:
-    # eight make the choice steadier.
+    # More prompts make the choice steadier: a setting picked on few can gain far less on the bench's.
     tree_prompts: int = 8
     tree_tokens: int = 128
     tree_repeats: int = 3
@@ -84,8 +83,8 @@ EAGLE_PRESETS = {
     "smollm2": EaglePreset(corpus="chat", conversations=640, heldout_rows=32, batch=8, eagle3_steps=3000,
                            draft_vocab=8192, eval_every=250, tree_tokens=64, tree_repeats=1,
                            tree_candidates="short"),
-    # the rows of the shared draft's preset of the same name (one features file serves both); 1,500 steps
-    # took 74 min on a 2-core Xeon (held-out top-1 0.42 at 250 steps, 0.53 at 1,000, 0.54 at 1,500)
+    # the rows of the shared draft's preset of the same name (one features file serves both); its training
+    # log (time, held-out accuracy) is the record.json a trained head keeps beside its weights
     "smollm2-everyday": EaglePreset(corpus="chat", conversations=1400, requests="everyday", heldout_rows=32,
                                     batch=8, eagle3_steps=1500, draft_vocab=8192, eval_every=250, tree_tokens=64,
                                     tree_repeats=1, tree_candidates="short"),

@@ -1,20 +1,13 @@
 """A parallel draft (PARD, An et al. 2025; speclab.methods.parallel_draft) adapted from an ordinary draft
-model for a frozen target: one mask token added to its vocabulary, then trained to predict, at the j-th
-mask after a prefix, the token j + 1 places on.
+model for a frozen target (`python -m speclab train pard --target DIR --out runs/pard`): one mask token
+added to its vocabulary, then trained to predict, at the j-th mask after a prefix, the token j + 1 on.
 
-    python -m speclab train pard --target DIR --out runs/pard
-
-One training row of T tokens becomes one pass: the T real tokens, causal, each learning the next token
-as before, and for a random subset of anchors a, K - 1 mask tokens at positions a + 1 .. a + K - 1, each
-seeing the real tokens up to a and the masks of its own anchor before it (what the drafter feeds at
-decode time). PARD's conditional drop (COD) keeps a share of the anchors rather than all of them,
-which makes a step a fraction of the cost of K passes; here every mask depth keeps the same anchors.
-
-The teacher is the target's own distribution at the position the mask stands for: the mask at a + j
-learns softmax(lm_head(h[a + j])), what the target predicts there when the tokens up to a + j are the
-row's. That is the case that matters, since the draft at depth j + 1 is only checked when the first j
-were accepted. The rows and the target's last hidden states are cached_features' (shared with the
-other heads of the same preset), so the teacher costs one lm_head product a step.
+One row of T tokens is one pass: the real tokens, causal, learning the next token as before, and for a
+subset of anchors a (PARD's conditional drop, the same anchors at every depth), K - 1 masks at a + 1 ..
+a + K - 1, each seeing the real tokens up to a and its anchor's earlier masks, as at decode time. The
+mask at a + j learns the target's own distribution there, softmax(lm_head(h[a + j])): the case that is
+checked, since draft j + 1 is verified only after the first j were accepted. Rows and hidden states are
+cached_features' (shared with the other heads of the preset).
 """
 from __future__ import annotations
 

@@ -29,9 +29,8 @@ EAGLE_TREE_CANDIDATES = ((1, 8, 8, None), (1, 10, 10, None), (1, 12, 12, None), 
                          (2, 6, 12, None), (2, 8, 16, None), (2, 12, 16, None), (3, 6, 16, None),
                          (1, 20, 20, 0.1), (1, 24, 24, 0.05), (1, 24, 24, 0.1), (1, 24, 24, 0.2),
                          (2, 12, 16, 0.1))
-# Sampled rounds (temperature 1): shorter chains, a stop, one tree. Point-mass trees two to eight wide ran
-# at about 0.7x target-only sampled on the bundled target: each node is accepted only as often as the
-# target draws that very token.
+# Sampled rounds (temperature 1): shorter chains, a stop, one tree. Wide point-mass trees do not pay sampled:
+# each node is accepted only as often as the target draws that very token.
 EAGLE_SAMPLED_CANDIDATES = ((1, 4, 4, None), (1, 6, 6, None), (1, 8, 8, None), (1, 12, 12, None),
                             (1, 12, 12, 0.1), (1, 20, 20, 0.1), (2, 6, 12, None))
 # A head whose drafts are accepted less often than half the time (SmolLM2-135M's: about 0.4 at the first

@@ -51,7 +51,7 @@ def test_the_card_decodes_an_eagle_tree_at_the_depth_measured_for_its_head(tmp_p
     head whose measured tree is 10 deep is not cut to 8; a head without tree.json gets 8."""
     import json
 
-    from speclab.measure.card import tree_depth
+    from speclab.train.card import tree_depth
     from speclab.models import BUNDLED_DIR
     (tmp_path / "tree.json").write_text(json.dumps({"top_k": 1, "depth": 10, "total_tokens": 10}))
     assert tree_depth(tmp_path) == 10
@@ -63,7 +63,7 @@ def test_the_card_decodes_an_eagle_tree_at_the_depth_measured_for_its_head(tmp_p
 def test_a_heads_card_names_the_command_that_reproduces_its_record():
     from dataclasses import asdict
 
-    from speclab.measure.card import rows_trained_on, train_command
+    from speclab.train.card import rows_trained_on, train_command
     from speclab.methods import REGISTRY, eagle, mtp
     from speclab.train.eagle import EAGLE_PRESETS
     today = asdict(EAGLE_PRESETS["stdlib"])
@@ -78,7 +78,7 @@ def test_a_heads_card_names_the_command_that_reproduces_its_record():
 
 
 def test_the_card_says_which_vocabulary_an_eagle3_head_scores(pair):
-    from speclab.measure.card import vocabulary_note
+    from speclab.train.card import vocabulary_note
     target, _ = pair
     vocab = target.config.vocab_size
     assert "whole vocabulary" in vocabulary_note({"draft_vocab": {"size": vocab}}, target)

@@ -89,7 +89,7 @@ def test_train_medusa_micro_resumes_installs_and_drafts(tmp_path):
     installed = install(out, "medusa", tmp_path / "package")
     import shutil
 
-    from speclab.measure.card import MEDUSA_HEADING, medusa_card
+    from speclab.train.card import MEDUSA_HEADING, medusa_card
     shutil.copytree(pair / "target", tmp_path / "package" / "target")
     section = medusa_card(tmp_path / "package", num_prompts=1, max_new_tokens=8)
     assert section.startswith(MEDUSA_HEADING) and "(chosen)" in section and "top-1 chain" in section
@@ -110,7 +110,7 @@ def test_a_quick_in_memory_run_lowers_the_loss():
 
 
 def test_a_card_section_is_replaced_or_appended():
-    from speclab.measure.card import replace_section
+    from speclab.train.card import replace_section
     card = "# Card\n\n## A\nold a\n\n## B\nb\n"
     assert replace_section(card, "## A", "## A\nnew a") == "# Card\n\n## A\nnew a\n\n## B\nb\n"
     assert replace_section(card, "## C", "## C\nc") == card + "\n## C\nc\n"

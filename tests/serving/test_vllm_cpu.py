@@ -1,9 +1,9 @@
-"""speclab.measure.vllm_cpu runs in the serving environment; here, only what needs no vLLM."""
+"""speclab.serving.vllm_cpu runs in the serving environment; here, only what needs no vLLM."""
 import importlib.util
 
 import pytest
 
-from speclab.measure import vllm_cpu
+from speclab.serving import vllm_cpu
 
 
 def test_a_row_counts_tokens_over_the_summed_seconds():
