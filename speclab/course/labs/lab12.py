@@ -11,7 +11,9 @@ if "lab" not in globals():  # imported as a module rather than run by speclab.ch
 import random
 import torch
 from speclab.checks import expect, expect_equal, expect_value_error, plain, show, unfinished
-from speclab.serving.rollout import rollout_decision
+
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
 
 LAYER = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
          "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
@@ -36,38 +38,6 @@ def training_head(hidden, draft_vocab, vocab, seed):
     return state, ids
 
 
-def reference_state(state, vocab_ids, vocab_size):
-    names = {"fuse.weight": "fc.weight", "final_norm.weight": "norm.weight", "head.weight": "lm_head.weight"}
-    out = {names.get(k, k.replace("layer.", "midlayer.", 1)): v for k, v in state.items()}
-    ids = torch.tensor(vocab_ids, dtype=torch.long)
-    out["d2t"] = ids - torch.arange(len(ids))
-    t2d = torch.zeros(vocab_size, dtype=torch.bool)
-    t2d[ids] = True
-    out["t2d"] = t2d
-    return out
-
-
-def reference_config(hidden_size, num_target_layers, feature_layers, draft_vocab_size, vocab_size, engine):
-    config = {"architectures": ["LlamaForCausalLMEagle3"], "num_hidden_layers": 1, "hidden_size": hidden_size,
-              "vocab_size": vocab_size, "draft_vocab_size": draft_vocab_size, "target_hidden_size": hidden_size}
-    if engine == "vllm":
-        config["eagle_aux_hidden_state_layer_ids"] = list(feature_layers)
-    else:
-        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in feature_layers]}
-    return config
-
-
-def reference_fused(config, engine, num_target_layers):
-    top = config.get("eagle_aux_hidden_state_layer_ids")
-    nested = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    if engine == "vllm" and top:
-        return list(top)
-    if nested:
-        return [i + 1 for i in nested] if engine == "sglang" else list(nested)
-    n = num_target_layers
-    return [2, n // 2, n - 3]
-
-
 # TESTS q1
 lab.question("q1", "engine_state", points=2, title="a trained head under the engine's names")
 HINT_Q1 = ("The engines load tensors by name and find the draft vocabulary in two tensors of their own (q1's "
@@ -84,7 +54,7 @@ def check_state(f, hidden, draft_vocab, vocab, seed, why="", parts=("names", "d2
     got = f(state, list(ids), vocab)
     expect(got is not None, unfinished(call))
     expect(isinstance(got, dict), f"{call} returned {show(got)}; expected a dict of tensors")
-    want = reference_state(before, ids, vocab)
+    want = expected("state", before, ids, vocab)
     if "names" in parts:
         expect(sorted(got) == sorted(want), f"{call} returned the keys {sorted(got)}; expected exactly "
                f"{sorted(want)}" + because(why))
@@ -144,7 +114,7 @@ def check_config(f, hidden, layers, feature_layers, draft_vocab, vocab, engine, 
     expect(isinstance(got, dict), f"{call} returned {show(got)}; expected a dict")
     got = {k: plain(v) if not isinstance(v, dict) else {kk: plain(vv) for kk, vv in v.items()}
            for k, v in got.items()}
-    want = reference_config(hidden, layers, feature_layers, draft_vocab, vocab, engine)
+    want = expected("config", hidden, layers, feature_layers, draft_vocab, vocab, engine)
     for key in ("eagle_aux_hidden_state_layer_ids", "eagle_config"):
         expect((key in got) == (key in want), f"{call} {'has' if key in got else 'has no'} `{key}`; "
                f"{engine} reads the fused layers from " + ("the top level" if engine == "vllm" else
@@ -181,7 +151,7 @@ def check_fused(f, config, engine, layers, why=""):
     call = f"fused_layers({config}, {engine!r}, {layers})"
     got = f(config, engine, layers)
     expect(got is not None, unfinished(call))
-    expect_equal(got, reference_fused(config, engine, layers), call, why)
+    expect_equal(got, expected("fused", config, engine, layers), call, why)
 
 
 @lab.case("q3", "vLLM reads the top level as it is", hint=HINT_Q3)
@@ -226,18 +196,11 @@ def rows(*values):
     return [{"rate": r, "tokens_per_s": t, "tpot_ms_p95": p, "tpot_ms_p50": p / 2} for r, t, p in values]
 
 
-def reference_rollout(baseline, canary, m):
-    d = rollout_decision(baseline, canary, max_p95_regression=m, max_throughput_loss=m)
-    failing = [b["rate"] for b, c in zip(baseline, canary)
-               if c["tpot_ms_p95"] > b["tpot_ms_p95"] * (1 + m) or c["tokens_per_s"] < b["tokens_per_s"] * (1 - m)]
-    return ("promote" if d.promote else "hold"), failing
-
-
 def check_rollout(f, baseline, canary, m=0.05, why=""):
     call = f"rollout(baseline {baseline}, canary {canary}, max_regression={m})"
     got = f([dict(r) for r in baseline], [dict(r) for r in canary], m)
     expect(got is not None, unfinished(call))
-    expect_equal(got, reference_rollout(baseline, canary, m), call, why)
+    expect_equal(got, expected("rollout", baseline, canary, m), call, why)
 
 
 @lab.case("q4", "faster everywhere: promote", hint=HINT_Q4)

@@ -12,18 +12,13 @@ import random
 import torch
 from speclab.checks import (expect, expect_allclose, expect_close, expect_distribution, expect_equal, plain, show,
                             unfinished)
-from speclab.verification import block_residual, verify, verify_block
+
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
 
 
 def because(why):
     return f" ({why})" if why else ""
-
-
-def reference_weights(p_x, q_x):
-    weights = [1.0]
-    for p, q in zip(p_x, q_x):
-        weights.append(min(1.0, weights[-1] * p / q))
-    return weights
 
 
 def random_rows(g, k, vocab, sharp=1.0):
@@ -32,50 +27,6 @@ def random_rows(g, k, vocab, sharp=1.0):
     q = torch.softmax(sharp * torch.randn(k, vocab, generator=g, dtype=torch.float64), -1)
     tokens = torch.stack([torch.multinomial(q[i], 1, generator=g)[0] for i in range(k)])
     return p, q, tokens
-
-
-def reference_next(p, q, weights, tau):
-    k = q.shape[0]
-    if tau == k:
-        return p[k]
-    left = block_residual(weights[tau], p[tau], q[tau])
-    return left / left.sum() if left.sum() > 0 else p[tau]
-
-
-def reference_counts(sequences, depth):
-    counts = {}
-    for seq in sequences:
-        for i in range(len(seq)):
-            for n in range(1, depth + 1):
-                if i + n <= len(seq):
-                    key = tuple(seq[i:i + n])
-                    counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-def reference_draft(counts, context, max_tokens, min_prob=0.1):
-    def followers(s):
-        return {key[-1]: c for key, c in counts.items() if len(key) == len(s) + 1 and key[:-1] == s}
-    longest = max((len(k) for k in counts), default=0)
-    for n in range(min(len(context), longest - 1), 0, -1):
-        s = tuple(context[-n:])
-        if followers(s):
-            break
-    else:
-        return []
-    out, prob = [], 1.0
-    while len(out) < max_tokens:
-        nxt = followers(s)
-        if not nxt:
-            break
-        total = sum(nxt.values())
-        token = min(nxt, key=lambda t: (-nxt[t], t))
-        if prob * nxt[token] / total < min_prob:
-            break
-        prob *= nxt[token] / total
-        out.append(token)
-        s = s + (token,)
-    return out
 
 
 # TESTS q1
@@ -90,7 +41,7 @@ def check_weights(f, p_x, q_x, why=""):
     got = f(list(p_x), list(q_x))
     expect(got is not None, unfinished(call))
     got = plain(got)
-    want = reference_weights(p_x, q_x)
+    want = expected("weights", p_x, q_x)
     expect(isinstance(got, list) and len(got) == len(want), f"{call} returned {show(got)}; expected a list of "
            f"{len(want)} weights, w0 to w{len(p_x)}" + because(why))
     expect_allclose(got, want, call, atol=1e-9, why=why)
@@ -135,22 +86,12 @@ def run_block(f, p, q, tokens, u):
 
 def check_block(f, p, q, tokens, u, why="", next_probs=True):
     call, tau, probs = run_block(f, p, q, tokens, u)
-    weights = reference_weights([float(p[i, t]) for i, t in enumerate(tokens)],
+    weights = expected("weights", [float(p[i, t]) for i, t in enumerate(tokens)],
                                 [float(q[i, t]) for i, t in enumerate(tokens)])
-    want_tau = reference_tau(p, q, tokens, u, weights)
+    want_tau = expected("tau", p, q, tokens, u, weights)
     expect(tau == want_tau, f"{call} kept {tau} drafts; expected {want_tau}" + because(why))
     if next_probs:
-        expect_allclose(probs, reference_next(p, q, weights, want_tau), call + " next_probs", atol=1e-6, why=why)
-
-
-def reference_tau(p, q, tokens, u, weights):
-    k = len(tokens)
-    keep = []
-    for i in range(1, k):
-        r = float(block_residual(weights[i], p[i], q[i]).sum())
-        keep.append(r / (r + 1 - weights[i]) if r + 1 - weights[i] > 0 else 1.0)
-    keep.append(weights[k])
-    return max((i + 1 for i in range(k) if u[i] < keep[i]), default=0)
+        expect_allclose(probs, expected("next", p, q, weights, want_tau), call + " next_probs", atol=1e-6, why=why)
 
 
 @lab.case("q2", "the longest prefix that passes, not the first refusal", hint=HINT_Q2)
@@ -238,7 +179,7 @@ def check_counts(f, sequences, depth, why=""):
     got = f([list(s) for s in sequences], depth)
     expect(got is not None, unfinished(call))
     expect(isinstance(got, dict), f"{call} returned {show(got)}; expected a dict")
-    want = reference_counts(sequences, depth)
+    want = expected("counts", sequences, depth)
     keys = [k for k in got if not isinstance(k, tuple)]
     expect(not keys, f"{call} has the key {show(keys[0]) if keys else ''}; the keys are tuples of tokens" + because(why))
     longer = [k for k in got if len(k) > depth]
@@ -271,11 +212,11 @@ SEQS = [[7, 8, 9, 1], [7, 8, 9, 2], [7, 8, 4, 1], [3, 8, 5, 6]]
 
 
 def check_draft(f, sequences, depth, context, max_tokens, min_prob, why=""):
-    counts = reference_counts(sequences, depth)
+    counts = expected("counts", sequences, depth)
     call = f"suffix_draft(suffix_counts({show(sequences)}, {depth}), {show(context)}, {max_tokens}, {min_prob})"
     got = f(dict(counts), list(context), max_tokens, min_prob)
     expect(got is not None, unfinished(call))
-    expect_equal(got, reference_draft(counts, context, max_tokens, min_prob), call, why)
+    expect_equal(got, expected("draft", counts, context, max_tokens, min_prob), call, why)
 
 
 @lab.case("q4", "the longest suffix that has a continuation", hint=HINT_Q4)
