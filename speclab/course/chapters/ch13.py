@@ -14,11 +14,15 @@ def workloads(name: str) -> list[dict]:
     return record.get("workloads", [record])
 
 
-def record_line(name: str, workload: dict) -> str:
-    """One workload's host and settings, in two lines that fit the column."""
-    return (f"record ({name}): {workload['cpu']}, {workload['threads']} threads,\n"
-            f"  torch {workload['torch']}, K = {workload['k']}, {workload['max_new_tokens']} new tokens, "
-            f"temperature {workload['temperature']}")
+def record_line(name: str, workloads: dict | list[dict]) -> str:
+    """A record's host and settings (from its first workload) and the prompts of each workload, in three
+    lines that fit the column."""
+    workloads = [workloads] if isinstance(workloads, dict) else workloads
+    first = workloads[0]
+    prompts = ", ".join(f"{len(w['rows'][0]['prompt_seconds'])} {w['workload']}" for w in workloads)
+    return (f"record ({name}): {first['cpu']}, {first['threads']} threads, {first.get('fast') or 'eager'} path,\n"
+            f"  torch {first['torch']}, K = {first['k']}, {first['max_new_tokens']} new tokens, "
+            f"temperature {first['temperature']},\n  prompts: {prompts}")
 
 
 def bench_table(workload: dict, names: list[str] | None = None) -> tuple[str, dict[str, dict]]:

@@ -22,6 +22,9 @@ def test_named_rows_and_record_line():
     _, rows = ch13.bench_table(workloads[-1], ["speclab target-only", "speclab pard"])
     assert set(rows) == {"speclab target-only", "speclab pard"}
     assert all(len(line) <= 100 for line in ch13.record_line("x", workloads[0]).splitlines())
+    line = ch13.record_line("suffix and pard", workloads)
+    assert all(len(l) <= 100 for l in line.splitlines()) and "eager path" in line
+    assert "16 edits" in line and "16 code" in line
 
 
 def test_part2_and_figure():
