@@ -1,15 +1,22 @@
 """Answers a submission borrowed rather than wrote: flagged for the instructor, never scored.
 
-speclab implements every algorithm the labs ask for, and its public check modules hold reference functions,
-so no grader can make borrowing impossible; it can make it visible. Read from the submission's code cells
-(the judge runs no learner code): an answer bound to something imported from speclab, a use of the checks'
-`reference_*` functions or of speclab's check modules, and a read of the instructor sources (`labs/source`).
+speclab implements every algorithm the labs ask for, so no grader can make borrowing impossible; it can make it
+visible. The public check modules hold no reference implementation (the references stay in the instructor
+sources' hidden cells): what a public check compares with is a value recorded on its own case
+(`speclab.checks.Expected`). Read from the submission's code cells (the judge runs no learner code), this flags
+an answer bound to something imported from speclab; a use of the checks' `reference_*` names, of speclab's check
+modules (by import, or by name in a string: `importlib`, `resources.files`), or of the recorded values and the
+checks' insides through the notebook's `Lab` (`lab.expected`, `lab.cases`, a function's `__globals__`); and a
+read of the instructor sources (`labs/source`).
 """
 from __future__ import annotations
 
 import ast
 
 CHECK_MODULES = ("speclab.course.labs", "speclab.course.answers", "speclab.course.judge")
+# what a notebook's Lab holds beside check() and score(): the recorded values and the cases, with their globals
+LAB_INSIDES = ("expected", "cases", "load_public", "load_tests", "_run_case")
+REACH_IN = ("__globals__", "__closure__", "__code__")
 
 
 def _imports(tree: ast.AST) -> dict[str, str]:
@@ -68,6 +75,18 @@ def borrowed(cells: list[str], answers: dict[str, str]) -> list[str]:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             flags += [f"imports {m}, the lab's checks" for m in names if m.startswith(CHECK_MODULES)]
+    labs = {"lab"} | {t.id for node in ast.walk(module) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                      and (getattr(node.value.func, "id", None) or getattr(node.value.func, "attr", None)) == "Lab"
+                      for t in node.targets if isinstance(t, ast.Name)}
+    for node in ast.walk(module):   # the recorded values and the checks' insides, through the notebook's Lab
+        if isinstance(node, ast.Attribute) and node.attr in LAB_INSIDES and isinstance(node.value, ast.Name) \
+                and node.value.id in labs:
+            flags.append(f"reads the lab's checks through `{node.value.id}.{node.attr}`")
+        elif isinstance(node, ast.Attribute) and node.attr in REACH_IN:
+            flags.append(f"reaches into a function's `{node.attr}` (the checks' own namespace)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value.startswith(CHECK_MODULES) or "course/labs" in node.value):
+            flags.append(f"names the lab's checks in a string ({node.value[:60]!r})")
     for stmt in module.body:   # the instructor sources, by one path or by its parts ("labs", "source")
         strings = [n.value for n in ast.walk(stmt) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
         if any("labs/source" in s for s in strings) or ("labs" in strings and "source" in strings):

@@ -31,3 +31,21 @@ def test_reading_the_instructor_sources_is_flagged_by_path_or_by_parts():
         "reads the instructor sources (labs/source)"]
     parts = "import speclab, pathlib\nroot = pathlib.Path(speclab.__file__).parents[1] / 'labs' / 'source'"
     assert borrowed([parts], ANSWERS) == ["reads the instructor sources (labs/source)"]
+
+
+def test_the_checks_recorded_values_are_flagged_however_they_are_reached():
+    """The public checks hold values recorded on their own cases, not references (speclab.checks.Expected): an
+    answer built from them is flagged, whether imported, read through the notebook's Lab, or loaded by name."""
+    flags = borrowed(["from speclab.course.labs.lab09 import expected as next_k"], ANSWERS)
+    assert "q2: `next_k` is imported from speclab.course.labs.lab09.expected" in flags
+    assert "imports speclab.course.labs.lab09, the lab's checks" in flags
+    through_lab = ("from speclab.checks import Lab\nmine = Lab('lab09')\n"
+                   "def next_k(*args):\n    return mine.expected('next_k', *args)")
+    assert borrowed([through_lab], ANSWERS) == ["reads the lab's checks through `mine.expected`"]
+    cases = "def next_k(*args):\n    return lab.cases[0].func.__globals__['expected']('next_k', *args)"
+    assert set(borrowed([cases], ANSWERS)) == {"reads the lab's checks through `lab.cases`",
+                                              "reaches into a function's `__globals__` (the checks' own namespace)"}
+    by_name = "import importlib\nvalues = importlib.import_module('speclab.course.labs.lab09_expected').VALUES"
+    assert borrowed([by_name], ANSWERS) == [
+        "names the lab's checks in a string ('speclab.course.labs.lab09_expected')"]
+    assert borrowed(["check, score = lab.check, lab.score\nexpected = 3\nprint(expected)"], ANSWERS) == []

@@ -477,7 +477,8 @@ def fenced(tmp_path_factory):
                  "b_hook.ipynb": submissions.site_hook("lab09"),
                  "c_stub_after_hook.ipynb": submissions.stub("lab09"),
                  "d_reader.ipynb": submissions.tmp_reader("lab09"),
-                 "e_borrowed.ipynb": submissions.borrowing("lab09", "next_k")}
+                 "e_borrowed.ipynb": submissions.before_score(  # the checks' recorded values, as an answer
+                     submissions.stub("lab09"), "from speclab.course.labs.lab09 import expected as next_k")}
     for name, nb in notebooks.items():
         nbformat.write(nb, subs / name)
     previous = os.environ.get("SPECLAB_GRADING_DIR")
@@ -522,9 +523,11 @@ def test_a_submission_reads_nothing_another_left_in_the_scratch_folders(fenced):
 
 
 def test_a_borrowed_answer_is_flagged_in_the_csv_and_the_feedback(fenced):
+    """The issue's learner took `reference_next_k` from the public checks; they hold no reference now, only the
+    values recorded on their own cases, which are no answer (q1 scores nothing) and are flagged all the same."""
     rows, tmp = fenced
-    flag = "q1: `next_k` is imported from speclab.course.labs.lab09.reference_next_k"
-    assert flag in rows["e_borrowed.ipynb"]["flags"] and rows["e_borrowed.ipynb"]["q1"] == "2.00"
+    flag = "q1: `next_k` is imported from speclab.course.labs.lab09.expected"
+    assert flag in rows["e_borrowed.ipynb"]["flags"] and rows["e_borrowed.ipynb"]["q1"] == "0.00"
     assert flag in (tmp / "executed" / "e_borrowed.ipynb").read_text()
     assert not any(r["flags"] for name, r in rows.items() if name != "e_borrowed.ipynb")
 

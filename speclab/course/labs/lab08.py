@@ -18,6 +18,9 @@ from speclab.methods import eagle
 from speclab.checks import expect, expect_allclose, expect_close, expect_equal, plain
 from speclab.checks import show, unfinished
 
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
+
 _TINY = {}
 
 
@@ -57,13 +60,6 @@ ROW_TOKENS = torch.tensor([7, 3, 9, 4])
 ROW_FEATURES = torch.tensor([[0.0, 0.5], [1.0, 1.5], [2.0, 2.5], [3.0, 3.5]])
 
 
-def reference_pairs(tokens, features):
-    """speclab's pairing, read off eagle_predict with a 'head' returning its inputs."""
-    nxt, inp = training.eagle_predict(lambda e, x: (e, x), lambda t: t, tokens[None],
-                                      features[None])
-    return nxt[0], inp[0], features[1:]
-
-
 def pairs_of(f, tokens, features):
     shape = tuple(features.shape)
     call = f"eagle_inputs(tokens={show(tokens)}, features=a {shape} tensor)"
@@ -75,7 +71,7 @@ def pairs_of(f, tokens, features):
 
 def check_pairs(f, tokens, features, parts=(0, 1, 2), why=""):
     call, result = pairs_of(f, tokens, features)
-    want = reference_pairs(tokens, features)
+    want = expected("pairs", tokens, features)
     for k in parts:
         if k == 0:
             expect_equal(result[0], want[0], f"{call} next_tokens", why=why)
@@ -320,12 +316,6 @@ W_SMALL = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 TRUTH_SMALL = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
 
 
-def reference_loss(predicted, truth, weight, ce_weight=0.1):
-    """EAGLE-1's loss from the building blocks of speclab.train.eagle.eagle_loss."""
-    ce = training.soft_cross_entropy(predicted @ weight.T, truth @ weight.T)
-    return F.smooth_l1_loss(predicted, truth) + ce_weight * ce
-
-
 def loss_of(f, predicted, truth, weight, **ce_weight):
     extra = "".join(f", ce_weight={v}" for v in ce_weight.values())
     if predicted.numel() <= 6:
@@ -342,7 +332,7 @@ def loss_of(f, predicted, truth, weight, **ce_weight):
 
 def check_loss(f, predicted, truth, weight, why="", **ce_weight):
     call, got = loss_of(f, predicted, truth, weight, **ce_weight)
-    want = float(reference_loss(predicted, truth, weight, **ce_weight))
+    want = float(expected("loss", predicted, truth, weight, **ce_weight))
     expect_close(got, want, call, tol=1e-6, rel=1e-5, why=why)
 
 
@@ -398,9 +388,8 @@ def _(f):
            "0-dimensional tensor that gradients flow through")
     got.backward()
     mine = predicted.grad.clone()
-    predicted.grad = None
-    reference_loss(predicted, truth, weight).backward()
-    expect_allclose(mine, predicted.grad, "the gradient of your loss in predicted",
+    want = expected("loss_gradient", predicted.detach(), truth, weight)
+    expect_allclose(mine, want, "the gradient of your loss in predicted",
                     atol=1e-5)
 
 

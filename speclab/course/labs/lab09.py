@@ -14,6 +14,9 @@ import speclab
 from speclab import adaptive, theory
 from speclab.checks import expect, expect_equal, plain, show, unfinished
 
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
+
 # The record of the exit adapters shipped with the bundled target (24 layers):
 # held-out top-1 agreement with the target per exit layer, without and with the
 # adapter. Copied here so that the checks stay the same if the adapters are retrained.
@@ -35,17 +38,9 @@ HINT_Q1 = ("If drafted == 0, return k as it is; if accepted == drafted (every dr
            "kept), return min(k_max, k + 2); otherwise return max(1, k - 1).")
 
 
-def reference_next_k(k, drafted, accepted, k_max):
-    """speclab.adaptive.HeuristicK's update, from a schedule that stands at k."""
-    schedule = adaptive.HeuristicK(k_max)
-    schedule.k = k
-    schedule.update(drafted, accepted)
-    return schedule.k
-
-
 def check_step(f, k, drafted, accepted, k_max, why=""):
     call = f"next_k(k={k}, drafted={drafted}, accepted={accepted}, k_max={k_max})"
-    expect_equal(f(k, drafted, accepted, k_max), reference_next_k(k, drafted, accepted, k_max),
+    expect_equal(f(k, drafted, accepted, k_max), expected("next_k", k, drafted, accepted, k_max),
                  call, why=why)
 
 
@@ -123,18 +118,6 @@ class ScriptedDraft:
         return self.rows[len(prefix)].clone()
 
 
-def reference_round(next_logits, k, threshold, temperature=0.0, generator=None):
-    """One round of speclab's chain drafters (ModelDrafter.propose) with a confidence stop."""
-    drafted = []
-    for _ in range(k):
-        logits = next_logits(list(drafted))
-        probs = speclab.logits_to_probs(logits, temperature)
-        drafted.append(int(speclab.sample(probs, generator)))
-        if adaptive.stops_here(logits, threshold):
-            break
-    return drafted
-
-
 def tokens(n):
     return f"{n} token" + ("" if n == 1 else "s")
 
@@ -156,7 +139,7 @@ def check_round(f, rows, k, threshold, temperature=0.0, seed=None, why=""):
     except (TypeError, ValueError):
         got = None
     expect(got is not None, f"{call} returned {show(result)}; expected a list of token ids")
-    want = reference_round(ScriptedDraft(rows), k, threshold, temperature,
+    want = expected("round", ScriptedDraft(rows), k, threshold, temperature,
                            generator_of(seed))
     confidences = ", ".join(f"{adaptive.confidence(r):.3g}" for r in draft.rows[:k])
     seen = f"the draft's confidence at steps 1 to {k}: {confidences}"
@@ -241,10 +224,6 @@ def speedup_of(alphas, costs, e, k, verify_cost):
     return theory.speedup(alphas[e], k, costs[e], verify_cost)
 
 
-def reference_exit(alphas, costs, k, verify_cost=1.0):
-    return max(sorted(alphas), key=lambda e: speedup_of(alphas, costs, e, k, verify_cost))
-
-
 def described(alphas, costs, what):
     return what or f"alphas={show(alphas)}, costs={show(costs)}"
 
@@ -264,7 +243,7 @@ def check_exit(f, alphas, costs, k, verify_cost=None, what="", why=""):
            f"{call} returned {show(result)}; expected an exit layer, an int")
     expect(e in alphas, f"{call} returned {e}, which is not one of the exit layers "
            f"measured, {sorted(alphas)}")
-    want = reference_exit(alphas, costs, k, v)
+    want = expected("exit", alphas, costs, k, v)
     got_s, want_s = (speedup_of(alphas, costs, x, k, v) for x in (e, want))
     expect(e == want, f"{call} returned E = {e}, whose modelled speedup is {got_s:.4f}; "
            f"expected E = {want}, {want_s:.4f}" + because(why))
