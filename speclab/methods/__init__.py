@@ -16,6 +16,7 @@ import torch
 from speclab.drafting import Drafter
 from speclab.methods import (checkpoints, draft_model, eagle, layer_skip, lookahead, lookup_first, medusa, mtp,
                              ngram, parallel_draft, shipped, suffix)
+from speclab.methods.engines import Options, no
 from speclab.models import BUNDLED_DIR, load_pair
 
 
@@ -39,6 +40,10 @@ class Method:
     # generate's flags (argparse's namespace -> load_drafter options)
     weights_flag: str | None = None
     flag_options: Callable[[Namespace], Mapping] | None = None
+    # its settings as each serving engine takes them: engine_settings(engine, Options) -> dict, raising
+    # engines.Unsupported where an engine cannot express them (speclab.serving.settings reads it)
+    engine_settings: Callable[[str, Options], dict] | None = None
+    one_hot_drafts: bool = False  # its drafts carry no probabilities (block verification gains nothing)
 
     def uses_draft_model(self, row: str | None = None) -> bool:
         """Whether the method (or its bench row `row`) drafts with a draft model: the bench hands those
@@ -75,6 +80,31 @@ def _load_lookup_first(target, drafter: str = draft_model.NAME, max_ngram: int =
     return lookup_first.LookupFirstDrafter(load_drafter(drafter, target, **options), max_ngram, min_ngram)
 
 
+def _lookup_first_settings(engine: str, o: Options) -> dict:
+    """Prompt lookup in front of o.then (None: the draft model). llama.cpp has this very precedence for a comma-separated
+    --spec-type (a draftless type before a drafter); TensorRT-LLM's nearest puts another matcher in front."""
+    then = o.then or draft_model.NAME
+    if then in (*lookup_first.DRAFTLESS, lookup_first.NAME) or then not in REGISTRY or not REGISTRY[then].engine_settings:
+        raise ValueError(f"lookup_first puts prompt lookup in front of a trained drafter; then={then!r} is not one")
+    behind = REGISTRY[then].engine_settings(engine, o) if engine in ("speclab", "llama.cpp") else None
+    if engine == "speclab":
+        return {"method": lookup_first.NAME, "drafter": then, "max_ngram": o.max_ngram, "min_ngram": o.min_ngram,
+                **{key: value for key, value in behind.items() if key != "method"}}
+    if engine == "llama.cpp":
+        if o.min_ngram != o.max_ngram:
+            raise no(engine, "ngram-simple looks up one n-gram size (--spec-ngram-simple-size-n); set "
+                             f"min_ngram = max_ngram (got {o.min_ngram}..{o.max_ngram})")
+        return {**behind, "--spec-type": f"ngram-simple,{behind['--spec-type']}",
+                "--spec-ngram-simple-size-n": o.max_ngram, "--spec-ngram-simple-size-m": o.k}
+    raise no(engine, {
+        "vllm": "one method per speculative_config: no prompt lookup in front of a drafter",
+        "sglang": "one --speculative-algorithm: no prompt lookup in front of a drafter",
+        "tensorrt-llm": "no prompt lookup in front of a drafter; the nearest: use_sa_spec=True with "
+                        "sa_spec_threshold=N on an Eagle3, MTP or PARD config puts its suffix automaton (the "
+                        "longest match in the request, no max_ngram) in front once a match is N tokens long",
+        "transformers": "generate() takes an assistant model or prompt lookup, not both"}[engine])
+
+
 # SGLang's server flags (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens)
 # and vLLM's num_speculative_tokens (the draft depth) name the same knobs as speclab's EAGLE options.
 # SGLang's tree size counts the root (the pending token) and speclab's does not: hence the offset of -1.
@@ -85,12 +115,13 @@ EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk"
 
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(draft_model.NAME, _load_draft_model, options="draft= a model or a directory (default: the bundled draft)",
-           weights="draft", bundled="draft", train="draft",
+           engine_settings=draft_model.engine_settings, weights="draft", bundled="draft", train="draft",
            bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {}, "speclab adaptive-confidence": {}},
            decode_options={"speclab adaptive-heuristic": {"k_schedule": "heuristic"}},
            lesson_rows=("speclab speculative",)),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
            options="max_ngram=3, min_ngram=1, num_tokens=None (k), choose=\"frequent\"",
+           engine_settings=ngram.engine_settings, one_hot_drafts=True,
            aliases={"prompt_lookup_max": ("max_ngram", 0), "prompt_lookup_min": ("min_ngram", 0),  # vLLM
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
@@ -99,48 +130,51 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
            options="max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0, min_token_prob=0.1, "
                    "tree=False (vLLM's chain; True: the paper's tree)",
+           engine_settings=suffix.engine_settings, one_hot_drafts=True,
            aliases={f"suffix_decoding_{name}": (name, 0) for name in  # vLLM's speculative_config keys
                     ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")},
            bench_rows={"speclab suffix": {}, "speclab suffix-tree": {"tree": True}}),
     Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o),
            options="window=W, ngram=N, pool=G, from_context=True, seed=0", bench_rows={"speclab lookahead": {}},
+           engine_settings=lookahead.engine_settings, one_hot_drafts=True,
            flag_options=lambda a: dict(zip(("window", "ngram", "pool"), a.lookahead))),
     Method(medusa.NAME, medusa.load_medusa,
            options="heads= a directory; tree= \"chain\" or medusa_choices (default: the tree chosen for the heads)",
-           weights="heads", bundled="medusa", train="medusa", weights_flag="heads",
+           weights="heads", bundled="medusa", train="medusa", weights_flag="heads", engine_settings=medusa.engine_settings,
            # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
            bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}, "speclab medusa-typical": {}},
            decode_options={"speclab medusa-typical": {"acceptance": "typical-medusa"}},
            lesson_rows=("speclab medusa",)),
     Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), options=EAGLE_OPTIONS,
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle", flag_options=lambda a: a.eagle_tree,
-           bundled="eagle", on_target=True, train="eagle",
+           bundled="eagle", on_target=True, train="eagle", engine_settings=eagle.engine_settings_for(1),
            # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree
            # with two or more children a node, and EAGLE-1's own chain
            bench_rows={"speclab eagle": {}, "speclab eagle-tree": {"settings": "fastest-tree"},
                        "speclab eagle-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle",)),
     Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), options=EAGLE_OPTIONS,
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle3", flag_options=lambda a: a.eagle_tree,
-           bundled="eagle3", on_target=True, train="eagle3",
+           bundled="eagle3", on_target=True, train="eagle3", engine_settings=eagle.engine_settings_for(3),
            bench_rows={"speclab eagle3": {}, "speclab eagle3-tree": {"settings": "fastest-tree"},
                        "speclab eagle3-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle3",)),
     Method(mtp.NAME, mtp.load_mtp, options="module= a directory; num_tokens=1 (drafts a round; more chains it)",
            aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
-           on_target=True, train="mtp", weights_flag="mtp", flag_options=lambda a: dict(num_tokens=a.mtp_tokens),
+           on_target=True, train="mtp", weights_flag="mtp", engine_settings=mtp.engine_settings, flag_options=lambda a: dict(num_tokens=a.mtp_tokens),
            # chained as deep as the round's K
            bench_rows={"speclab mtp": {}, "speclab mtp-chain": {"num_tokens": 64}}),
     Method(layer_skip.NAME, _load_layer_skip,
            options="exit_layer=E (1..L-1); adapter=False (no new weights), True (those shipped) or a directory",
-           bundled="exit", on_target=True, train="exit",
+           bundled="exit", on_target=True, train="exit", engine_settings=layer_skip.engine_settings,
            flag_options=lambda a: dict(exit_layer=a.exit_layer, adapter=a.exit_adapter),
            bench_rows={"speclab layer-skip": {}}),
     Method(parallel_draft.NAME, _load_parallel_draft, options="model= a parallel draft or its directory",
-           weights="model", bundled="pard", train="pard",
+           weights="model", bundled="pard", train="pard", engine_settings=parallel_draft.engine_settings,
            bench_rows={"speclab pard": {}}),
     # no weights of its own: the drafter behind lookup loads (or is handed) its own
     Method(lookup_first.NAME, _load_lookup_first,
            options="min_ngram=2, max_ngram=3; drafter= a method's name (default draft_model), loaded with the "
                    "remaining options",
+           engine_settings=lambda engine, o: _lookup_first_settings(engine, o),
            bench_rows={"speclab lookup-then-draft": {"drafter": draft_model.NAME},
                        "speclab lookup-then-eagle3": {"drafter": eagle.NAME3}}),
 )}

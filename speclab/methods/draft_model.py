@@ -11,6 +11,7 @@ from speclab.drafting import ChainDrafter, Draft
 from speclab.models import load_model
 from speclab.runner import model_device, runner_for
 from speclab.sampling import SamplingParams, check_finite, pick
+from speclab.methods.engines import Options, by_batch, confidence, no_confidence
 
 NAME = "draft_model"  # the method's name in the registry (vLLM's)
 
@@ -118,3 +119,31 @@ def load_draft_model(target: torch.nn.Module | None, draft: torch.nn.Module | st
     if isinstance(draft, (str, Path)):
         draft = load_model(draft, model_device(target) if target is not None else None, torch.float32)
     return ModelDrafter(draft)
+
+
+# ---------------------------------------------------------------- engine settings
+def engine_settings(engine: str, o: Options) -> dict:
+    """The draft model's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    path = o.path or "DRAFT_DIR"
+    if engine == "speclab":
+        return {"method": NAME, "draft": path, "k": o.k, **confidence(o), **by_batch(engine, o)}
+    if engine == "vllm":
+        no_confidence(engine, o)
+        return {"method": NAME, "model": path, "num_speculative_tokens": o.k, **by_batch(engine, o)}
+    if engine == "sglang":
+        no_confidence(engine, o)
+        by_batch(engine, o)
+        return {"--speculative-algorithm": "STANDALONE", "--speculative-draft-model-path": path,
+                "--speculative-num-steps": o.k, "--speculative-eagle-topk": 1, "--speculative-num-draft-tokens": o.k + 1}
+    if engine == "tensorrt-llm":
+        no_confidence(engine, o)
+        return {"decoding_type": "DraftTarget", "max_draft_len": o.k, "speculative_model": path, **by_batch(engine, o)}
+    if engine == "llama.cpp":
+        by_batch(engine, o)
+        # llama.cpp's p_min stops the draft below the draft's own probability (speclab's confidence stop)
+        return {"--spec-type": "draft-simple", "--spec-draft-model": path, "--spec-draft-n-max": o.k,
+                "--spec-draft-n-min": 0, "--spec-draft-p-min": o.confidence_threshold or 0.0}
+    by_batch(engine, o)
+    # transformers' defaults (20 tokens, a 0.4 confidence stop) are not speclab's: both written out
+    return {"assistant_model": path, "num_assistant_tokens": o.k, "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": o.confidence_threshold or 0.0}

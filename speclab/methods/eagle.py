@@ -29,6 +29,7 @@ from speclab.devices import draft_dtype, linear
 from speclab.methods.layer_step import BatchRowCache, FastHeadStep, LayerStep, RowCache
 from speclab.sampling import SamplingParams, check_finite, pick, sample
 from speclab.runner import fast_path_of
+from speclab.methods.engines import Options, by_batch, no, tree_is
 
 NAME, NAME3 = "eagle", "eagle3"  # the methods' names in the registry (vLLM's): an EAGLE-1 head, an EAGLE-3 head
 CONFIG_FILE, WEIGHTS_FILE = "eagle_config.json", "eagle_head.safetensors"
@@ -815,3 +816,53 @@ def load_eagle(target: nn.Module, head: str | Path | FeatureHead, version: int |
         raise ValueError(f"this is an {head.name} head, not an EAGLE-{version} head: load it with "
                          f"load_drafter({head.train_command!r}, head=...)")
     return EagleDrafter(head, target, **options)
+
+
+# ---------------------------------------------------------------- engine settings
+def engine_settings_for(version: int):
+    """EAGLE-1's (version 1) or EAGLE-3's settings writer (speclab.serving.settings.engine_settings)."""
+    name = NAME if version == 1 else NAME3
+
+    def write(engine: str, o: Options) -> dict:
+        path = o.path or "HEAD_DIR"
+        dynamic, static = tree_is(o, "dynamic"), tree_is(o, "static")
+        total = o.total_tokens if o.total_tokens is not None else o.k * o.top_k
+        if dynamic and not o.top_k * o.k >= total >= o.k:
+            raise ValueError(f"a dynamic tree of depth {o.k} and top_k {o.top_k} holds {o.k} to "
+                             f"{o.k * o.top_k} tokens; total_tokens {total} is outside that")
+        if engine == "speclab":
+            tree = {"tree": "chain"} if tree_is(o, "chain") else {"tree": o.tree} if static else {
+                "tree": "dynamic", "top_k": o.top_k, "depth": o.k, "total_tokens": total}
+            return {"method": name, "head": path, **({"depth": o.k} if tree_is(o, "chain") else {}), **tree,
+                    **by_batch(engine, o)}
+        if engine == "vllm":
+            if not tree_is(o, "chain"):
+                # some vLLM versions take a static tree (speculative_token_tree, TREE_ATTN); 0.32, pinned
+                # here, has no tree setting at all (vllm/config/speculative.py)
+                raise no(engine, "drafts EAGLE chains only in 0.32 (no dynamic EAGLE-2 tree; a static tree "
+                                 "through speculative_token_tree in the versions that have it)")
+            return {"method": name, "model": path, "num_speculative_tokens": o.k, **by_batch(engine, o)}
+        if engine == "sglang":
+            by_batch(engine, o)
+            if static:
+                raise no(engine, "no static tree: SGLang grows EAGLE-2's dynamic tree from topk and steps")
+            top_k, budget = (1, o.k + 1) if not dynamic else (o.top_k, total + 1)
+            return {"--speculative-algorithm": "EAGLE" if version == 1 else "EAGLE3",
+                    "--speculative-draft-model-path": path, "--speculative-num-steps": o.k,
+                    "--speculative-eagle-topk": top_k, "--speculative-num-draft-tokens": budget}
+        if engine == "tensorrt-llm":
+            if version == 1:
+                raise no(engine, "the PyTorch backend runs EAGLE-3 heads only; EAGLE-1 and -2 checkpoints "
+                                 "are incompatible")
+            tree = ({} if tree_is(o, "chain") else {"eagle_choices": [list(p) for p in o.tree]} if static else
+                    {"use_dynamic_tree": True, "dynamic_tree_max_topK": o.top_k, "max_total_draft_tokens": total})
+            return {"decoding_type": "Eagle3", "max_draft_len": o.k, "speculative_model": path, **tree,
+                    **by_batch(engine, o)}
+        if engine == "llama.cpp":
+            by_batch(engine, o)
+            if version == 1 or not tree_is(o, "chain"):
+                raise no(engine, "draft-eagle3 drafts an EAGLE-3 chain (a GGUF converted with "
+                                 "--target-model-dir); no EAGLE-1, no tree")
+            return {"--spec-type": "draft-eagle3", "--spec-draft-model": path, "--spec-draft-n-max": o.k}
+        raise no(engine, "generate() has no EAGLE drafter (assistant models, prompt lookup and early exit only)")
+    return write

@@ -21,6 +21,7 @@ from speclab.artifacts import check_fits, fingerprint, load_weights, save_weight
 from speclab.methods.draft_model import ModelDrafter
 from speclab.models import shallow_config
 from speclab.runner import FastPath, enable_fast_path, fast_path_of, use_fast_path
+from speclab.methods.engines import Options, by_batch, no
 
 NAME = "layer_skip"  # the method's name in the registry
 ADAPTERS_CONFIG, ADAPTERS_FILE = "exit_config.json", "exit_adapters.safetensors"
@@ -139,3 +140,18 @@ def load_layer_skip(target: nn.Module, exit_layer: int, adapter: bool | str | Pa
     elif not isinstance(adapter, ExitAdapter):
         adapter = load_adapter(adapter, target, exit_layer)
     return LayerSkipDrafter(target, exit_layer, adapter)
+
+
+# ---------------------------------------------------------------- engine settings
+def engine_settings(engine: str, o: Options) -> dict:
+    """Layer skipping's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    if o.exit_layer is None:
+        raise ValueError("layer skip needs exit_layer, the last layer that drafts")
+    if engine == "speclab":
+        return {"method": NAME, "exit_layer": o.exit_layer, "k": o.k, **by_batch(engine, o)}
+    if engine != "transformers":
+        raise no(engine, "no self-drafting from the target's first layers (transformers' assistant_early_exit "
+                         "has it)")
+    by_batch(engine, o)
+    return {"assistant_early_exit": o.exit_layer, "num_assistant_tokens": o.k,
+            "num_assistant_tokens_schedule": "constant"}

@@ -20,6 +20,7 @@ import torch
 from speclab.drafting import Draft, Drafter, SideBranch
 from speclab.sampling import SamplingParams
 from speclab.trees import tree_attention_mask
+from speclab.methods.engines import Options, by_batch, no
 
 NAME = "lookahead"  # the method's name in the registry
 
@@ -207,3 +208,17 @@ def pass_visibility(draft: Draft) -> torch.Tensor:
     decode loop builds, without the cached prefix that every row sees."""
     sees = draft.side.sees if draft.side is not None else None
     return tree_attention_mask(draft.tree, 0, torch.float32, "cpu", sees)[0, 0] == 0
+
+
+# ---------------------------------------------------------------- engine settings
+def engine_settings(engine: str, o: Options) -> dict:
+    """Lookahead's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    w, n, g = o.lookahead
+    if engine == "speclab":
+        # LookaheadDrafter's own option names (window, ngram, pool)
+        return {"method": NAME, **dict(window=w, ngram=n, pool=g), "k": o.k, **by_batch(engine, o)}
+    if engine == "tensorrt-llm":  # the LLM API's LookaheadDecodingConfig: W, N, G by their own names
+        return {"decoding_type": "Lookahead", "max_window_size": w, "max_ngram_size": n,
+                "max_verification_set_size": g, **by_batch(engine, o)}
+    raise no(engine, "no lookahead decoding (hao-ai-lab/LookaheadDecoding runs it on transformers; "
+                     "TensorRT-LLM has it)")

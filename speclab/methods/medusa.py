@@ -24,6 +24,7 @@ from speclab.artifacts import check_fits, fingerprint, load_weights, save_weight
 from speclab.runner import model_device
 from speclab.sampling import SamplingParams, check_finite
 from speclab.trees import depths, is_chain, tree_from_choices
+from speclab.methods.engines import Options, by_batch, no, tree_is
 
 NAME = "medusa"  # the method's name in the registry (vLLM's)
 CONFIG_FILE, WEIGHTS_FILE = "medusa_config.json", "medusa_heads.safetensors"
@@ -171,3 +172,25 @@ def load_medusa(target: torch.nn.Module | None, heads: str | Path | MedusaHeads,
         tree = ([tuple(c) for c in json.loads(record.read_text())["choices"]] if record is not None and record.exists()
                 else "chain")
     return MedusaDrafter(loaded, tree)
+
+
+# ---------------------------------------------------------------- engine settings
+def engine_settings(engine: str, o: Options) -> dict:
+    """Medusa's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    path = o.path or "HEADS_DIR"
+    if engine == "speclab":
+        return {"method": NAME, "heads": path, "tree": o.tree if not isinstance(o.tree, str) else "chain",
+                **by_batch(engine, o)}
+    if engine == "tensorrt-llm":
+        # MedusaDecodingConfig runs in the TensorRT engine backend only (supports_backend excludes "pytorch"),
+        # from heads converted with TensorRT-LLM's own Medusa checkpoint converter; it takes a tree
+        if tree_is(o, "dynamic"):
+            raise no(engine, "Medusa's tree is static (medusa_choices): no dynamic tree")
+        choices = [[0] * depth for depth in range(1, o.k + 1)] if tree_is(o, "chain") else [list(p) for p in o.tree]
+        return {"decoding_type": "Medusa", "max_draft_len": len(choices), "num_medusa_heads": max(map(len, choices)),
+                "medusa_choices": choices, "speculative_model": path, **by_batch(engine, o)}
+    if engine != "vllm":
+        raise no(engine, {"transformers": "generate() has no Medusa drafter"}.get(engine, "no Medusa heads"))
+    if not tree_is(o, "chain"):
+        raise no(engine, "Medusa proposes each head's top-1 token only: a chain, no tree")
+    return {"method": NAME, "model": path, "num_speculative_tokens": o.k, **by_batch(engine, o)}

@@ -16,6 +16,7 @@ from pathlib import Path
 from torch import nn
 
 from speclab.methods.eagle import EagleDrafter, EagleHead, head_dtype
+from speclab.methods.engines import Options, by_batch, no
 
 NAME = "mtp"  # the method's name in the registry (vLLM's)
 
@@ -72,3 +73,26 @@ def load_mtp(target: nn.Module, module: str | Path | MtpModule, num_tokens: int 
     else:  # in a draft's precision, as a loaded one
         module = module.to(device=target.device, dtype=head_dtype(target))
     return MtpDrafter(module, target, num_tokens)
+
+
+# ---------------------------------------------------------------- engine settings
+def engine_settings(engine: str, o: Options) -> dict:
+    """MTP's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    if engine == "speclab":
+        return {"method": NAME, "module": o.path or "MODULE_DIR", "num_tokens": o.k, **by_batch(engine, o)}
+    if engine == "vllm":
+        # the MTP layers are read from the target's own checkpoint (no separate model)
+        return {"method": NAME, "num_speculative_tokens": o.k, **by_batch(engine, o)}
+    if engine == "sglang":
+        by_batch(engine, o)
+        return {"--speculative-algorithm": "NEXTN", "--speculative-num-steps": o.k, "--speculative-eagle-topk": 1,
+                "--speculative-num-draft-tokens": o.k + 1}
+    if engine == "tensorrt-llm":
+        # MTPDecodingConfig's validator sets max_draft_len = num_nextn_predict_layers, so the number of tokens
+        # drafted is num_nextn_predict_layers (a max_draft_len beside it is overwritten). On a checkpoint with one
+        # MTP layer (DeepSeek-V3's), K > 1 runs that layer K times, EAGLE-style (MTP_EAGLE modes)
+        return {"decoding_type": "MTP", "num_nextn_predict_layers": o.k, **by_batch(engine, o)}
+    if engine == "llama.cpp":
+        by_batch(engine, o)
+        return {"--spec-type": "draft-mtp", "--spec-draft-n-max": o.k}
+    raise no(engine, "generate() has no MTP drafter")

@@ -6,6 +6,7 @@ import torch
 
 from speclab.drafting import Draft, Drafter
 from speclab.sampling import SamplingParams
+from speclab.methods.engines import Options, by_batch, no
 
 NAME = "ngram"  # the method's name in the registry (vLLM's)
 
@@ -94,3 +95,42 @@ class PromptLookupDrafter(Drafter):
         n = k if self.num_tokens is None else min(k, self.num_tokens)  # never more than the round allows
         follow = lookup_continuation(ids.tolist(), n, self.max_ngram, self.min_ngram, self.choose)
         return Draft(torch.tensor(follow, dtype=torch.long, device=ids.device))
+
+
+# ---------------------------------------------------------------- engine settings
+def engine_settings(engine: str, o: Options) -> dict:
+    """Prompt lookup's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    if engine == "speclab":
+        return {"method": NAME, "k": o.k, "max_ngram": o.max_ngram, "min_ngram": o.min_ngram,
+                **by_batch(engine, o)}
+    if engine == "vllm":
+        return {"method": NAME, "num_speculative_tokens": o.k, "prompt_lookup_max": o.max_ngram,
+                "prompt_lookup_min": o.min_ngram, **by_batch(engine, o)}
+    if engine == "sglang":
+        by_batch(engine, o)
+        # not prompt lookup: SGLang's NGRAM keeps one cache of n-grams from earlier requests' prompts and
+        # outputs (a trie, --speculative-ngram-capacity) and searches it breadth-first (match type BFS), so a
+        # request drafts from other requests' text too. The nearest to speclab's lookup in the request alone: a
+        # chain (one branch at every level); SGLang's budget counts the pending token
+        return {"--speculative-algorithm": "NGRAM", "--speculative-ngram-min-match-window-size": o.min_ngram,
+                "--speculative-ngram-max-match-window-size": o.max_ngram, "--speculative-ngram-max-bfs-breadth": 1,
+                "--speculative-num-draft-tokens": o.k + 1}
+    if engine == "tensorrt-llm":
+        if o.min_ngram != 1:
+            raise no(engine, f"NGram matches every size up to max_matching_ngram_size; no minimum "
+                             f"(min_ngram {o.min_ngram})")
+        return {"decoding_type": "NGram", "max_draft_len": o.k, "max_matching_ngram_size": o.max_ngram,
+                **by_batch(engine, o)}
+    if engine == "llama.cpp":
+        by_batch(engine, o)
+        if o.min_ngram != o.max_ngram:
+            raise no(engine, "ngram-simple looks up one n-gram size (--spec-ngram-simple-size-n); set "
+                             f"min_ngram = max_ngram (got {o.min_ngram}..{o.max_ngram})")
+        # ngram-simple's own flags: the lookup n-gram (N) and the draft's length (M)
+        return {"--spec-type": "ngram-simple", "--spec-ngram-simple-size-n": o.max_ngram,
+                "--spec-ngram-simple-size-m": o.k}
+    by_batch(engine, o)
+    if o.min_ngram != 1:
+        raise no(engine, f"prompt lookup tries every size from max_matching_ngram_size down to 1; no minimum "
+                         f"(min_ngram {o.min_ngram})")
+    return {"prompt_lookup_num_tokens": o.k, "max_matching_ngram_size": o.max_ngram}

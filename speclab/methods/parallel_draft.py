@@ -19,6 +19,8 @@ from speclab.devices import draft_dtype
 from speclab.models import load_model
 from speclab.runner import model_device, runner_for
 from speclab.sampling import SamplingParams, check_finite, pick
+from speclab.methods.engines import Options, by_batch, no
+from speclab.methods.draft_model import NAME as DRAFT_MODEL
 
 NAME = "pard"  # TensorRT-LLM's decoding type; vLLM runs it as draft_model with parallel_drafting
 MASK_KEY = "pard_token"  # the config field vLLM reads the mask token id from (llm_base_proposer.py)
@@ -88,3 +90,19 @@ def load_parallel_draft(target: torch.nn.Module | None, draft: torch.nn.Module |
         draft = load_model(draft, device, dtype)
     vocab = target.config.vocab_size if target is not None else mask_token_id(draft)
     return ParallelDrafter(draft, vocab)
+
+
+# ---------------------------------------------------------------- engine settings
+def engine_settings(engine: str, o: Options) -> dict:
+    """A parallel draft's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    path = o.path or "PARD_DIR"
+    if engine == "speclab":
+        return {"method": NAME, "model": path, "k": o.k, **by_batch(engine, o)}
+    if engine == "vllm":  # a draft model run with K - 1 mask tokens; the mask id is read from its config
+        return {"method": DRAFT_MODEL, "model": path, "num_speculative_tokens": o.k, "parallel_drafting": True,
+                **by_batch(engine, o)}
+    if engine == "tensorrt-llm":  # PARDDecodingConfig names the mask token itself: the config's pard_token
+        mask = "MASK_TOKEN_ID" if o.mask_token_id is None else o.mask_token_id
+        return {"decoding_type": "PARD", "max_draft_len": o.k, "speculative_model": path, "mask_token_id": mask,
+                **by_batch(engine, o)}
+    raise no(engine, "no parallel drafting: a draft model there drafts token by token")

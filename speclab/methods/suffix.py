@@ -21,6 +21,7 @@ import torch
 
 from speclab.drafting import Draft, Drafter
 from speclab.sampling import SamplingParams
+from speclab.methods.engines import Options, by_batch, no
 
 NAME = "suffix"  # the method's name in the registry (vLLM's)
 
@@ -252,3 +253,24 @@ class SuffixDrafter(Drafter):
             self.global_ends = self.global_tree.follow(self.global_ends, new)
             self.output.extend(new)
             self.seen = len(seq)
+
+
+# ---------------------------------------------------------------- engine settings
+SUFFIX_KEYS = ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")
+
+
+def engine_settings(engine: str, o: Options) -> dict:
+    """Suffix decoding's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    named = dict(zip(SUFFIX_KEYS, o.suffix))
+    if engine == "speclab":
+        return {"method": NAME, "k": o.k, **named, **by_batch(engine, o)}
+    if engine == "vllm":  # needs Arctic Inference installed beside vLLM (pip install arctic-inference)
+        return {"method": NAME, "num_speculative_tokens": o.k,
+                **{f"suffix_decoding_{key}": value for key, value in named.items()}, **by_batch(engine, o)}
+    raise no(engine, {
+        "sglang": "SUFFIX is a --speculative-algorithm (with Arctic Inference installed), but its tree settings "
+                  "are not in this course's sources: set the algorithm and check SGLang's suffix_decoding docs",
+        "tensorrt-llm": "its SA decoding is a suffix automaton over the request alone, with no cache of earlier "
+                        "requests' outputs to set",
+        "llama.cpp": "no suffix-tree drafting; ngram-* look up the request's own text",
+        "transformers": "no suffix-tree drafting; prompt_lookup_num_tokens looks up the request's own text"}[engine])
