@@ -1007,6 +1007,35 @@ def test_learner_versions_hold_no_solution_and_no_test(lab):
     assert checks == [f'check("{q}")' for q in all_checks(lab).questions]
 
 
+@pytest.mark.parametrize("lab", LABS)
+def test_the_public_checks_hand_out_no_ready_made_answer(lab):
+    """Issue 63: a learner reads (and can import) the public checks, so they hold no reference implementation,
+    by its old names or by another: no `reference_*` name, and no function taking an answer's very parameters.
+    What a public case compares with comes from `lab.expected`, recorded from the hidden references on the
+    public cases by `labs build` (speclab/course/labs/labNN_expected.py), one entry per call."""
+    import inspect
+
+    text = (ROOT / "speclab" / "course" / "labs" / f"{lab}.py").read_text()
+    assert "reference_" not in text and ".use(" not in text, f"{lab}: the public checks name a reference"
+    scope = {"lab": Lab(lab, public_tests=False), "__name__": f"speclab.course.labs.{lab}"}
+    exec(compile(text, f"<{lab} public checks>", "exec"), scope)
+    mine = {name: tuple(inspect.signature(obj).parameters) for name, obj in scope.items()
+            if inspect.isfunction(obj) and obj.__globals__ is scope}
+    solved = answers(lab, keep=True)
+    for question in scope["lab"].questions.values():
+        if callable(solved.get(question.answer)):
+            params = tuple(inspect.signature(solved[question.answer]).parameters)
+            same = [name for name, p in mine.items() if p == params]
+            assert not same, f"{lab}: {same} take the parameters of {question.answer}: a ready-made answer?"
+    recorded = ROOT / "speclab" / "course" / "labs" / f"{lab}_expected.py"
+    assert recorded.exists() == ("expected(" in text), f"{lab}: run `python -m speclab labs build`"
+    if recorded.exists():
+        values = {}
+        exec(compile(recorded.read_text(), str(recorded), "exec"), values)
+        called = set(re.findall(r"""expected\(["'](\w+)["']""", text))
+        assert called == {key[2] for key in values["VALUES"]}, f"{lab}: a public call with no recorded value"
+
+
 def test_the_readme_links_every_lab_on_colab_from_the_configured_repository():
     import yaml
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]

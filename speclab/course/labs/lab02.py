@@ -15,17 +15,12 @@ from speclab.checks import expect, expect_equal
 from speclab.runner import ModelRunner
 from speclab.models import tiny_model  # a small random causal LM, built offline from its config
 
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
+
 
 def one_hot(ids, vocab):
     return torch.nn.functional.one_hot(torch.as_tensor(ids), vocab).float()
-
-
-def greedy_round_ref(target_logits, draft_tokens):
-    """speclab's rule on one-hot distributions: (accepted count, tokens the round emits)."""
-    vocab = target_logits.shape[-1]
-    p = speclab.logits_to_probs(target_logits, temperature=0.0)
-    n, nxt = speclab.verify(p, one_hot(draft_tokens, vocab), torch.as_tensor(draft_tokens))
-    return n, [int(t) for t in draft_tokens[:n]] + [nxt]
 
 
 def random_ids(n, vocab, seed):
@@ -47,7 +42,7 @@ lab.question("q1", "accepted_prefix_length", points=1, title="how many drafts ar
 
 def check_prefix(f, choices, drafts, why=""):
     choices, drafts = torch.tensor(choices), torch.tensor(drafts)
-    n, _ = greedy_round_ref(one_hot(choices, 64) * 10, drafts)
+    n, _ = expected("greedy_round", one_hot(choices, 64) * 10, drafts)
     expect_equal(f(choices, drafts), n,
                  f"accepted_prefix_length(target_choices={choices.tolist()}, draft_tokens={drafts.tolist()})", why)
 
@@ -84,7 +79,7 @@ def logits_choosing(choices, vocab=16, seed=0):
 
 def check_round(f, choices, drafts, why="", seed=0):
     logits, drafts = logits_choosing(choices, seed=seed), torch.tensor(drafts)
-    _, want = greedy_round_ref(logits, drafts)
+    _, want = expected("greedy_round", logits, drafts)
     got = f(logits, drafts)
     expect_equal(got, want, f"round_tokens(logits with argmax {list(choices)}, draft_tokens={drafts.tolist()})", why)
 

@@ -15,6 +15,9 @@ from speclab import theory
 from speclab.checks import expect, expect_close, expect_equal
 from speclab.stats import GenerationStats
 
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
+
 
 def stats_alpha(hist):
     """speclab's estimate for a run whose every round drafted K = len(hist) - 1 tokens."""
@@ -101,16 +104,6 @@ def _(f):
 lab.question("q4", "choose_k", points=2, title="one K for a mix of workloads")
 
 
-def choose_ref(workloads, c, k_max=8):
-    def time_per_token(k):
-        return sum(s * (1 + k * c) / theory.expected_tokens(a, k) for s, a in workloads)
-    return min(range(1, k_max + 1), key=time_per_token)
-
-
-def mean_speedup_k(workloads, c, k_max=8):
-    return max(range(1, k_max + 1), key=lambda k: sum(s * theory.speedup(a, k, c) for s, a in workloads))
-
-
 HINT_Q4 = ("For each K in 1..k_max compute sum(share * (1 + K*c) / expected_tokens(alpha, K)) and keep the K with "
            "the smallest value; min(range(...), key=...) keeps the smallest K on ties.")
 
@@ -125,12 +118,12 @@ def _(f):
                "speedup suggests. " + HINT_Q4)
 def _(f):
     mix = [(0.6, 0.9), (0.4, 0.3)]
-    want = choose_ref(mix, 0.05)
+    want = expected("choose", mix, 0.05)
     expect_equal(f(mix, 0.05), want, "choose_k([(0.6, 0.9), (0.4, 0.3)], 0.05)",
-                 why=f"the average of the speedups would pick K = {mean_speedup_k(mix, 0.05)}")
+                 why=f"the average of the speedups would pick K = {expected('mean_speedup_k', mix, 0.05)}")
 
 
 @lab.case("q4", "an expensive draft (c = 0.5) and a middling mix: K = 1", hint=HINT_Q4)
 def _(f):
     mix = [(0.5, 0.6), (0.5, 0.5)]
-    expect_equal(f(mix, 0.5), choose_ref(mix, 0.5), "choose_k([(0.5, 0.6), (0.5, 0.5)], 0.5)")
+    expect_equal(f(mix, 0.5), expected("choose", mix, 0.5), "choose_k([(0.5, 0.6), (0.5, 0.5)], 0.5)")

@@ -14,6 +14,9 @@ import speclab
 from speclab import trees
 from speclab.checks import expect, expect_allclose, expect_distribution, expect_equal, plain, show, unfinished
 
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
+
 
 def dist(values):
     t = torch.tensor(values, dtype=torch.float32)
@@ -156,19 +159,13 @@ HINT_Q3 = ("Start with node = -1 (the root). Look at the children of node in ind
            "target_argmax[node + 1]).")
 
 
-def greedy_ref(tokens, parents, target_argmax):
-    v = max([int(t) for t in tokens] + [int(t) for t in target_argmax]) + 1
-    one_hot = torch.nn.functional.one_hot(torch.as_tensor(target_argmax), v).float()
-    return speclab.verify_tree(one_hot, None, torch.as_tensor(tokens), list(parents))
-
-
 def check_greedy(f, tokens, parents, target_argmax, why=""):
     call = f"greedy_path(tokens={show(tokens)}, parents={show(parents)}, target_argmax={show(target_argmax)})"
     result = f(torch.tensor(tokens), list(parents), torch.tensor(target_argmax))
     expect_pair(result, call, "(path, next_token)")
     path, nxt = result
     expect_equal(([int(i) for i in plain_rows(path)], int(nxt)) if path is not None and nxt is not None else result,
-                 greedy_ref(tokens, parents, target_argmax), call, why=why)
+                 expected("greedy", tokens, parents, target_argmax), call, why=why)
 
 
 @lab.case("q3", "a chain the target agrees with everywhere: all accepted, the bonus from the last row", hint=HINT_Q3)
@@ -201,16 +198,6 @@ lab.question("q4", "try_children", points=3, title="one node of multi-candidate 
 HINT_Q4 = ("For each child i in order: q = qs[i] (or a point mass on tokens[i] when qs is None); accept when "
            "u[i] * q[x] < p[x] and return (i, None); otherwise p = normalise(max(0, p - q)) and try the next child. "
            "After the last one return (None, p).")
-
-
-def node_ref(p, tokens, qs, u):
-    """speclab's rule on a one-level tree whose children are these candidates, with these uniforms."""
-    for i, x in enumerate(tokens):
-        q = qs[i] if qs is not None else speclab.verification.point_mass(torch.tensor(int(x)), len(p), p)
-        if u[i] * q[int(x)] < p[int(x)]:
-            return i, None
-        p = speclab.residual_distribution(p, q)
-    return None, p
 
 
 def run_try(f, p, tokens, qs, u):
@@ -252,7 +239,7 @@ def well_formed_try(result, k):
 def check_node(f, p, tokens, qs, u, why=""):
     u = torch.tensor(u)
     call, i, r = run_try(f, p, tokens, qs, u)
-    want_i, want_r = node_ref(p, tokens, qs, u)
+    want_i, want_r = expected("node", p, tokens, qs, u)
     expect(i == want_i, f"{call()} returned {'child ' + str(i) + ' accepted' if i is not None else 'all rejected'}; "
            f"expected {'child ' + str(want_i) + ' accepted' if want_i is not None else 'all rejected'}"
            + (f" ({why})" if why else ""))

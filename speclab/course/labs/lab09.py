@@ -293,13 +293,6 @@ TRAINED_ALPHAS = {4: 0.6, 8: 0.7, 12: 0.93, 16: 0.95}  # a 32-layer target train
 TRAINED_COSTS = {e: round(0.02 + e / 32, 4) for e in TRAINED_ALPHAS}
 
 
-def best_of(alphas, costs, k_max, verify_cost=1.0):
-    """The best plan by the model, and its speedup, whether above 1 or not."""
-    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max + 1)]
-    best = max(plans, key=lambda p: speedup_of(alphas, costs, p[0], p[1], verify_cost))
-    return best, speedup_of(alphas, costs, best[0], best[1], verify_cost)
-
-
 def shown(result):
     """A plan as the learner wrote it: a tuple stays a tuple."""
     if isinstance(result, (tuple, list)):
@@ -313,7 +306,7 @@ def check_plan(f, alphas, costs, k_max, verify_cost=None, what="", why=""):
     call = (f"best_plan({described(alphas, costs, what)}, k_max={k_max}"
             + "".join(f", verify_cost={x}" for x in extra.values()) + ")")
     result = f(dict(alphas), dict(costs), k_max, **extra)
-    best, best_s = best_of(alphas, costs, k_max, v)
+    best, best_s = expected("best", alphas, costs, k_max, v)
     if best_s <= 1:
         expect(result is None, f"{call} returned {shown(result)}; expected None: the best "
                f"plan, E = {best[0]} with K = {best[1]}, has a modelled speedup of "
