@@ -39,22 +39,25 @@ lab.question("q1", "weight_bytes", points=2, title="bytes of weights per decode 
 
 
 @lab.case("q1", "a tiny Llama in float32, with separate input and output embeddings",
-          hint="Add up p.numel() * p.element_size() over model.parameters().")
+          hint=("The weights of a decode step are every parameter's elements times each one's own size in bytes."
+                " See chapter 1, section 1.3 (Bytes moved per token, and the bandwidth floor)."))
 def _(weight_bytes):
     model = tiny_model()
     expect_equal(weight_bytes(model), parameter_bytes(model), "weight_bytes(a tiny float32 Llama)")
 
 
 @lab.case("q1", "tied embeddings: the input embedding and the output layer are one tensor, read once",
-          hint="model.state_dict() lists a shared tensor under both names; model.parameters() lists it once. "
-               "Count each tensor once (p.data_ptr() identifies its memory).")
+          hint=("Tied embeddings are one tensor under two names: memory read once counts once, whatever the "
+                "number of names it has. See chapter 1, section 1.3 (Bytes moved per token, and the bandwidth "
+                "floor)."))
 def _(weight_bytes):
     model = tiny_model(tie=True, seed=1)
     expect_equal(weight_bytes(model), parameter_bytes(model), "weight_bytes(a tiny Llama with tied embeddings)")
 
 
 @lab.case("q1", "bfloat16 weights take 2 bytes each",
-          hint="Use each parameter's own p.element_size() rather than assuming 4 bytes.")
+          hint=("Not every model is float32: a parameter costs its own element size, not an assumed 4 bytes. See"
+                " chapter 1, section 1.3 (Bytes moved per token, and the bandwidth floor)."))
 def _(weight_bytes):
     model = tiny_model(seed=2).to(torch.bfloat16)
     expect_equal(weight_bytes(model), parameter_bytes(model), "weight_bytes(a tiny bfloat16 Llama)")
@@ -98,8 +101,9 @@ lab.question("q3", "matmul_intensity", points=1, title="arithmetic intensity of 
 intensity_ref = speclab.measure.profiling.matmul_intensity  # the reference your function is checked against
 
 
-HINT_Q3 = ("FLOPs = 2 * m * k * n (a multiply and an add per term). Bytes = bytes_per_element * "
-           "(m*k + k*n + m*n): read A, read B, write C.")
+HINT_Q3 = ("A matmul's FLOPs count a multiply and an add for every term of every output; its bytes are every "
+           "element it reads (both inputs) and writes (the output) once, at the given element size. See chapter "
+           "1, section 1.1 (Arithmetic intensity).")
 
 
 @lab.case("q3", "a decode step: one token (m = 1) through a 4096 x 4096 weight in 16-bit", hint=HINT_Q3)
@@ -126,8 +130,9 @@ lab.question("q4", "attainable_tflops", points=1, title="the roofline")
 roofline_ref = speclab.measure.profiling.attainable_tflops  # the reference your function is checked against
 
 
-HINT_Q4 = ("intensity (FLOP/byte) x bandwidth (GB/s) is GFLOP/s; divide by 1000 for TFLOP/s. "
-           "The answer is the smaller of that and the peak.")
+HINT_Q4 = ("Attainable speed is the lower of two roofs: the peak, and the intensity times the bandwidth, in "
+           "matching units (GB/s times FLOP/byte is GFLOP/s, not TFLOP/s). See chapter 1, section 1.2 (The "
+           "roofline).")
 
 
 @lab.case("q4", "intensity 1 (a decode step) on an H100 SXM (989 TFLOP/s, 3350 GB/s): memory-bound",
@@ -156,7 +161,9 @@ lab.question("q5", "decode_floor_ms", points=1, title="the bandwidth floor of a 
 floor_ref = speclab.measure.profiling.decode_floor_ms  # the reference your function is checked against
 
 
-HINT_Q5 = "Seconds = bytes / (bandwidth_gbs * 1e9); multiply by 1000 for milliseconds. Add the KV bytes to the weights."
+HINT_Q5 = ("A decode step cannot finish before every byte it needs, the weights and the KV cache, has streamed "
+           "through the memory bandwidth; mind seconds against milliseconds and GB/s against bytes. See chapter "
+           "1, section 1.3 (Bytes moved per token, and the bandwidth floor).")
 
 
 @lab.case("q5", "units: 1 GB at 1000 GB/s takes 1 ms", hint=HINT_Q5)

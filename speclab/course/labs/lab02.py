@@ -48,7 +48,8 @@ def check_prefix(f, choices, drafts, why=""):
 
 
 @lab.case("q1", "all K drafts match: all K are accepted",
-          hint="When every draft matches, the answer is K = len(draft_tokens); do not read past the last draft.")
+          hint=("When every draft matches, all K are accepted: the count stops at the last draft, never past it."
+                " See q1's text above, and chapter 2, section 2.1 (One round)."))
 def _(f):
     check_prefix(f, [5, 9, 2, 7, 1], [5, 9, 2, 7], why="every draft matches")
 
@@ -140,8 +141,9 @@ def check_verify_round(f, drafts_kind, k=4, arch="llama", seed=0, rounds=1):
            "differ from a fresh run on the accepted sequence (rejected drafts left in the cache?)")
 
 
-HINT_Q3 = ("Feed the pending token and all drafts in one runner.forward call. Afterwards the cache must hold what "
-           "it held before, plus the pending token and the accepted drafts: roll back to that length.")
+HINT_Q3 = ("One verify pass covers the pending token and every draft; afterwards the cache holds what it held "
+           "before plus the pending token and the accepted drafts, nothing a rejected draft wrote. See q3's text"
+           " above, and chapter 2, section 2.4 (KV-cache rollback, and what goes wrong without it).")
 
 
 @lab.case("q3", "all drafts accepted (the drafts are the target's own greedy tokens)", hint=HINT_Q3)
@@ -184,21 +186,24 @@ def check_loop(f, k, n, perfect=False, arch="llama", prompt_len=5, seed=0, count
 
 
 @lab.case("q4", "a perfect draft (a copy of the target): every round keeps all k drafts and the bonus",
-          hint="When all drafts are accepted the round emits k + 1 tokens; the draft has not yet seen its last "
-               "draft, so feed it ids[draft_runner.length:] at the start of the next round.")
+          hint=("A fully accepted round emits K + 1 tokens, and the draft model has not yet seen its own last "
+                "draft: before the next round its cache must catch up with every token it has not processed. See"
+                " q4's text above, and chapter 2, section 2.3 (The loop, written out)."))
 def _(f):
     check_loop(f, k=4, n=20, perfect=True)
 
 
 @lab.case("q4", "a different draft model: rejections and corrections",
-          hint="After a round, roll the draft's cache back to min(its length, len(ids) - 1): drafts after the "
-               "first mismatch must not stay in its cache.")
+          hint=("The draft model's cache must hold the accepted sequence only: what it computed for drafts after"
+                " the first mismatch has to go before the next round. See q4's text above, and chapter 2, "
+                "section 2.3 (The loop, written out)."))
 def _(f):
     check_loop(f, k=3, n=24)
 
 
 @lab.case("q4", "max_new_tokens = 7 with k = 4: never more tokens than asked",
-          hint="Draft at most max_new_tokens - len(out) - 1 tokens in a round, so that the round, with its "
-               "bonus or correction, cannot overshoot.")
+          hint=("A round emits its drafts plus one token of the target's, so it may draft only as many as still "
+                "fit under max_new_tokens with that one added. See q4's text above, and chapter 2, section 2.3 "
+                "(The loop, written out)."))
 def _(f):
     check_loop(f, k=4, n=7, perfect=True)

@@ -52,7 +52,9 @@ def _(f):
 
 
 @lab.case("q1", "temperature 0 means greedy: all the mass on the argmax",
-          hint="At T = 0 do not divide by zero: return a one-hot at logits.argmax(-1).")
+          hint=("Temperature 0 is the limit of greedy decoding: all the mass on the most likely token, with no "
+                "division by zero on the way. See q1's text above, and chapter 3, section 3.4 "
+                "(Served-distribution parity)."))
 def _(f):
     check_served(f, torch.tensor([0.5, 3.0, 1.0, -1.0]), 0.0)
 
@@ -63,7 +65,9 @@ def _(f):
 
 
 @lab.case("q1", "top-k = 2 keeps the two largest logits, renormalised",
-          hint="Mask every logit below the k-th largest with -inf before the softmax (torch.topk gives the k-th).")
+          hint=("Top-k keeps the k largest logits and gives every other token probability 0, then renormalises "
+                "over the kept ones. See q1's text above, and chapter 3, section 3.4 (Served-distribution "
+                "parity)."))
 def _(f):
     check_served(f, torch.tensor([1.0, 3.0, 2.0, 0.0, -1.0]), 1.0, top_k=2)
 
@@ -84,7 +88,9 @@ def check_accept(f, p, q, x, why=""):
     expect_close(f(p, q, x), accept_ref(p, q, x), f"accept_probability(p={show(p)}, q={show(q)}, token={x})", why=why)
 
 
-HINT_Q2 = "min(1, p[token] / q[token]); 0 when p[token] is 0; 1 when q[token] is 0 and p[token] > 0."
+HINT_Q2 = ("A draft token is accepted with the ratio of the target's probability to the draft's, capped at 1; "
+           "the edge cases (p = 0, q = 0) follow from the rule, not from a division. See the question's text "
+           "above, and chapter 3, section 3.1 (The rule at one position).")
 
 
 @lab.case("q2", "the draft under-estimates the token (p > q): always accepted", hint=HINT_Q2)
@@ -110,7 +116,9 @@ def check_residual(f, p, q, why=""):
     expect_allclose(f(p, q), speclab.residual_distribution(p, q), f"residual(p={show(p)}, q={show(q)})", why=why)
 
 
-HINT_Q3 = "torch.clamp(p - q, min=0), divided by its sum; return p when the sum is 0."
+HINT_Q3 = ("After a rejection the token comes from where the target has more mass than the draft, normalised; "
+           "when there is no such mass, the target's own distribution. See the question's text above, and "
+           "chapter 3, section 3.1 (The rule at one position).")
 
 
 @lab.case("q3", "p = [0.4, 0.5, 0.1], q = [0.6, 0.3, 0.1]: all the residual mass on token 1", hint=HINT_Q3)
@@ -152,8 +160,10 @@ def run_rounds(f, p, q, drafts=None, n=2000, seed=0):
     return accepted, first
 
 
-HINT_Q4 = ("Accept draft i when torch.rand((), generator=generator) < accept_probability(...); at the first "
-           "rejection sample from residual(p_i, q_i); if all pass, sample the bonus from row K.")
+HINT_Q4 = ("Each draft faces the acceptance test with one uniform draw, in order; the first rejection ends the "
+           "round with a token from the residual, and a round that accepts every draft ends with the bonus from "
+           "the target's last row. See q4's text above, and chapter 3, sections 3.1 and 3.2 (the rule and its "
+           "proof).")
 
 
 @lab.case("q4", "identical distributions: every draft is accepted and the bonus comes from the last row",
@@ -217,7 +227,9 @@ def check_parity(f, t_logits, d_logits, x, temperature, top_k=None, top_p=None, 
                  f"temperature={temperature}, top_k={top_k}, top_p={top_p})", tol=1e-5, why=why)
 
 
-HINT_Q5 = "p = served_probs(target_logits, ...), q = served_probs(draft_logits, ...), then accept_probability(p, q, token)."
+HINT_Q5 = ("Parity means both sides of the test use the distribution that is served, after temperature and "
+           "top-k, for the target and for the draft alike. See q1's text above, and chapter 3, section 3.4 "
+           "(Served-distribution parity).")
 
 
 @lab.case("q5", "top-k = 2: the raw softmax would give 0.857, the served distributions give 0.756", hint=HINT_Q5)

@@ -23,7 +23,9 @@ def grid(seed, n=30, k_max=10):
 
 # TESTS q1
 lab.question("q1", "expected_tokens", points=1, title="expected tokens per round")
-HINT_Q1 = "(1 - alpha**(k + 1)) / (1 - alpha), and k + 1 when alpha == 1."
+HINT_Q1 = ("A round emits its accepted drafts plus one token: sum the probability of reaching each position, and"
+           " mind alpha = 1, where the closed form's denominator vanishes. See chapter 4, section 4.1 (Tokens "
+           "per round).")
 
 
 @lab.case("q1", "alpha = 0.8, K = 5: the chapter's worked example", hint=HINT_Q1)
@@ -44,7 +46,9 @@ def _(f):
 
 # TESTS q2
 lab.question("q2", "speedup", points=1, title="modelled speedup")
-HINT_Q2 = "expected_tokens(alpha, k) / (1 + k * c)."
+HINT_Q2 = ("The speedup weighs the tokens a round emits against what the round costs, one target pass plus K "
+           "draft steps, in units of a target pass. See chapter 4, section 4.2 (Cost ratio, speedup and "
+           "breakeven).")
 
 
 @lab.case("q2", "alpha = 0.8, K = 5, c = 0.1: the chapter's worked example", hint=HINT_Q2)
@@ -64,12 +68,15 @@ def _(f):
 
 # TESTS q3
 lab.question("q3", "breakeven_alpha", points=2, title="breakeven acceptance")
-HINT_Q3 = ("speedup(a, k, c) - 1 is increasing in a: bisect on [0, 1] (60 halvings reach 1e-18), or use "
-           "scipy.optimize.brentq. Handle the ends first: nan if speedup(1, k, c) <= 1, 0.0 if speedup(0, k, c) >= 1.")
+HINT_Q3 = ("The breakeven acceptance is where the speedup crosses 1; the speedup grows with the acceptance, so "
+           "there is one crossing, or none when even perfect (or zero) acceptance is on one side of 1. See "
+           "chapter 4, section 4.2 (Cost ratio, speedup and breakeven).")
 
 
 @lab.case("q3", "K = 1: the breakeven acceptance equals c",
-          hint="With K = 1, S = (1 + a) / (1 + c), which is 1 exactly at a = c. " + HINT_Q3)
+          hint=("With one draft per round the breakeven has a closed form you can check by hand: write the "
+                "speedup for K = 1 and set it to 1. See chapter 4, section 4.2 (Cost ratio, speedup and "
+                "breakeven)."))
 def _(f):
     expect_close(f(1, 0.3), 0.3, "breakeven_alpha(1, 0.3)", tol=1e-6)
 
@@ -80,15 +87,17 @@ def _(f):
 
 
 @lab.case("q3", "no breakeven: with c = 1 even perfect acceptance cannot pay for the drafts",
-          hint="S(1, K, 1) = (K + 1) / (1 + K) = 1: return float('nan') when speedup(1.0, k, c) <= 1.")
+          hint=("When even perfect acceptance does not beat the target alone, there is no breakeven: the "
+                "question says what to return then. See chapter 4, section 4.2 (Cost ratio, speedup and "
+                "breakeven)."))
 def _(f):
     expect_close(f(3, 1.0), float("nan"), "breakeven_alpha(3, 1.0)")
 
 
 # TESTS q4
 lab.question("q4", "best_k", points=1, title="the best K")
-HINT_Q4 = ("Try every K in range(1, k_max + 1) and keep the one with the highest speedup; "
-           "max(range(1, k_max + 1), key=...) keeps the first (smallest) K on a tie.")
+HINT_Q4 = ("Compare every K from 1 to k_max, k_max included, by the modelled speedup; on a tie the smaller K "
+           "wins. See chapter 4, section 4.3 (The best K).")
 
 
 @lab.case("q4", "alpha = 0.72, c = 0.12: K = 4 (a sweep over 1, 3, 5, 8 would miss it)", hint=HINT_Q4)
@@ -124,8 +133,9 @@ def check_simulation(f, a, k, rounds, seed):
                  why=f"the closed form, within 4.5 standard errors ({4.5 * sd / math.sqrt(rounds):.3f})")
 
 
-HINT_Q5 = ("Per round: count passes while passes < k and rng.random() < alpha; add passes + 1 tokens. "
-           "Return the total divided by rounds.")
+HINT_Q5 = ("Each round drafts until the first rejection or K accepted drafts, then adds one token of the "
+           "target's; the mean is over rounds, and every random draw comes from the seeded generator. See "
+           "chapter 4, section 4.4 (A Monte-Carlo check).")
 
 
 @lab.case("q5", "alpha = 0.8, K = 5 over 20000 rounds agrees with the closed form", hint=HINT_Q5)
@@ -134,14 +144,16 @@ def _(f):
 
 
 @lab.case("q5", "alpha = 1 gives exactly K + 1, alpha = 0 exactly 1",
-          hint="A draft passes when rng.random() < alpha: never at alpha = 0, always at alpha = 1. " + HINT_Q5)
+          hint=("A draft passes with probability alpha: never at alpha = 0, always at alpha = 1, so those ends "
+                "are exact. See chapter 4, section 4.4 (A Monte-Carlo check)."))
 def _(f):
     expect_close(f(1.0, 3, 100, 0), 4.0, "simulate_mean_tokens(1.0, 3, 100, 0)", tol=1e-12)
     expect_close(f(0.0, 3, 100, 0), 1.0, "simulate_mean_tokens(0.0, 3, 100, 0)", tol=1e-12)
 
 
 @lab.case("q5", "the same seed gives the same result",
-          hint="Draw every random number from a generator made from `seed`, e.g. rng = random.Random(seed).")
+          hint=("The same seed must give the same result: every random draw comes from a generator made from the"
+                " seed, never from a global one. See chapter 4, section 4.4 (A Monte-Carlo check)."))
 def _(f):
     first, second = f(0.6, 4, 500, 7), f(0.6, 4, 500, 7)
     expect(first is not None, unfinished("simulate_mean_tokens(0.6, 4, 500, 7)"))

@@ -29,8 +29,9 @@ def stats_alpha(hist):
 
 # TESTS q1
 lab.question("q1", "alpha_from_histogram", points=2, title="acceptance from the histogram")
-HINT_Q1 = ("accepted = sum(j * count); rejections = the rounds that kept fewer than K = len(hist) - 1 drafts; "
-           "alpha = accepted / (accepted + rejections).")
+HINT_Q1 = ("A histogram counts rounds by how many drafts they kept: acceptance is the accepted drafts over every"
+           " draft that faced the test, and a round that kept all K had no rejection. See the question's text "
+           "above, and chapter 4, section 4.1 (Tokens per round).")
 
 
 def check_hist(f, hist, why=""):
@@ -49,7 +50,8 @@ def _(f):
 
 
 @lab.case("q1", "no round kept anything (alpha = 0), and an empty histogram (no rounds: 0.0)",
-          hint="Return 0.0 when accepted + rejections is 0, instead of dividing by zero.")
+          hint=("When no draft ever faced the test, the acceptance is defined by the question's text, not by a "
+                "division by zero. See the question's text above, and chapter 4, section 4.1 (Tokens per round)."))
 def _(f):
     check_hist(f, [9, 0, 0])
     check_hist(f, [0, 0, 0, 0, 0])
@@ -57,8 +59,9 @@ def _(f):
 
 # TESTS q2
 lab.question("q2", "alpha_from_tokens_per_round", points=1, title="acceptance from tokens per round")
-HINT_Q2 = ("theory.expected_tokens(a, k) increases with a: bisect a on [0, 1] until it matches mean_tokens "
-           "(or use scipy.optimize.brentq). Return 1.0 when mean_tokens >= k + 1.")
+HINT_Q2 = ("Tokens per round grows with the acceptance, so the acceptance that gives the measured mean is "
+           "unique: invert the chapter's closed form, and mind the mean at its largest value. See the question's"
+           " text above, and chapter 4, section 4.1 (Tokens per round).")
 
 
 @lab.case("q2", "3.689 tokens per round at K = 5 is alpha = 0.8", hint=HINT_Q2)
@@ -68,7 +71,9 @@ def _(f):
 
 
 @lab.case("q2", "the ends: K + 1 tokens per round is alpha = 1, one token is alpha = 0",
-          hint="Handle mean_tokens = k + 1 first (the inverse has no interior root there). " + HINT_Q2)
+          hint=("At the largest possible mean, K + 1 tokens every round, the inverse sits at the end of its "
+                "range: handle that end before searching. See the question's text above, and chapter 4, section "
+                "4.1 (Tokens per round)."))
 def _(f):
     expect_close(f(5.0, 4), 1.0, "alpha_from_tokens_per_round(5.0, 4)", tol=1e-6)
     expect_close(f(1.0, 4), 0.0, "alpha_from_tokens_per_round(1.0, 4)", tol=1e-6)
@@ -76,7 +81,9 @@ def _(f):
 
 # TESTS q3
 lab.question("q3", "breakeven_cost_ratio", points=1, title="the most a draft may cost")
-HINT_Q3 = "(expected_tokens(alpha, k) - 1) / k: solve E = 1 + k * c for c."
+HINT_Q3 = ("The largest cost ratio that still pays is the one at which the modelled speedup is exactly 1 for "
+           "this acceptance and K. See q3's text above, and chapter 4, section 4.2 (Cost ratio, speedup and "
+           "breakeven).")
 
 
 def check_cost(f, a, k):
@@ -104,8 +111,9 @@ def _(f):
 lab.question("q4", "choose_k", points=2, title="one K for a mix of workloads")
 
 
-HINT_Q4 = ("For each K in 1..k_max compute sum(share * (1 + K*c) / expected_tokens(alpha, K)) and keep the K with "
-           "the smallest value; min(range(...), key=...) keeps the smallest K on ties.")
+HINT_Q4 = ("One K serves the whole mix: compare the K by the expected time per token over the mix, weighted by "
+           "each workload's share, not by the average of the speedups; on a tie the smaller K wins. See q4's "
+           "text above, and chapter 4, section 4.3 (The best K).")
 
 
 @lab.case("q4", "one workload: the same K as theory.best_k", hint=HINT_Q4)
