@@ -1036,6 +1036,53 @@ def test_the_public_checks_hand_out_no_ready_made_answer(lab):
         assert called == {key[2] for key in values["VALUES"]}, f"{lab}: a public call with no recorded value"
 
 
+def code_of(lab: str) -> list[str]:
+    """The lab's reference code: its solutions and the references of its hidden cells."""
+    import textwrap
+
+    code = []
+    for cell in read(ROOT / "labs" / "source" / f"{lab}.ipynb").cells:
+        if cell.cell_type == "code" and cell_kind(cell) == "hidden":
+            code.append(cell.source)
+        elif cell.cell_type == "code" and "SOLUTION" in cell.source:
+            solved, stub = strip_solutions(cell.source, keep=True), strip_solutions(cell.source, keep=False)
+            code.append("\n".join(line for line in solved.splitlines() if line not in stub.splitlines()))
+    return [textwrap.dedent(c) for c in code]
+
+
+def expressions(code: str) -> set[str]:
+    """Every computation a line of `code` holds, as written without spaces: arithmetic, comparisons, calls with
+    arguments, assignments (a bare name, attribute or subscript is a word of the text, not code)."""
+    import ast
+
+    found = set()
+    for line in code.splitlines():
+        body = re.sub(r"^(return|if|elif|while|for|else|assert)\b", "", line.strip()).rstrip(":").strip()
+        try:
+            tree = ast.parse(body)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.BinOp, ast.Compare, ast.BoolOp, ast.Assign, ast.AugAssign, ast.Lambda)) or (
+                    isinstance(node, ast.Call) and (node.args or node.keywords)):
+                text = re.sub(r"\s+", "", ast.unparse(node))
+                if len(text) >= 10:
+                    found.add(text)
+    return found
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_no_hint_holds_the_reference_code(lab):
+    """Issue 63: a hint names the rule an answer broke and where to look (the question's text, the chapter's
+    section), never the code: no computation of a solution or a hidden reference appears in any hint."""
+    code = set().union(*(expressions(c) for c in code_of(lab)))
+    assert code, f"{lab}: no reference code found"
+    for case in all_checks(lab).cases:
+        assert "chapter" in case.hint, f"{lab} {case.question} {case.name!r}: a hint that says where to look"
+        held = sorted(c for c in code if c in re.sub(r"\s+", "", case.hint))
+        assert not held, f"{lab} {case.question} {case.name!r}: the hint holds the reference's code {held}"
+
+
 def test_the_readme_links_every_lab_on_colab_from_the_configured_repository():
     import yaml
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]

@@ -68,8 +68,9 @@ lab.question("q2", "kv_bytes_per_token", points=2, title="KV-cache bytes per tok
 
 
 @lab.case("q2", "Qwen3-0.6B's shape in bfloat16: 28 layers, 8 KV heads of head_dim 128",
-          hint="Qwen3 sets config.head_dim = 128 although hidden_size / num_attention_heads = 1024 / 16 = 64: "
-               "use config.head_dim when the config has it.")
+          hint=("Qwen3 sets config.head_dim = 128 although hidden_size / num_attention_heads = 1024 / 16 = 64: "
+                "use config.head_dim when the config has it. See q2's text above, and chapter 1, section 1.3 "
+                "(Bytes moved per token, and the bandwidth floor)."))
 def _(kv_bytes_per_token):
     config = qwen3_config(layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128)
     expect_equal(kv_bytes_per_token(config, 2), 2 * 28 * 8 * 128 * 2, "kv_bytes_per_token(Qwen3-0.6B config, 2)",
@@ -78,7 +79,8 @@ def _(kv_bytes_per_token):
 
 @lab.case("q2", "a tiny Llama with grouped-query attention (2 KV heads for 4 query heads), float32, "
                 "compared with the cache it really fills",
-          hint="Use num_key_value_heads, not num_attention_heads: with GQA only the KV heads are cached.")
+          hint=("Use num_key_value_heads, not num_attention_heads: with GQA only the KV heads are cached. See "
+                "q2's text above, and chapter 1, section 1.3 (Bytes moved per token, and the bandwidth floor)."))
 def _(kv_bytes_per_token):
     model = tiny_model(kv_heads=2)
     expect_equal(kv_bytes_per_token(model.config, 4), cache_bytes_per_token(model),
@@ -86,8 +88,9 @@ def _(kv_bytes_per_token):
 
 
 @lab.case("q2", "a GPT-2 config: no num_key_value_heads and no head_dim attribute",
-          hint="Without num_key_value_heads every attention head is cached; without head_dim use "
-               "hidden_size // num_attention_heads. getattr(config, name, None) returns None when it is missing.")
+          hint=("Without num_key_value_heads every attention head is cached; without head_dim use hidden_size //"
+                " num_attention_heads. getattr(config, name, None) returns None when it is missing. See q2's "
+                "text above, and chapter 1, section 1.3 (Bytes moved per token, and the bandwidth floor)."))
 def _(kv_bytes_per_token):
     config = GPT2Config(n_layer=12, n_head=12, n_embd=768)
     expect_equal(kv_bytes_per_token(config, 2), 2 * 12 * 12 * 64 * 2, "kv_bytes_per_token(GPT-2 config, 2)",

@@ -55,13 +55,15 @@ def _(f):
 
 
 @lab.case("q1", "the first draft differs: none is accepted",
-          hint="Compare position by position from the start and stop at the first mismatch.")
+          hint=("Compare position by position from the start and stop at the first mismatch. See q1's text "
+                "above, and chapter 2, section 2.1 (One round)."))
 def _(f):
     check_prefix(f, [4, 9, 2, 7, 1], [5, 9, 2, 7], why="the first draft is already wrong")
 
 
 @lab.case("q1", "a mismatch in the middle: drafts after it do not count, even where they match",
-          hint="Stop at the first mismatch: a later draft was conditioned on a wrong token, so it is discarded.")
+          hint=("Stop at the first mismatch: a later draft was conditioned on a wrong token, so it is discarded."
+                " See q1's text above, and chapter 2, section 2.1 (One round)."))
 def _(f):
     check_prefix(f, [5, 9, 3, 7, 1], [5, 9, 2, 7], why="position 2 differs; position 3 matches but comes after it")
 
@@ -86,19 +88,22 @@ def check_round(f, choices, drafts, why="", seed=0):
 
 
 @lab.case("q2", "all drafts accepted: the K drafts, then the bonus token from the last row",
-          hint="When n = K drafts match, the extra token is the argmax of row K (the last row): the bonus.")
+          hint=("When n = K drafts match, the extra token is the argmax of row K (the last row): the bonus. See "
+                "q2's text above, and chapter 2, section 2.2 (The bonus token)."))
 def _(f):
     check_round(f, [3, 1, 4, 1, 5], [3, 1, 4, 1], why="4 drafts + the bonus 5")
 
 
 @lab.case("q2", "first draft rejected: only the target's own token from row 0",
-          hint="With n accepted drafts, the next token is the argmax of row n.")
+          hint=("With n accepted drafts, the next token is the argmax of row n. See q2's text above, and chapter"
+                " 2, section 2.2 (The bonus token)."))
 def _(f):
     check_round(f, [3, 1, 4, 1, 5], [2, 1, 4, 1], why="no draft kept; the correction is row 0's argmax, 3")
 
 
 @lab.case("q2", "rejection at position 2: two drafts, then the correction from row 2",
-          hint="With n accepted drafts, the next token is the argmax of row n.")
+          hint=("With n accepted drafts, the next token is the argmax of row n. See q2's text above, and chapter"
+                " 2, section 2.2 (The bonus token)."))
 def _(f):
     check_round(f, [3, 1, 4, 1, 5], [3, 1, 9, 1], why="drafts 3, 1 kept, then the correction 4")
 

@@ -46,7 +46,10 @@ def check_served(f, logits, temperature, top_k=None, top_p=None, why=""):
                     f"served_probs({shown}, temperature={temperature}, top_k={top_k}, top_p={top_p})", why=why)
 
 
-@lab.case("q1", "temperature 1 and no filters: the plain softmax", hint="softmax(logits / T) over the last dimension.")
+@lab.case("q1", "temperature 1 and no filters: the plain softmax", hint=("softmax(logits / T) over the last "
+                                                                         "dimension. See q1's text above, and "
+                                                                         "chapter 3, section 3.4 "
+                                                                         "(Served-distribution parity)."))
 def _(f):
     check_served(f, torch.tensor([2.0, 1.0, 0.0, -1.0]), 1.0)
 
@@ -59,7 +62,10 @@ def _(f):
     check_served(f, torch.tensor([0.5, 3.0, 1.0, -1.0]), 0.0)
 
 
-@lab.case("q1", "temperature 0.5 sharpens the distribution", hint="Divide the logits by the temperature before the softmax.")
+@lab.case("q1", "temperature 0.5 sharpens the distribution", hint=("Divide the logits by the temperature before "
+                                                                   "the softmax. See q1's text above, and "
+                                                                   "chapter 3, section 3.4 (Served-distribution "
+                                                                   "parity)."))
 def _(f):
     check_served(f, torch.tensor([1.0, 0.5, 0.0, -0.5]), 0.5)
 
@@ -73,8 +79,9 @@ def _(f):
 
 
 @lab.case("q1", "top-p = 0.8 on probabilities 0.5, 0.25, 0.15, 0.1: the token that crosses 0.8 is kept",
-          hint="Keep a token when the mass of the tokens more likely than it is below top_p: 0 and 0.5 and 0.75 "
-               "are below 0.8, so the first three tokens stay.")
+          hint=("Keep a token when the mass of the tokens more likely than it is below top_p: 0 and 0.5 and 0.75"
+                " are below 0.8, so the first three tokens stay. See q1's text above, and chapter 3, section 3.4"
+                " (Served-distribution parity)."))
 def _(f):
     check_served(f, torch.tensor([0.5, 0.25, 0.15, 0.1]).log(), 1.0, top_p=0.8,
                  why="0.5 + 0.25 = 0.75 < 0.8, so the third token (the one that crosses 0.8) stays; the fourth goes")
@@ -132,7 +139,9 @@ def _(f):
                    why="max(0, p - q) = [0, 0.1, 0.1], divided by its mass 0.2")
 
 
-@lab.case("q3", "zero residual mass: p equals q", hint="When p == q the clamp is all zeros: return p, not 0/0 = nan.")
+@lab.case("q3", "zero residual mass: p equals q", hint=("When p == q the clamp is all zeros: return p, not 0/0 ="
+                                                        " nan. See q3's text above, and chapter 3, section 3.1 "
+                                                        "(The rule at one position)."))
 def _(f):
     check_residual(f, dist([0.2, 0.3, 0.5]), dist([0.2, 0.3, 0.5]))
 
@@ -167,7 +176,8 @@ HINT_Q4 = ("Each draft faces the acceptance test with one uniform draw, in order
 
 
 @lab.case("q4", "identical distributions: every draft is accepted and the bonus comes from the last row",
-          hint="When p == q every acceptance probability is 1; after K acceptances sample from target_probs[K].")
+          hint=("When p == q every acceptance probability is 1; after K acceptances sample from target_probs[K]."
+                " See q4's text above, and chapter 3, sections 3.1 and 3.2 (the rule and its proof)."))
 def _(f):
     q = torch.stack([dist([0.2, 0.5, 0.3]), dist([0.6, 0.2, 0.2])])
     p = torch.cat([q, dist([0.0, 0.0, 1.0])[None]])
@@ -181,7 +191,8 @@ def _(f):
 
 
 @lab.case("q4", "first draft impossible under the target (p = 0): rejected at once, correction from the residual",
-          hint="accept_probability is 0 when p(x) = 0; then return (0, a sample of residual(p_0, q_0)).")
+          hint=("accept_probability is 0 when p(x) = 0; then return (0, a sample of residual(p_0, q_0)). See "
+                "q4's text above, and chapter 3, sections 3.1 and 3.2 (the rule and its proof)."))
 def _(f):
     p = torch.stack([dist([0.0, 0.0, 1.0]), dist([1.0, 1.0, 1.0]), dist([1.0, 1.0, 1.0])])
     q = torch.stack([dist([1.0, 0.0, 0.0]), dist([1.0, 1.0, 1.0])])
@@ -192,8 +203,9 @@ def _(f):
 
 
 @lab.case("q4", "statistics: the number of accepted drafts, for fixed draft tokens",
-          hint="Draft i is accepted with probability min(1, p_i(x_i) / q_i(x_i)), and only if every draft before "
-               "it was accepted.")
+          hint=("Draft i is accepted with probability min(1, p_i(x_i) / q_i(x_i)), and only if every draft "
+                "before it was accepted. See q4's text above, and chapter 3, sections 3.1 and 3.2 (the rule and "
+                "its proof)."))
 def _(f):
     p = torch.stack([dist([0.3, 0.5, 0.2]), dist([0.5, 0.2, 0.3]), dist([0.2, 0.3, 0.5])])
     q = torch.stack([dist([0.6, 0.3, 0.1]), dist([0.2, 0.4, 0.4])])
@@ -205,8 +217,9 @@ def _(f):
 
 
 @lab.case("q4", "statistics: lossless, the first token a round emits is distributed as the target's p_0",
-          hint="If this fails but the other cases pass, check the residual: at a rejection the new token must "
-               "come from max(0, p - q) renormalised, not from p.")
+          hint=("If this fails but the other cases pass, check the residual: at a rejection the new token must "
+                "come from max(0, p - q) renormalised, not from p. See q4's text above, and chapter 3, sections "
+                "3.1 and 3.2 (the rule and its proof)."))
 def _(f):
     p = torch.stack([dist([0.1, 0.2, 0.3, 0.4]), dist([0.25, 0.25, 0.25, 0.25])])
     q = dist([0.4, 0.3, 0.2, 0.1])[None]

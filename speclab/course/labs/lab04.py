@@ -34,7 +34,8 @@ def _(f):
 
 
 @lab.case("q1", "alpha = 1: every draft passes, K + 1 tokens per round",
-          hint="At alpha = 1 the formula divides 0 by 0: return k + 1 (the limit, and what happens).")
+          hint=("At alpha = 1 the formula divides 0 by 0: return k + 1 (the limit, and what happens). See q1's "
+                "text above, and chapter 4, section 4.1 (Tokens per round)."))
 def _(f):
     expect_close(f(1.0, 4), 5.0, "expected_tokens(1.0, 4)", tol=1e-9)
 

@@ -44,7 +44,8 @@ def _(f):
 
 
 @lab.case("q1", "every round kept all K drafts: alpha = 1",
-          hint="A round that kept all K drafts has no rejection: only rounds with j < K count as rejections.")
+          hint=("A round that kept all K drafts has no rejection: only rounds with j < K count as rejections. "
+                "See q1's text above, and chapter 4, section 4.1 (Tokens per round)."))
 def _(f):
     check_hist(f, [0, 0, 0, 12])
 

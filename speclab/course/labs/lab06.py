@@ -27,9 +27,9 @@ def expect_pair(result, call, what):
 # TESTS q1
 lab.question("q1", "propose_from_context", points=2, title="prompt lookup: the continuation of an earlier match")
 
-HINT_Q1 = ("For n from min(max_ngram, len(seq) - 1) down to min_ngram: scan the starts i from len(seq) - n - 1 "
-           "down to 0 (latest first, always leaving a token after the match) for seq[i:i + n] == seq[-n:]; at the "
-           "first one found return seq[i + n:i + n + num_tokens]. When no n matches, return [].")
+HINT_Q1 = ("Prompt lookup prefers the longest tail that occurred before, and among its earlier occurrences the "
+           "latest; a match must leave a token after it, and no match gives no draft. See q1's text above, and "
+           "chapter 6, section 6.1 (Prompt lookup).")
 
 
 def check_lookup(f, seq, num_tokens, max_ngram, min_ngram=1, why=""):
@@ -59,7 +59,10 @@ def _(f):
     check_lookup(f, [4, 6, 2, 9, 4, 6], 5, 2, why="only 4 tokens follow the match at 0, the tail included")
 
 
-@lab.case("q1", "a longer match beats a later, shorter one", hint="Try the largest n first and stop at the first n that matches. " + HINT_Q1)
+@lab.case("q1", "a longer match beats a later, shorter one", hint=("A longer matching tail is better evidence "
+                                                                   "than a shorter one, wherever the shorter one"
+                                                                   " occurs. See q1's text above, and chapter 6,"
+                                                                   " section 6.1 (Prompt lookup)."))
 def _(f):
     check_lookup(f, [1, 2, 7, 3, 2, 8, 1, 2], 2, 2, why="[1, 2] matches at 0; [2] alone matches later, at 4")
 
@@ -73,9 +76,10 @@ def _(f):
 # TESTS q2
 lab.question("q2", "update_pool", points=2, title="the n-gram pool, fed by the Jacobi window")
 
-HINT_Q2 = ("For each column i in order: gram = [level[i] for level in levels] + [outputs[i]]; under key gram[0], "
-           "remove tuple(gram[1:]) if it is there, append it, and delete entry 0 while the list is longer than "
-           "per_key. Change the pool you are given; return nothing.")
+HINT_Q2 = ("Every column of the window gives one n-gram, filed under its first token; a key keeps its most "
+           "recent continuations, at most per_key of them, with no duplicate, and the pool you are given is the "
+           "one that changes. See q2's text above, and chapter 6, section 6.5 (Lookahead decoding: the window "
+           "and the n-gram pool).")
 
 
 def pool_of(ngram_pool):
@@ -143,7 +147,26 @@ def _(f):
                  why="(10, 11) was added first, so it goes when (2, 3) comes in")
 
 
-@lab.case("q2", "re-adding a stored continuation makes it the most recent and drops nothing", hint="If the continuation is already in the list, remove it before appending it. " + HINT_Q2)
+@lab.case("q2", "re-adding a stored continuation makes it the most recent and drops nothing", hint=("A continuat"
+                                                                                                    "ion seen "
+                                                                                                    "again "
+                                                                                                    "becomes the"
+                                                                                                    " most "
+                                                                                                    "recent one "
+                                                                                                    "under its "
+                                                                                                    "key, and "
+                                                                                                    "stays there"
+                                                                                                    " once. See "
+                                                                                                    "q2's text "
+                                                                                                    "above, and "
+                                                                                                    "chapter 6, "
+                                                                                                    "section 6.5"
+                                                                                                    " (Lookahead"
+                                                                                                    " decoding: "
+                                                                                                    "the window "
+                                                                                                    "and the "
+                                                                                                    "n-gram "
+                                                                                                    "pool)."))
 def _(f):
     check_update(f, [(1, 2, 3), (1, 4, 5)], [([[1], [2]], [3])], per_key=2)
     check_update(f, [(7, 2, 3), (7, 4, 5), (7, 6, 6)], [([[7, 7], [4, 2]], [5, 3])], per_key=3)
@@ -152,8 +175,8 @@ def _(f):
 # TESTS q3
 lab.question("q3", "lookahead_mask", points=2, title="the lookahead attention mask")
 
-HINT_Q3 = ("Start from an all-False (L*W, L*W) bool tensor; for each level l and slot i, row l * W + i gets True at "
-           "columns 0..i (level 0) and at columns m * W + i for m = 1..l.")
+HINT_Q3 = ("A window position sees the tokens before it on its own level's path and the same slot on every level"
+           " below it, nothing else. See q3's text above, and chapter 6, section 6.6 (One pass, one mask).")
 
 
 def check_mask(f, width, levels, why="", strict=False):
@@ -196,7 +219,10 @@ def _(f):
     check_mask(f, 4, 3, why="token (2, 1) sees (0, 0), (0, 1), (1, 1) and (2, 1)")
 
 
-@lab.case("q3", "a torch.bool tensor, as attention masks need", hint="Build it with torch.zeros(m, m, dtype=torch.bool).")
+@lab.case("q3", "a torch.bool tensor, as attention masks need", hint=("An attention mask here is a square "
+                                                                      "boolean tensor, True where a position may"
+                                                                      " attend. See q3's text above, and chapter"
+                                                                      " 6, section 6.6 (One pass, one mask)."))
 def _(f):
     check_mask(f, 2, 2, strict=True)
 
@@ -204,9 +230,8 @@ def _(f):
 # TESTS q4
 lab.question("q4", "candidate_tree", points=2, title="the pool's candidates as one token tree")
 
-HINT_Q4 = ("Keep a dict (parent node, token) -> node. For each candidate start at node = -1; for each token, if "
-           "(node, token) is not in the dict, append the token and node to tokens and parents and record the new "
-           "index; then move to that child.")
+HINT_Q4 = ("Candidates that share a prefix share its nodes: a token is a new node only where no child of the "
+           "current node already holds it. See q4's text above, and chapter 6, section 6.6 (One pass, one mask).")
 
 
 def check_tree(f, candidates, why=""):

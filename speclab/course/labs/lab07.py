@@ -43,8 +43,9 @@ def expect_pair(result, call, what):
 # TESTS q1
 lab.question("q1", "tree_from_choices", points=1, title="from medusa_choices to parents")
 
-HINT_Q1 = ("Sort the choices with key=lambda c: (len(c), c), number them in that order, and give each node the "
-           "index of c[:-1] as its parent (-1 when len(c) == 1); its rank is c[-1].")
+HINT_Q1 = ("Nodes are numbered by depth first, then in the order of their choices, so that a parent comes before"
+           " its children; a node's parent is the node of its choice minus the last rank. See the question's "
+           "text above, and chapter 7, section 7.4 (Trees and their buffers).")
 
 
 def check_choices(f, choices, why=""):
@@ -75,11 +76,12 @@ def _(f):
 # TESTS q2
 lab.question("q2", "tree_buffers", points=2, title="the buffers of a tree pass")
 
-HINT_MASK = ("Row 0 (the root) sees only itself; row i + 1 (node i) sees what its parent's row sees, plus itself. "
-             "Fill the rows in node order, since a parent comes before its children.")
-HINT_POS = "positions[0] = 0 for the root; node i sits at its depth: 1 + the depth of its parent (the root's is 0)."
-HINT_PATHS = ("A leaf is a node that is nobody's parent; walk from each leaf up through parents to -1, reverse, and "
-              "list the paths in the order of the leaves' indices.")
+HINT_MASK = ("In a tree pass a node attends to the root, its ancestors and itself, never to a sibling or a "
+             "cousin. See the question's text above, and chapter 7, section 7.4 (Trees and their buffers).")
+HINT_POS = ("A node's position is its depth in the tree, counted from the root at 0. See the question's text "
+            "above, and chapter 7, section 7.4 (Trees and their buffers).")
+HINT_PATHS = ("Each leaf defines one path, from the root's first child down to the leaf, listed in the order of "
+              "the leaves. See the question's text above, and chapter 7, section 7.4 (Trees and their buffers).")
 
 
 def buffers_of(f, parents):
@@ -154,9 +156,9 @@ def _(f):
 # TESTS q3
 lab.question("q3", "greedy_path", points=2, title="greedy path selection")
 
-HINT_Q3 = ("Start with node = -1 (the root). Look at the children of node in index order for one whose token equals "
-           "target_argmax[node + 1]; if there is one, append it and move to it; if not, return (path, "
-           "target_argmax[node + 1]).")
+HINT_Q3 = ("Greedy verification walks down from the root: at each node it moves to the child that holds the "
+           "target's choice there, and stops with the target's token where no child does. See q3's text above, "
+           "and chapter 7, section 7.5 (Greedy tree verification, traced).")
 
 
 def check_greedy(f, tokens, parents, target_argmax, why=""):
@@ -185,7 +187,14 @@ def _(f):
                  why="node 1 (token 6) is the root's match, node 4 (token 4) is node 1's, and node 4 is a leaf")
 
 
-@lab.case("q3", "a node whose parent was not accepted is never on the path", hint="Only the children of the node you are at are candidates: " + HINT_Q3)
+@lab.case("q3", "a node whose parent was not accepted is never on the path", hint=("Only the children of the "
+                                                                                   "node reached so far can "
+                                                                                   "extend the path, whatever "
+                                                                                   "tokens other branches hold. "
+                                                                                   "See q3's text above, and "
+                                                                                   "chapter 7, section 7.5 "
+                                                                                   "(Greedy tree verification, "
+                                                                                   "traced)."))
 def _(f):
     # node 2 (under node 0) carries the right token for the root's row, but node 0 misses
     check_greedy(f, [5, 6, 7], [-1, -1, 0], [7, 1, 7, 3])
@@ -195,9 +204,9 @@ def _(f):
 # TESTS q4
 lab.question("q4", "try_children", points=3, title="one node of multi-candidate rejection sampling")
 
-HINT_Q4 = ("For each child i in order: q = qs[i] (or a point mass on tokens[i] when qs is None); accept when "
-           "u[i] * q[x] < p[x] and return (i, None); otherwise p = normalise(max(0, p - q)) and try the next child. "
-           "After the last one return (None, p).")
+HINT_Q4 = ("The siblings face the acceptance test one after another; each rejection leaves a residual that the "
+           "next sibling is tested against, and after the last rejection the residual is what is returned. See "
+           "q4's text above, and chapter 7, section 7.6 (Multi-candidate rejection sampling).")
 
 
 def run_try(f, p, tokens, qs, u):
@@ -297,8 +306,9 @@ def _(f):
 
 
 @lab.case("q4", "statistics: two siblings drawn with replacement from q, the emitted token follows p",
-          hint="If the exact cases pass but this fails, check that every sibling uses the residual left by the ones "
-               "before it, and that the residual is returned after the last rejection.")
+          hint=("If the exact cases pass but this fails, check that every sibling uses the residual left by the "
+                "ones before it, and that the residual is returned after the last rejection. See q4's text "
+                "above, and chapter 7, section 7.6 (Multi-candidate rejection sampling)."))
 def _(f):
     p, q = dist([0.1, 0.2, 0.3, 0.4]), dist([0.4, 0.3, 0.2, 0.1])
     counts = emitted_counts(f, p, with_replacement(q, 2), n=3000, seed=1)

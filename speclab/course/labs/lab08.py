@@ -53,8 +53,9 @@ def because(why):
 lab.question("q1", "eagle_inputs", points=1,
              title="EAGLE's inputs: features shifted against tokens")
 
-HINT_Q1 = ("Pair t is (features[t], tokens[t + 1]) and must predict features[t + 1], "
-           "for t = 0 .. T-2: slices, one shifted against the other.")
+HINT_Q1 = ("Each training pair joins a position's feature with the token that follows it, and its target is the "
+           "next position's feature: the tokens are shifted one against the features. See q1's text above, and "
+           "chapter 8, section 8.1 (From tokens to features: the EAGLE-1 head).")
 NAMES_Q1 = ("next_tokens", "input_features", "target_features")
 ROW_TOKENS = torch.tensor([7, 3, 9, 4])
 ROW_FEATURES = torch.tensor([[0.0, 0.5], [1.0, 1.5], [2.0, 2.5], [3.0, 3.5]])
@@ -128,10 +129,9 @@ def _(f):
 # TESTS q2
 lab.question("q2", "expand_level", points=2, title="EAGLE-2: expand one level")
 
-HINT_Q2 = ("For each frontier node i in order, torch.topk(log_probs[i], top_k) gives "
-           "its children in rank order: list (frontier_scores[i] + log-probability, i, "
-           "token) for every one of them, then sort the whole list with key=lambda c: "
-           "-c[0] (Python's sort is stable: ties keep the listing order).")
+HINT_Q2 = ("Every frontier node offers its top_k tokens, each scored by its node's score plus the token's "
+           "log-probability; the level's candidates are all of them, best first, ties in listing order. See the "
+           "question's text above, and chapter 8, section 8.5 (EAGLE-2's dynamic tree).")
 
 
 def logs(rows):
@@ -194,9 +194,9 @@ def _(f):
 # TESTS q3
 lab.question("q3", "rerank", points=2, title="EAGLE-2: rerank into a tree")
 
-HINT_Q3 = ("Sort the node indices by (-scores[n], n) and keep the first "
-           "total_tokens; sort those back into node order; then give each kept node "
-           "the position of its parent in that list (-1 stays -1).")
+HINT_Q3 = ("The tree keeps the best-scored nodes, ties to the earlier node, in node order; a kept node's parent "
+           "is given by its place among the kept ones. See the question's text above, and chapter 8, section 8.5"
+           " (EAGLE-2's dynamic tree).")
 EXAMPLE_SCORES = [-0.1, -2.0, -0.4, -0.9, -2.3, -2.9, -0.6, -1.0, -1.4, -1.6]
 EXAMPLE_PARENTS = [-1, -1, 0, 0, 1, 1, 2, 3, 2, 3]
 
@@ -309,9 +309,9 @@ def _(f):
 # TESTS q4
 lab.question("q4", "eagle1_loss", points=3, title="one training step's loss")
 
-HINT_Q4 = ("smooth_l1_loss(predicted, truth) + ce_weight * ce, where ce = "
-           "-(p * log_q).sum(-1).mean() with p = softmax(truth @ W.T) (the target's "
-           "distribution, detached) and log_q = log_softmax(predicted @ W.T).")
+HINT_Q4 = ("EAGLE-1's loss is the feature regression plus a small weight times the cross-entropy of the head's "
+           "token distribution against the target's own distribution (soft labels, from the true features). See "
+           "q4's text above, and chapter 8, section 8.3 (Training the head).")
 W_SMALL = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 TRUTH_SMALL = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
 
@@ -376,8 +376,8 @@ def _(f):
 
 
 @lab.case("q4", "a 0-dim tensor whose gradient reaches predicted, as eagle_loss's does",
-          hint="Compute with torch operations only (no .item(), float() "
-          "or numpy), and return the tensor itself.")
+          hint=("Compute with torch operations only (no .item(), float() or numpy), and return the tensor "
+                "itself. See q4's text above, and chapter 8, section 8.3 (Training the head)."))
 def _(f):
     g = torch.Generator().manual_seed(24)
     weight, truth = torch.randn(7, 4, generator=g), torch.randn(5, 4, generator=g)
@@ -396,10 +396,9 @@ def _(f):
 # TESTS q5
 lab.question("q5", "unroll_mask", points=1, title="EAGLE-3's training-time-test mask")
 
-HINT_Q5 = ("Columns 0 .. n-1 (step 0) are the lower-triangular causal mask: row t sees "
-           "0 .. t. Each later block of n columns (steps 1 .. step) is an identity "
-           "matrix: row t sees only its own column t there. torch.cat the blocks along "
-           "dim=1.")
+HINT_Q5 = ("At step 0 each position attends causally; at each later step a position sees only its own column of "
+           "that step's block. See q5's text above, and chapter 8, section 8.6 (EAGLE-3: fused features and the "
+           "training-time test).")
 
 
 def check_unroll(f, n, step, why=""):

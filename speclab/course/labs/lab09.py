@@ -34,8 +34,9 @@ def because(why):
 # TESTS q1
 lab.question("q1", "next_k", points=2, title="transformers' heuristic K schedule")
 
-HINT_Q1 = ("If drafted == 0, return k as it is; if accepted == drafted (every drafted token "
-           "kept), return min(k_max, k + 2); otherwise return max(1, k - 1).")
+HINT_Q1 = ("transformers' heuristic grows K by two after a round that kept every draft, shrinks it by one (never"
+           " below 1) after any rejection, caps it at k_max, and leaves it alone when nothing was drafted. See "
+           "the question's text above, and chapter 9, section 9.4 (How many tokens to draft: adaptive K).")
 
 
 def check_step(f, k, drafted, accepted, k_max, why=""):
@@ -84,10 +85,9 @@ def _(f):
 # TESTS q2
 lab.question("q2", "draft_with_stop", points=3, title="the confidence stop")
 
-HINT_Q2 = ("Loop k times: logits = next_logits(list(drafted)); draw the token with "
-           "int(speclab.sample(speclab.logits_to_probs(logits, temperature), generator)) and "
-           "append it; then, if threshold is not None and "
-           "torch.softmax(logits, -1).max() < threshold, break.")
+HINT_Q2 = ("Each step drafts a token from the served distribution with the generator, and the round stops after "
+           "the first token whose raw confidence is below the threshold; no threshold, no stop. See the "
+           "question's text above, and chapter 9, section 9.4 (How many tokens to draft: adaptive K).")
 
 
 def row(top, token, vocab=6):
@@ -213,9 +213,9 @@ def _(f):
 # TESTS q3
 lab.question("q3", "choose_exit_layer", points=2, title="where should the target exit?")
 
-HINT_Q3 = ("For each E in sorted(alphas), compute theory.speedup(alphas[E], k, costs[E], "
-           "verify_cost), and keep the E with the highest; replace it only when strictly "
-           "higher, so that a tie keeps the smaller E.")
+HINT_Q3 = ("Compare the exits by their modelled speedup at this K; a tie keeps the shallower exit. See the "
+           "question's text above, and chapter 9, sections 9.1 and 9.2 (the first layers as a draft, and in the "
+           "loop).")
 MIDDLE_ALPHAS = {4: 0.3, 8: 0.45, 12: 0.78, 16: 0.82, 20: 0.88}
 MIDDLE_COSTS = {e: round(0.02 + e / 24, 4) for e in MIDDLE_ALPHAS}
 
@@ -286,9 +286,9 @@ def _(f):
 # TESTS q4
 lab.question("q4", "best_plan", points=2, title="exit layer and K together")
 
-HINT_Q4 = ("Try every E in sorted(alphas) and every K in range(1, k_max + 1); keep the "
-           "first (E, K) with the highest theory.speedup(alphas[E], K, costs[E], "
-           "verify_cost); return it if that speedup is above 1, else None.")
+HINT_Q4 = ("Every exit with every K from 1 to k_max competes by modelled speedup, ties to the first in order; a "
+           "plan that does not beat the target alone is no plan. See the question's text above, and chapter 9, "
+           "sections 9.1 and 9.2 (the first layers as a draft, and in the loop).")
 TRAINED_ALPHAS = {4: 0.6, 8: 0.7, 12: 0.93, 16: 0.95}  # a 32-layer target trained for exits
 TRAINED_COSTS = {e: round(0.02 + e / 32, 4) for e in TRAINED_ALPHAS}
 
