@@ -32,6 +32,7 @@ import contextlib
 import csv
 from dataclasses import dataclass, field
 import json
+import math
 import os
 from pathlib import Path
 import secrets
@@ -51,6 +52,12 @@ from speclab.packaged import cache_root
 
 RESULT_MARK = "@@speclab-grade@@"
 CELL_TIMEOUT_S = 30  # one cell of a submission: an endless loop in an ungraded demo cell is interrupted here
+# The limits above (a cell, a case, the whole run) are wall-clock times for a host with a core to spare. A host
+# that is busy (other submissions graded side by side, a class's worth of jobs, CI beside them) gives each process
+# a share of a core, and a correct answer would run out of time: solved lab 12 once scored 13.5% that way. So
+# before each submission the grader measures the host's load (`load_factor`: how much longer than its own CPU time
+# a CPU-bound loop takes right now) and stretches every limit by it, up to MAX_LOAD_FACTOR.
+MAX_LOAD_FACTOR = 8.0
 
 _RUNNER = r"""
 import sys
@@ -213,6 +220,18 @@ def detect_lab(path: Path, known: Iterable[str]) -> str | None:
     return next((lab for lab in sorted(known, key=len, reverse=True) if lab in path.stem.lower()), None)
 
 
+def load_factor(cpu_seconds: float = 0.2) -> float:
+    """How many times longer than its CPU time a CPU-bound loop takes on this host now: 1 with a core to spare,
+    about (runnable threads / cores) on a busy host, at most MAX_LOAD_FACTOR. Costs cpu_seconds of CPU."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    x = 0
+    while time.process_time() - cpu < cpu_seconds:
+        for i in range(20000):
+            x += i * i
+    spent_cpu, spent_wall = time.process_time() - cpu, time.perf_counter() - wall
+    return round(min(MAX_LOAD_FACTOR, max(1.0, spent_wall / max(spent_cpu, 1e-9))), 2)
+
+
 @dataclass
 class Grade:
     submission: str
@@ -221,6 +240,7 @@ class Grade:
     seconds: float = 0.0
     questions: dict[str, tuple[float, float]] = field(default_factory=dict)  # qid -> (earned, points)
     flags: list[str] = field(default_factory=list)  # answers borrowed rather than written (speclab.course.borrowing)
+    load: float = 1.0  # the host's load factor when it was graded: every time limit was stretched by it
 
     @property
     def score(self) -> float:
@@ -230,10 +250,15 @@ class Grade:
 def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], timeout: float,
               isolation: Isolation, executed_dir: Path | None = None, threads: int | None = None,
               cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S,
-              answers: dict[str, str] | None = None) -> Grade:
+              answers: dict[str, str] | None = None, scale_to_load: bool = True) -> Grade:
     """Run the submission in its own kernel (for the learner's outputs), then judge the functions it defines
-    (`speclab.course.judge`), then write its feedback notebook: one for every readable submission."""
+    (`speclab.course.judge`), then write its feedback notebook: one for every readable submission. With
+    scale_to_load, every limit is stretched by the host's load factor, measured first (`load_factor`)."""
     grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
+    if scale_to_load:
+        grade.load = load_factor()
+        timeout, case_limit = timeout * grade.load, case_limit * grade.load
+        cell_timeout = int(math.ceil(cell_timeout * grade.load))
     start = time.perf_counter()
     try:
         nb = _prepare(path)
@@ -360,7 +385,7 @@ def _judge(lab: str, tests: str, cells: list[str], env: dict[str, str], worker_i
 def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 300, source: str | Path | None = None,
                  lab: str | None = None, jobs: int = 1, executed_dir: str | Path | None = None,
                  network: bool = False, cell_timeout: int = CELL_TIMEOUT_S,
-                 case_limit: float = CASE_TIME_LIMIT_S) -> list[Grade]:
+                 case_limit: float = CASE_TIME_LIMIT_S, scale_to_load: bool = True) -> list[Grade]:
     """Grade every .ipynb under `submissions` (checkpoints skipped) and write the CSV. Returns the rows."""
     source_dir = Path(source) if source is not None else find_root() / "labs" / "source"
     labs = {p.stem: p for p in sorted(source_dir.glob("lab*.ipynb"))}
@@ -390,7 +415,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         if which is None:
             return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
         return grade_one(path, which, tests[which], points[which], timeout, isolation, keep, threads, cell_timeout,
-                         case_limit, answers[which])
+                         case_limit, answers[which], scale_to_load)
 
     if jobs > 1:
         with ThreadPoolExecutor(jobs) as pool:
@@ -406,14 +431,14 @@ def write_csv(grades: list[Grade], out_csv: str | Path, isolation: Isolation = I
     with open(out_csv, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["submission", "lab", "score", "max_score", "percent", *qids, "status", "seconds", "network",
-                    "files", "flags"])
+                    "files", "flags", "load"])
         network, files = isolation.describe()
         for g in grades:
             maximum = sum(p for _, p in g.questions.values())
             percent = round(100 * g.score / maximum, 1) if maximum else 0.0
             cells = [f"{g.questions[q][0]:.2f}" if q in g.questions else "" for q in qids]
             w.writerow([g.submission, g.lab, f"{g.score:.2f}", f"{maximum:g}", f"{percent:g}", *cells, g.status,
-                        g.seconds, network, files, "; ".join(g.flags)])
+                        g.seconds, network, files, "; ".join(g.flags), f"{g.load:g}"])
 
 
 # ================================================================ command line
@@ -438,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--executed", default=None, help="also save each executed notebook here, with the feedback "
                    "in its last cell (fit to hand back: it holds no hidden check)")
     g.add_argument("--allow-network", action="store_true", help="do not cut the network of submissions")
+    g.add_argument("--fixed-limits", action="store_true", help="do not stretch the time limits by the host's load "
+                   "(measured before each submission; the CSV's load column)")
     args = parser.parse_args(argv)
     if args.command == "build":
         if args.check:
@@ -452,13 +479,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     grades = grade_folder(args.submissions, args.out, args.timeout, args.source, args.lab, args.jobs,
                           args.executed, network=args.allow_network, cell_timeout=args.cell_timeout,
-                          case_limit=args.case_timeout)
+                          case_limit=args.case_timeout, scale_to_load=not args.fixed_limits)
     network, files = detect_isolation(network=not args.allow_network).describe()
     print(f"network of submissions: {network}; their files: {files}")
     for gr in grades:
         maximum = sum(p for _, p in gr.questions.values())
         flagged = f"; flagged: {'; '.join(gr.flags)}" if gr.flags else ""
-        print(f"{gr.submission}: {gr.lab or '?'} {gr.score:.2f}/{maximum:g} ({gr.status}, {gr.seconds} s{flagged})")
+        loaded = f", limits x{gr.load:g} for the host's load" if gr.load > 1 else ""
+        print(f"{gr.submission}: {gr.lab or '?'} {gr.score:.2f}/{maximum:g} ({gr.status}, {gr.seconds} s{loaded}{flagged})")
     print(f"wrote {args.out}")
     return 0
 
