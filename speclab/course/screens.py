@@ -34,8 +34,9 @@ OVERFLOW_JS = """(() => {
   const wider = e => e.scrollWidth > e.clientWidth + 2 || e.getBoundingClientRect().right > window.innerWidth + 2;
   const all = sel => [...main.querySelectorAll(sel)];
   // text or maths past the window's edge (inline elements have no clientWidth: their box's edge counts)
+  // (a cell of a table that scrolls in its own box is counted with the tables)
   const cut = all('p, li, dd, figcaption, mjx-container')
-      .filter(e => e.getBoundingClientRect().right > window.innerWidth + 2);
+      .filter(e => !e.closest('table') && e.getBoundingClientRect().right > window.innerWidth + 2);
   return JSON.stringify({page_scrolls: document.documentElement.scrollWidth > window.innerWidth + 2,
       code_scrolls: all('pre').filter(wider).length,       // code and printed output: scrolls in its own box
       tables_scroll: all('table').filter(wider).length,
@@ -148,8 +149,12 @@ class Page:
             time.sleep(0.2)
         self.evaluate("window.MathJax && MathJax.startup ? MathJax.startup.promise.then(() => 1) : 1")
         report = json.loads(self.evaluate(OVERFLOW_JS))
-        shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                         clip={"x": 0, "y": 0, "width": width, "height": report["height"], "scale": 1})
+        # the window made as tall as the page, so the capture resizes nothing (captureBeyondViewport does, and
+        # the theme's layout shifts sideways while it does)
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=report["height"], deviceScaleFactor=1,
+                  mobile=width < 600)
+        self.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+        shot = self.call("Page.captureScreenshot", format="png")
         out.write_bytes(base64.b64decode(shot["data"]))
         return report
 
