@@ -58,6 +58,10 @@ CELL_TIMEOUT_S = 30  # one cell of a submission: an endless loop in an ungraded 
 # before each submission the grader measures the host's load (`load_factor`: how much longer than its own CPU time
 # a CPU-bound loop takes right now) and stretches every limit by it, up to MAX_LOAD_FACTOR.
 MAX_LOAD_FACTOR = 8.0
+# From this load on, the submission's kernel, answer worker and judge run torch on one thread: on a busy host its
+# threads spin while they wait for each other, and a 48-token generation of lab 2's bundled pair took 40 s of CPU
+# (330 s of wall time) on two threads against 0.8 s on one.
+BUSY = 1.5
 
 _RUNNER = r"""
 import sys
@@ -255,10 +259,13 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
     (`speclab.course.judge`), then write its feedback notebook: one for every readable submission. With
     scale_to_load, every limit is stretched by the host's load factor, measured first (`load_factor`)."""
     grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
+    fixed_threads = "OMP_NUM_THREADS" in os.environ  # the instructor's own choice stands
     if scale_to_load:
         grade.load = load_factor()
         timeout, case_limit = timeout * grade.load, case_limit * grade.load
         cell_timeout = int(math.ceil(cell_timeout * grade.load))
+        if grade.load > BUSY and not fixed_threads:  # torch's threads spin waiting for a core a busy host lacks
+            threads = 1
     start = time.perf_counter()
     try:
         nb = _prepare(path)
