@@ -2,12 +2,18 @@
 pages keep in view only the speclab calls that teach."""
 from __future__ import annotations
 
+import ast
 import inspect
+import io
 import textwrap
+import tokenize
 
+import torch
+import torch.nn.functional as F
 from matplotlib.figure import Figure
 import matplotlib.pyplot as plt
 
+from speclab.fast_model import rotate_half
 from speclab.measure.bench import BenchRow, round_costs
 
 PARTS = ("matrix products", "attention", "generated kernels", "other operators", "framework")
@@ -148,11 +154,30 @@ def width_steps(workload: dict) -> dict[int, float]:
     return {w: v / ms[1] for w, v in ms.items()}
 
 
-def show_source(obj, width: int = 84) -> None:
-    """Print `obj`'s source, dedented, a line longer than `width` folded at a space onto an indented
-    next line (marked with a trailing backslash), so that it fits the book's column."""
+def trimmed(source: str, docstrings: bool = True, comments: bool = True) -> str:
+    """`source` without its docstrings and/or its comments (the blank lines they leave dropped)."""
+    drop = set()
+    if not docstrings:
+        for node in ast.walk(ast.parse(source)):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                    and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                drop.update(range(body[0].lineno, body[0].end_lineno + 1))
+    lines = source.splitlines()
+    if not comments:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                row, col = tok.start
+                lines[row - 1] = lines[row - 1][:col].rstrip()
+    return "\n".join(line for i, line in enumerate(lines, 1) if i not in drop and line.strip())
 
-    for line in textwrap.dedent(inspect.getsource(obj)).rstrip().splitlines():
+
+def show_source(obj, width: int = 84, docstrings: bool = True, comments: bool = True) -> None:
+    """Print `obj`'s source, dedented (without docstrings or comments when told), a line longer than
+    `width` folded at a space onto an indented next line (marked with a trailing backslash), so that it
+    fits the book's column."""
+    source = trimmed(textwrap.dedent(inspect.getsource(obj)).rstrip(), docstrings, comments)
+    for line in source.splitlines():
         if len(line) <= width:
             print(line)
             continue
@@ -160,6 +185,26 @@ def show_source(obj, width: int = 84) -> None:
         parts = textwrap.wrap(line, width - 2, subsequent_indent=indent, drop_whitespace=True,
                               break_long_words=False, break_on_hyphens=False)
         print(" \\\n".join(parts))
+
+
+def attention(self, layer, h, slots, cos, sin, mask, end):
+    """speclab.fast_model.FastLlama.attention for one sequence in cache row 0, uncompiled, with the
+    branches for a batch and for compiled few-row passes left out: section 10.2's listing. `self` is
+    the FastLlama; tests/course/chapters/test_ch10.py checks that both give the same."""
+    n, d = h.shape[1], self.head_dim
+    qk, v = self.linear(h, layer.qkv).split([(self.heads + self.kv_heads) * d,
+                                             self.kv_heads * d], dim=-1)
+    qk = qk.view(1, n, -1, d).transpose(1, 2)   # (1, heads + kv_heads, n, d)
+    qk = qk * cos + rotate_half(qk) * sin       # q and k rotated in one call
+    q, k = qk.split([self.heads, self.kv_heads], dim=1)
+    v = v.view(1, n, -1, d).transpose(1, 2)
+    keys, values = layer.keys[:1], layer.values[:1]   # this sequence's cache row
+    keys.index_copy_(2, slots[0], k)                  # written at its slots, in place
+    values.index_copy_(2, slots[0], v)
+    o = F.scaled_dot_product_attention(               # reads every slot up to `end`;
+        q, keys[:, :, :end], values[:, :, :end],      # the mask says which each sees
+        attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
+    return self.linear(o.transpose(1, 2).reshape(1, n, -1), layer.out)
 
 
 def records_table(records: dict[str, dict]) -> tuple[list[list], list[str]]:

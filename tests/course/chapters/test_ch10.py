@@ -49,3 +49,40 @@ def test_show_source_folds_long_lines(capsys):
         return 1
     ch10.show_source(f, width=40)
     assert all(len(line) <= 40 for line in capsys.readouterr().out.splitlines())
+
+
+def test_the_one_sequence_attention_listing_is_the_fast_paths_attention():
+    import torch
+
+    import speclab
+    from speclab.fast_model import FastLlama
+
+    target = speclab.load_pair()[0]
+    torch.manual_seed(0)
+    n, end = 5, 7
+    outs, caches = [], []
+    for listing in (False, True):
+        fast = FastLlama(target, max_len=16)
+        layer = fast.layers[0]
+        h = torch.randn(1, n, target.config.hidden_size, generator=torch.Generator().manual_seed(1))
+        slots = torch.arange(2, 2 + n).view(1, n)
+        cos, sin = fast.cos[slots].unsqueeze(1), fast.sin[slots].unsqueeze(1)
+        sees = torch.ones(n, end, dtype=torch.bool).tril(diagonal=end - n).view(1, 1, n, end)
+        with torch.no_grad():
+            if listing:
+                outs.append(ch10.attention(fast, layer, h, slots, cos, sin, sees, end))
+            else:
+                outs.append(fast.attention(layer, h, slots, cos, sin, sees, end, None))
+        caches.append(layer.keys.clone())
+    assert torch.allclose(outs[0], outs[1]) and torch.equal(caches[0], caches[1])
+
+
+def test_show_source_can_leave_out_docstrings_and_comments(capsys):
+    def f(x):
+        """A docstring."""
+        # a comment line
+        return x  # a trailing comment
+    ch10.show_source(f, docstrings=False, comments=False)
+    assert capsys.readouterr().out.splitlines() == ["def f(x):", "    return x"]
+    ch10.show_source(f, docstrings=False)
+    assert "docstring" not in capsys.readouterr().out
