@@ -8,6 +8,12 @@ from speclab.measure import batching
 from speclab.methods import eagle
 
 METHODS_KEYS = {"draft model": "dm", "prompt lookup": "pl", "eagle chain": eagle.NAME}
+LABELS = {"eagle chain": "EAGLE chain"}   # how the page names a record's method; the rest as recorded
+
+
+def label(method: str) -> str:
+    """A record's method as the page names it ("eagle chain" -> "EAGLE chain")."""
+    return LABELS.get(method, method)
 
 
 def pass_costs(record: dict) -> dict[int, dict[int, float]]:
@@ -72,14 +78,14 @@ def sweep_text(record: dict) -> str:
     """The sweep's summary: target-only tokens/s and each method's best speedup (its K) by batch size."""
     methods = list(record["summary"])
     base = {r["batch"]: r["tokens_per_s"] for r in record["rows"] if r["method"] == "target-only"}
-    lines = ["batch  target tok/s  " + "  ".join(f"{m:>15s}" for m in methods)]
+    lines = ["batch  target tok/s  " + "  ".join(f"{label(m):>15s}" for m in methods)]
     for b in record["batch_sizes"]:
         s = [record["summary"][m] for m in methods]
         lines.append(f"{b:5d}  {base[b]:12.0f}  " + "  ".join(
             f"{x['best_speedup'][str(b)]:8.2f}x K={x['best_k'][str(b)]}" for x in s))
     lines.append("speculation stops paying from batch:")
     for m in methods:
-        lines.append(f"  {m}: {record['summary'][m]['crossover_measured'] or 'never (to 64)'}")
+        lines.append(f"  {label(m)}: {record['summary'][m]['crossover_measured'] or 'never (to 64)'}")
     return "\n".join(lines)
 
 
@@ -112,12 +118,12 @@ def plot_sweep(record: dict):
             picked = [r for r in rows if r["method"] == m and r["k"] == k]
             ax.plot([r["batch"] for r in picked], [r["speedup"] for r in picked], "o-", ms=3, label=f"K={k}")
         pred = record["summary"][m]["predicted_best"]
-        ax.plot(sizes, [pred[str(b)] for b in sizes], "k:", label="model")
+        ax.plot(sizes, [pred[str(b)] for b in sizes], "k:", label="rounds model (11.4)")
         ax.axhline(1, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_xticks(sizes, [str(b) for b in sizes], fontsize=9)
         ax.minorticks_off()
-        ax.set_title(m, fontsize=10)
+        ax.set_title(label(m), fontsize=10)
         ax.set_xlabel("batch size")
     axes[0].set_ylabel("speedup over target-only")
     handles, labels = axes[0].get_legend_handles_labels()
@@ -132,18 +138,18 @@ def models_text(record: dict) -> str:
     lines = ["best-K speedup      batch" + "".join(f"{b:>6d}" for b in sizes)]
     for m in record["summary"]:
         s = record["summary"][m]
-        for label, key in (("measured", "best_speedup"), ("rounds model", "predicted_best"),
+        for what, key in (("measured", "best_speedup"), ("rounds model", "predicted_best"),
                            ("naive model", "naive_best")):
-            lines.append(f"{m:14s}{label:>15s}" + "".join(f"{s[key][str(b)]:6.2f}" for b in sizes))
+            lines.append(f"{label(m):14s}{what:>15s}" + "".join(f"{s[key][str(b)]:6.2f}" for b in sizes))
     lines.append("alpha at batch 1 (calibration): "
-                 + ", ".join(f"{m} {a:.2f}" for m, a in record["alpha"].items()))
+                 + ", ".join(f"{label(m)} {a:.2f}" for m, a in record["alpha"].items()))
     lines.append("largest tail (rounds the batch ran / rounds its rows needed):")
-    lines.append("  " + ", ".join(f"{m} {max(r['tail'] for r in record['rows'] if r['method'] == m):.2f}"
+    lines.append("  " + ", ".join(f"{label(m)} {max(r['tail'] for r in record['rows'] if r['method'] == m):.2f}"
                                   for m in record["summary"]))
     lines.append("crossover (measured, rounds model, naive model):")
     for m, s in record["summary"].items():
         said = [str(s[k] or "none") for k in ("crossover_measured", "crossover_predicted", "crossover_naive")]
-        lines.append(f"  {m}: " + ", ".join(said))
+        lines.append(f"  {label(m)}: " + ", ".join(said))
     return "\n".join(lines)
 
 
@@ -154,14 +160,18 @@ def model_numbers(record: dict) -> dict[str, float | str]:
     dm, big = summary["draft model"], str(max(sizes))
     cal = {r["batch"]: r["tokens_per_s"] for r in record["calibration_rows"] if r["method"] == "target-only"}
     timed = {r["batch"]: r["tokens_per_s"] for r in rows if r["method"] == "target-only"}
-    err = max(abs(summary[m]["predicted_best"][str(b)] / summary[m]["best_speedup"][str(b)] - 1)
-              for m in summary for b in sizes if b >= 8)
+    errors = {(m, b): summary[m]["predicted_best"][str(b)] / summary[m]["best_speedup"][str(b)] - 1
+              for m in summary for b in sizes if b >= 8}
+    worst = max(errors, key=lambda c: abs(errors[c]))
+    err = abs(errors[worst])
     return {"naive_dm_64": dm["naive_best"][big], "measured_dm_64": dm["best_speedup"][big],
             "max_tail_dm": max(r["tail"] for r in rows if r["method"] == "draft model"),
             "cal_target_b1": cal[1], "timed_target_b1": timed[1],
             "rounds_dm_1": dm["predicted_best"]["1"], "measured_dm_1": dm["best_speedup"]["1"],
             "rounds_pl_cross": str(summary["prompt lookup"]["crossover_predicted"]),
-            "rounds_err_large": err,
+            "rounds_err_large": err, "rounds_err_method": label(worst[0]), "rounds_err_batch": worst[1],
+            "rounds_err_pred": summary[worst[0]]["predicted_best"][str(worst[1])],
+            "rounds_err_meas": summary[worst[0]]["best_speedup"][str(worst[1])],
             "naive_over_all": all(summary[m]["naive_best"][str(b)] > summary[m]["best_speedup"][str(b)]
                                   for m in summary for b in sizes),
             "crossovers_agree": all(s["crossover_predicted"] == s["crossover_measured"] for s in summary.values())}
@@ -200,22 +210,53 @@ def policy_analysis(record: dict) -> tuple[str, dict]:
     return "\n".join(lines), out
 
 
-POLICY_HEADER = ["batch", *METHODS_KEYS]
+POLICY_HEADER = ["method", "batch", "policy's K", "its speedup", "best fixed K", "fixed K = 4"]
 
 
 def policy_table(record: dict) -> list[list]:
-    """11.5's table: a row per batch size, a column per method holding the policy's K and, in the timed
-    rows, the policy's speedup, the best fixed K's and fixed K = 4's ('off' where the policy's K is 0)."""
-    summary, out = record["summary"], []
-    for b in record["batch_sizes"]:
-        row = [b]
-        for m in METHODS_KEYS:
-            s, key = summary[m], str(b)
+    """11.5's table: a row per (method, batch size) with the policy's K ('off' for K = 0) and, in the
+    timed rows, its speedup, the best fixed K's speedup (that K) and fixed K = 4's."""
+    out = []
+    for m in METHODS_KEYS:
+        s = record["summary"][m]
+        for b in record["batch_sizes"]:
+            key = str(b)
             k = s["policy_k"][key]
-            row.append(f"{k if k else 'off'}: {s['policy_speedup'][key]:.2f} / {s['best_speedup'][key]:.2f} / "
-                       f"{s['k4_speedup'].get(key, float('nan')):.2f}")
-        out.append(row)
+            out.append([label(m), b, k if k else "off", f"{s['policy_speedup'][key]:.2f}x",
+                        f"{s['best_speedup'][key]:.2f}x (K={s['best_k'][key]})",
+                        f"{s['k4_speedup'].get(key, float('nan')):.2f}x"])
     return out
+
+
+def margin_changes(record: dict, margin: float) -> list[dict]:
+    """The (method, batch size) cells where a policy that takes the smallest K within `margin` of the
+    fastest on the calibration rows picks another K than the record's policy (the fastest there): each
+    with both picks and what they ran at in the timed rows (K = 0: 1.0x), beside the best fixed K in
+    hindsight (11.3's table)."""
+    summary, sizes = record["summary"], record["batch_sizes"]
+    methods = list(summary)
+    cal_rows = batching.rows_from_dicts(record["calibration_rows"])
+    by_margin = batching.measured_policy(cal_rows, methods, tie=margin)
+    timed = {(r["method"], r["batch"], r["k"]): r["speedup"] for r in record["rows"]}
+    out = []
+    for m in methods:
+        for b in sizes:
+            k_margin, k_policy = by_margin[m][b], summary[m]["policy_k"][str(b)]
+            if k_margin != k_policy:
+                out.append({"method": m, "batch": b,
+                            "margin_k": k_margin, "margin_x": timed[m, b, k_margin] if k_margin else 1.0,
+                            "policy_k": k_policy, "policy_x": summary[m]["policy_speedup"][str(b)],
+                            "best_k": summary[m]["best_k"][str(b)], "best_x": summary[m]["best_speedup"][str(b)]})
+    return out
+
+
+def margin_text(changes: list[dict], record: dict) -> str:
+    """margin_changes as lines: the margin's pick, the policy's pick, the best fixed K in hindsight."""
+    lines = [f"{label(c['method'])}, batch {c['batch']}: margin K={c['margin_k']} {c['margin_x']:.2f}x;"
+             f" policy K={c['policy_k']} {c['policy_x']:.2f}x; hindsight best K={c['best_k']} {c['best_x']:.2f}x"
+             for c in changes]
+    cells = len(record["summary"]) * len(record["batch_sizes"])
+    return "\n".join(lines + [f"the margin changed {len(changes)} of {cells} choices (timed rows' speedups)"])
 
 
 def round_parts(record: dict, method: str = "eagle chain", batch: int = 64, k: int = 4) -> dict[str, float]:
@@ -225,29 +266,33 @@ def round_parts(record: dict, method: str = "eagle chain", batch: int = 64, k: i
             "ex3_round_ms": r["draft_ms"] + r["verify_ms"]}
 
 
+LATENCY_HEADER = ["batch", "method", "ITL p95 (ms)", "ITL mean (ms)", "K", "tok/s"]
+
+
 def latency_rows(record: dict, batches: tuple[int, ...] = (1, 8, 64)) -> list[list]:
-    """Rows of the latency table: batch, method, its best K (0 for target-only), tokens/s, the mean and the
-    95th percentile of the inter-token gap (ms)."""
+    """Rows of the latency table (LATENCY_HEADER): batch, method, the 95th percentile and the mean of the
+    inter-token gap (ms), its best K (0 for target-only), tokens/s."""
     out = []
     for b in batches:
         for m in ["target-only"] + list(record["summary"]):
             k = 0 if m == "target-only" else record["summary"][m]["best_k"][str(b)]
             r = next(r for r in record["rows"] if r["method"] == m and r["batch"] == b and r["k"] == k)
-            out.append([b, m, k, round(r["tokens_per_s"]), round(r["itl_mean_ms"], 1), round(r["itl_p95_ms"], 1)])
+            out.append([b, label(m), round(r["itl_p95_ms"], 1), round(r["itl_mean_ms"], 1), k,
+                        round(r["tokens_per_s"])])
     return out
 
 
 def latency_checks(table: list[list]) -> dict[str, float | bool]:
     """From latency_rows: whether every speculative row has a lower mean gap and a higher p95 than
-    target-only at its batch size, and EAGLE's chain against target-only at the largest batch."""
+    target-only at its batch size, and the EAGLE chain against target-only at the largest batch."""
     base = {row[0]: row for row in table if row[1] == "target-only"}
     spec = [row for row in table if row[1] != "target-only"]
     big = max(base)
-    eagle = next(row for row in table if row[0] == big and row[1] == "eagle chain")
-    return {"mean_lower_all": all(row[4] < base[row[0]][4] for row in spec),
-            "p95_higher_all": all(row[5] > base[row[0]][5] for row in spec),
-            "itl_target_64": base[big][4], "p95_target_64": base[big][5],
-            "itl_eagle_64": eagle[4], "p95_eagle_64": eagle[5], "p95_ratio_64": eagle[5] / base[big][5]}
+    eagle = next(row for row in table if row[0] == big and row[1] == label("eagle chain"))
+    return {"mean_lower_all": all(row[3] < base[row[0]][3] for row in spec),
+            "p95_higher_all": all(row[2] > base[row[0]][2] for row in spec),
+            "itl_target_64": base[big][3], "p95_target_64": base[big][2],
+            "itl_eagle_64": eagle[3], "p95_eagle_64": eagle[2], "p95_ratio_64": eagle[2] / base[big][2]}
 
 
 def fallback_ratio(load_record: dict) -> dict[str, float]:

@@ -36,7 +36,9 @@ def test_checks_and_numbers():
 
 def test_latency_and_fallback():
     rows = ch11.latency_rows(RECORD, (1, 64))
-    assert len(rows) == 8 and rows[0][1] == "target-only" and rows[0][2] == 0
+    assert len(rows) == 8 and rows[0][1] == "target-only" and rows[0][4] == 0
+    assert all(len(r) == len(ch11.LATENCY_HEADER) for r in rows)
+    assert ch11.LATENCY_HEADER[2].startswith("ITL p95")   # next to the method: visible on a phone
     lat = ch11.latency_checks(rows)
     assert lat["p95_eagle_64"] > 0
     fallback = ch11.fallback_ratio(read_record("12_load_test"))
@@ -53,10 +55,35 @@ def test_figures_draw():
 
 def test_policy_table_and_exercise_numbers():
     rows = ch11.policy_table(RECORD)
-    assert len(rows) == len(RECORD["batch_sizes"]) and all(len(r) == len(ch11.POLICY_HEADER) for r in rows)
-    assert any("off" in cell for row in rows for cell in row[1:])   # prompt lookup switched off somewhere
+    cells = len(RECORD["batch_sizes"]) * len(ch11.METHODS_KEYS)
+    assert len(rows) == cells and all(len(r) == len(ch11.POLICY_HEADER) for r in rows)
+    assert any(row[2] == "off" for row in rows)   # prompt lookup switched off somewhere
+    first = rows[0]   # draft model at batch 1: the policy's K, its speedup, the best fixed K's, K = 4's
+    s = RECORD["summary"]["draft model"]
+    assert first[:3] == ["draft model", 1, s["policy_k"]["1"]]
+    assert first[4] == f"{s['best_speedup']['1']:.2f}x (K={s['best_k']['1']})"
     numbers = ch11.cost_numbers(RECORD)
     assert 1 < numbers["min_over_roof"] <= numbers["pass64_5_over_roof"]
     assert 1 < numbers["ex1_b16"] < numbers["ex1_b64"] < 2
     parts = ch11.round_parts(RECORD)
     assert parts["ex3_round_ms"] == parts["ex3_draft_ms"] + parts["ex3_verify_ms"] > 0
+
+
+def test_margin_changes_compare_both_picks_with_the_hindsight_best():
+    changes = ch11.margin_changes(RECORD, 0.03)
+    summary = RECORD["summary"]
+    for c in changes:
+        s = summary[c["method"]]
+        assert c["margin_k"] != c["policy_k"] == s["policy_k"][str(c["batch"])]
+        assert c["best_x"] == s["best_speedup"][str(c["batch"])] >= c["policy_x"]
+        assert c["margin_x"] == 1.0 if c["margin_k"] == 0 else c["margin_x"] > 0
+    assert ch11.margin_changes(RECORD, 0.0) == []   # no margin: the policy itself
+    text = ch11.margin_text(changes, RECORD)
+    assert all(len(line) <= 100 for line in text.splitlines()) and "hindsight" in text
+
+
+def test_pages_name_the_eagle_chain_one_way():
+    assert ch11.label("eagle chain") == "EAGLE chain" and ch11.label("draft model") == "draft model"
+    assert "EAGLE chain" in ch11.sweep_text(RECORD) and "eagle chain" not in ch11.models_text(RECORD)
+    model = ch11.model_numbers(RECORD)
+    assert model["rounds_err_large"] == abs(model["rounds_err_pred"] / model["rounds_err_meas"] - 1)
