@@ -580,3 +580,39 @@ def test_the_sandbox_leaves_only_the_submissions_folder_writable(tmp_path):
     assert "refused" in run.stdout and not Path("/tmp/speclab-sandbox-probe").exists()   # /tmp: read-only
     assert "remounted" not in run.stdout and "secret" in run.stdout           # /dev/shm: its own
     assert not Path("/dev/shm/speclab-sandbox-probe").exists()               # and gone with it
+
+
+# ---------------------------------------------------------------- a stated rule, checked alike in the notebook and the grader
+COPYING = {  # an answer that is right but for the in-place rule: it writes into a copy of the cache
+    "lab10": ("write_kv", "_solved_write_kv = write_kv\n\n\ndef write_kv(cache, new_k, new_v, start):\n"
+              "    cache['keys'], cache['values'] = cache['keys'].clone(), cache['values'].clone()\n"
+              "    return _solved_write_kv(cache, new_k, new_v, start)\n", "q1"),
+    "lab11": ("batched_attention", "_solved_attention = batched_attention\n\n\n"
+              "def batched_attention(cache, q, k, v, lengths):\n"
+              "    cache['keys'], cache['values'] = cache['keys'].clone(), cache['values'].clone()\n"
+              "    return _solved_attention(cache, q, k, v, lengths)\n", "q3"),
+}
+
+
+@pytest.mark.parametrize("lab", sorted(COPYING))
+def test_the_in_place_rule_fails_the_same_case_in_the_notebook_and_in_the_grader(lab):
+    """Lab 10 q1 and lab 11 q3 ask for a cache written in place. A copying answer fails the same public case first
+    in the learner's notebook (the public checks, in process) and in the judge (the answer in its own worker,
+    the tensors coming back through the answer wire), and loses points there."""
+    from speclab.course.judge import judge
+
+    name, code, qid = COPYING[lab]
+    nb = submissions.solved(lab)
+    nb.cells.insert(len(nb.cells) - 1, new_code_cell(code))
+    ns = solved_answers(lab, keep=True)
+    exec(compile(code, f"<{lab} copying>", "exec"), ns)
+    public = Lab(lab, time_limit=None)  # the checks a learner's notebook runs: speclab/course/labs/labNN.py
+    public.load_public()
+    first = public.run(qid, ns).first_failure
+    assert first is not None and first.name.startswith("in place"), first
+    tests = checks_source(nbformat.read(submissions.ROOT / "labs" / "source" / f"{lab}.ipynb", as_version=4), hidden=True)
+    result = judge(lab, tests, [c.source for c in nb.cells if c.cell_type == "code"], case_limit=120)
+    question = result["questions"][qid]
+    assert question["earned"] < question["points"], result["questions"]
+    assert f"First failing check: {first.name}" in result["feedback"].split(f"· {name}")[1], result["feedback"]
+    assert all(q["earned"] == q["points"] for other, q in result["questions"].items() if other != qid)
