@@ -10,7 +10,9 @@ For lab authors: a test cell (or a public-check file) declares questions with `l
 cases with `@lab.case`. A case receives the learner's answer and calls `expect(condition, message)` or one
 of the helpers (`expect_equal`, `expect_close`, `expect_allclose`, `expect_distribution`), with a message
 that says what happened in the learner's terms (`show`, `unfinished`). Each case runs with its own seed,
-with what the learner's code prints captured, and under a time limit.
+with what the learner's code prints captured, and under a time limit. What a case compares with comes from
+`lab.expected(name, ...)` (`Expected`): the references stay in the source's hidden cells, and the public
+checks get the values they gave on the public cases, so no public check hands out a ready-made answer.
 
 The instructor's tools live elsewhere: `speclab.course.labbuild` writes the learner versions and public-check
 files from the sources, and `speclab.course.grading` grades a folder of submissions.
