@@ -38,3 +38,27 @@ def pair():
 @pytest.fixture()
 def prompt():
     return torch.tensor([5, 17, 42, 8, 23, 61, 7, 30])
+
+
+# The files whose tests take longest, longest first (each runs on one worker: --dist loadfile). pytest-xdist
+# hands out files in collection order (pyproject.toml's addopts turn off its own reordering by test count), so
+# these start first and no long file is handed out last, to one worker while the other has nothing left.
+# The rest follow, most tests first (xdist's own order). What each of these spends its time on: the grader's
+# fixtures (kernels for every solved lab, the attack and fenced submissions), torch.compile's graphs on a CPU
+# (cold inductor cache: minutes), the book build, 1250-sample chi-square checks.
+SLOWEST_FILES = ["tests/course/test_labs.py", "tests/course/test_grading.py", "tests/test_batched_decoding.py",
+                 "tests/test_runner.py", "tests/methods/test_layer_step.py", "tests/course/test_book.py",
+                 "tests/test_lossless.py", "book/12_serving_engines.ipynb"]
+
+
+def pytest_collection_modifyitems(config, items):
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
+
+    def rank(item):
+        path = item.nodeid.split("::")[0]
+        first = SLOWEST_FILES.index(path) if path in SLOWEST_FILES else len(SLOWEST_FILES)
+        return first, -counts[path], path
+
+    items[:] = sorted(items, key=rank)  # stable: a file's tests keep their order
