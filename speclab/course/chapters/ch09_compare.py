@@ -1,5 +1,6 @@
-"""Section 9.6's figure: a chat record's speeds by category, one marker per method, called in one line
-from the page (chapter 9's other helpers are in ch09).
+"""Section 9.6's helpers: a chat record's speeds by category as a figure, one marker per method, and a
+live run's output coloured by who drafted it, each called in one line from the page (chapter 9's other
+helpers are in ch09).
 
     from speclab.course.chapters import ch09, ch09_compare
     speeds = ch09.by_category(ch09.bench_rows("smollm2_lookup_first.json"))
@@ -7,9 +8,14 @@ from the page (chapter 9's other helpers are in ch09).
 """
 from __future__ import annotations
 
+import html
+
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import HTML
 from matplotlib.figure import Figure
+
+from speclab.course.notebook import output_html
 
 WIDTH = 7.5    # inches: the book's 780-pixel column
 FONT = 9       # points: the smallest text a figure uses
@@ -46,3 +52,19 @@ def category_figure(speeds: dict[tuple[str, str], tuple], labels: dict[str, str]
               frameon=False)
     fig.tight_layout()
     return fig
+
+
+def sources_of(drafter) -> list[str] | None:
+    """Who drafted each round that drafted, for a drafter that records it (lookup_first's "lookup" or
+    "drafter" for its first sequence), else None."""
+    return getattr(drafter, "sources", {}).get(0)
+
+
+def run_html(name: str, result, tokenizer, sources: list[str] | None = None):
+    """One speculative run as HTML: a caption (tokens a round, rounds, how many lookup drafted) over its
+    output, each token coloured by who produced it (speclab.course.notebook.output_html)."""
+    st = result.stats
+    caption = f"<b>{html.escape(name)}</b>: {st.mean_tokens_per_round:.2f} tokens a round over {st.rounds} rounds"
+    if sources:
+        caption += f"; lookup drafted {sources.count('lookup')} of the {len(sources)}"
+    return HTML(f"<p>{caption}</p>" + output_html(result.trace, tokenizer, sources))

@@ -30,3 +30,19 @@ def test_category_figure_refuses_a_method_without_a_speed_and_too_many_methods()
     many = {(str(i), "qa"): (1.0, None) for i in range(9)}
     with pytest.raises(ValueError):
         ch09_compare.category_figure(many, {str(i): str(i) for i in range(9)})
+
+
+def test_run_html_captions_a_live_run_with_who_drafted():
+    import speclab
+
+    target, _, tokenizer, _ = speclab.load_pair()
+    ids = tokenizer("class Error(Exception):", return_tensors="pt").input_ids
+    drafter = speclab.load_drafter("lookup_first", target, drafter="eagle3")
+    result = speclab.speculative_generate(target, drafter, ids, max_new_tokens=12)
+    sources = ch09_compare.sources_of(drafter)
+    assert sources and set(sources) <= {"lookup", "drafter"}
+    page = ch09_compare.run_html("mixed", result, tokenizer, sources).data
+    assert f"over {result.stats.rounds} rounds" in page and f"of the {len(sources)}" in page
+    plain = speclab.load_drafter("eagle3", target)
+    assert ch09_compare.sources_of(plain) is None
+    assert "lookup drafted" not in ch09_compare.run_html("head", result, tokenizer).data
