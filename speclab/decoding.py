@@ -345,9 +345,3 @@ def settle(seq: Sequence_, proposal: Draft, logits: torch.Tensor, cached: int, r
                            None if chain else path))
     return path
 
-
-def __getattr__(name: str):
-    """`speclab.decoding.ModelDrafter`, the draft-model drafter, read from its method module on first use."""
-    if name == "ModelDrafter":
-        return import_module(f"{REGISTRY}.draft_model").ModelDrafter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,6 +11,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 import speclab.decoding as decoding
 from speclab import Draft, Drafter, generate, speculative_generate
 from speclab.measure.acceptance import chi_square_pvalue
+from speclab.methods.draft_model import ModelDrafter
 from speclab.runner import ModelRunner
 from speclab.sampling import sample
 from tests.conftest import tiny_model
@@ -100,7 +101,7 @@ def test_a_chain_written_as_a_tree_is_a_chain(pair, prompt):
 
     class ExplicitChain(Drafter):
         def __init__(self):
-            self.inner = decoding.ModelDrafter(draft_model)
+            self.inner = ModelDrafter(draft_model)
 
         def start(self, p):
             self.inner.start(p)

@@ -27,7 +27,10 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from speclab.course.checks import Lab, literal
 
 TEST_HEADER = re.compile(r"^#\s*(HIDDEN\s+)?TESTS\b")
 IGNORE_HEADER = re.compile(r"^##\s*Ignore\s*##")
@@ -141,8 +144,6 @@ def expected_module(source_nb, lab: str) -> str | None:
     """The recorded expected values of the lab's public cases (None when its checks use no reference): every
     public case runs on the solutions with the references of the hidden cells, and each `lab.expected(...)`
     call's value is written out, with what the reference wrote into its arguments."""
-    from speclab.course.checks import Lab, literal
-
     checker = Lab(lab, public_tests=False, time_limit=None)
     checker.load_tests(checks_source(source_nb, hidden=True), f"<{lab} tests>")
     if not checker.expected.refs:
@@ -172,7 +173,6 @@ def same_expected(a: str, b: str) -> bool:
         return scope["VALUES"]
 
     def close(x, y) -> bool:
-        import torch
         if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
             return (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
                     and x.dtype == y.dtype and bool(torch.allclose(x.double(), y.double(), atol=1e-6, rtol=1e-6,

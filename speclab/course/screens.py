@@ -23,6 +23,8 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import websocket  # websocket-client, which Jupyter installs
+
 from speclab.packaged import cache_root
 
 MATHJAX_VERSION = "3.2.2"
@@ -101,7 +103,6 @@ class Page:
     """One Chromium tab over the DevTools protocol: commands, and MathJax served from disk."""
 
     def __init__(self, ws_url: str, es5: Path):
-        import websocket  # websocket-client, installed with Jupyter
         self.ws, self.es5, self.next_id = websocket.create_connection(ws_url, timeout=60), es5, 0
         self.call("Page.enable")
         self.call("Fetch.enable", patterns=[{"urlPattern": "*mathjax*"}])
