@@ -57,9 +57,11 @@ def execute(pages, timeout: int) -> int:
     for path in chosen:
         start = time.perf_counter()
         nb = nbformat.read(path, as_version=4)
-        # no widget state kept: the book would load the widget scripts for a slider it cannot drive
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=False,
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
+        # no widget state kept: the book would load the widget scripts for a slider it cannot drive (and
+        # nbclient's store_widget_state=False fails on a widget that captures output: chapter 4's slider)
+        nb.metadata.pop("widgets", None)
         nbformat.write(nb, path)
         print(f"{path.relative_to(bookstats.ROOT)}: executed in {time.perf_counter() - start:.0f} s", flush=True)
     return 0
