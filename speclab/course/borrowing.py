@@ -12,6 +12,12 @@ read of the instructor sources (`labs/source`).
 from __future__ import annotations
 
 import ast
+import threading
+
+# The grader grades submissions in threads (grade_folder's jobs); CPython 3.11 converts a parsed tree to
+# Python objects with one recursion counter an interpreter, which two threads' ast.parse calls corrupt
+# ("AST constructor recursion depth mismatch", python/cpython#106905), so parsing takes turns.
+PARSE_LOCK = threading.Lock()
 
 CHECK_MODULES = ("speclab.course.labs", "speclab.course.answers", "speclab.course.judge")
 # what a notebook's Lab holds beside check() and score(): the recorded values and the cases, with their globals
@@ -49,7 +55,8 @@ def borrowed(cells: list[str], answers: dict[str, str]) -> list[str]:
     trees = []
     for cell in cells:
         try:
-            trees.append(ast.parse(cell))
+            with PARSE_LOCK:
+                trees.append(ast.parse(cell))
         except SyntaxError:
             continue   # a cell that does not parse (a magic left in, a typo) binds nothing here
     module = ast.Module(body=[stmt for tree in trees for stmt in tree.body], type_ignores=[])
