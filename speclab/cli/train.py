@@ -33,6 +33,22 @@ from speclab.train.tuning import CANDIDATES, PROMPTS, choose_eagle_tree
 TARGET_HELP = ("target model: a local directory (the bundled one is speclab/pairs/stdlib/target), a hub id, or a "
                "converted pair's name (smollm2)")
 DRAFT = REGISTRY[draft_model.NAME]  # the draft command's registry entry
+CONVERSATIONS_HELP = ("chat presets: how many of out/chat_conversations.pt's conversations to train on (the "
+                      "target answers any missing, continuing the same stream); without --steps, the preset's steps "
+                      "scale with them, so every data point trains the same steps per conversation")
+
+
+def steps_for(preset, conversations: int | None, steps: int | None, base_steps: int) -> int | None:
+    """--steps, or the preset's base_steps scaled to `conversations` (same steps per conversation), or None
+    (the preset's own) when neither is given."""
+    if steps is not None or conversations is None:
+        return steps
+    if preset.corpus != "chat" or not preset.conversations:
+        raise ValueError("--conversations applies to a chat preset (smollm2, smollm2-everyday); this preset "
+                         f"trains on {preset.corpus} rows")
+    if conversations < 1:
+        raise ValueError(f"--conversations must be at least 1, got {conversations}")
+    return max(1, round(base_steps * conversations / preset.conversations))
 
 HELP = """Train the course's bundled pair (a tokenizer, a target, and a draft distilled from the target), and
 drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, exit adapters.
@@ -130,6 +146,7 @@ def add_head_commands(sub) -> None:
             cmd.add_argument("--inputs", choices=EAGLE_INPUTS, default="feature+token", help="what the head "
                              "reads (the EAGLE paper's ablation; chapter 8): feature+token (EAGLE), or a head "
                              "that is only measured: feature (no token) or token (no feature)")
+        cmd.add_argument("--conversations", type=int, help=CONVERSATIONS_HELP)
         cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to "
                          "resume")
         cmd.add_argument("--install", action="store_true", help=install_help("head", method, "it"))
@@ -148,9 +165,7 @@ def add_shared_draft_command(sub) -> None:
     cmd.add_argument("--layers", type=int, help="decoder layers, from the target's first (default 2)")
     cmd.add_argument("--draft-vocab", type=int, help="output rows: the N tokens most frequent in the training rows")
     cmd.add_argument("--steps", type=int, help="override the preset's training steps")
-    cmd.add_argument("--conversations", type=int, help="chat conversations the target answers for the training "
-                     "rows (the preset's 640 take about 35 min on 2 CPU cores); more continue the same stream, "
-                     "from where out/chat_conversations.pt stops")
+    cmd.add_argument("--conversations", type=int, help=CONVERSATIONS_HELP)
     cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
     cmd.add_argument("--install", action="store_true", help="when done, copy the draft into the target's pair "
                      "folder (speclab/pairs/<pair>/draft), where load_pair finds it")
@@ -275,8 +290,11 @@ def run_medusa(args) -> None:
 
 
 def run_head(args) -> None:
+    preset = EAGLE_PRESETS[args.preset]
+    base_steps = {1: preset.steps, 3: preset.eagle3_steps, None: preset.mtp_steps}[args.version]
+    steps = steps_for(preset, args.conversations, args.steps, base_steps)
     common = dict(preset=args.preset, device=args.device, seed=args.seed, stop_after_minutes=args.stop_after_minutes,
-                  steps=args.steps, generated=args.generated)
+                  steps=steps, generated=args.generated, conversations=args.conversations)
     if args.version is None:
         if args.inputs != "feature+token":
             raise ValueError(f"inputs must be one of {EAGLE_INPUTS} (EAGLE-1 only), got {args.inputs!r}")
@@ -342,8 +360,9 @@ def run_exit(args) -> None:
 def run_shared_draft(args) -> None:
     report = train_shared_draft(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
                                 stop_after_minutes=args.stop_after_minutes, layers=args.layers,
-                                draft_vocab=args.draft_vocab, steps=args.steps,
-                                conversations=args.conversations)
+                                draft_vocab=args.draft_vocab, conversations=args.conversations,
+                                steps=steps_for(SHARED_PRESETS[args.preset], args.conversations, args.steps,
+                                                SHARED_PRESETS[args.preset].steps))
     last = report["log"]["evals"][-1]
     print(f"shared-draft: held-out loss {last['heldout_loss']:.4f}, top-1 agreement with the target "
           f"{last['heldout_top1']:.3f}; the draft vocabulary holds {report['draft_vocab']['heldout_coverage']:.1%} "
