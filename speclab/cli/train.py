@@ -14,6 +14,7 @@ from speclab.methods.eagle import describe_tree
 from speclab.models import CONVERTED_PAIRS
 from speclab.packaged import ensure_converted
 from speclab.train.answers import self_answers
+from speclab.train.data import scaled_steps
 from speclab.train.eagle import EAGLE_INPUTS, EAGLE_PRESETS, train_eagle
 from speclab.train.eagle import METHODS as EAGLE
 from speclab.train.exit import EXIT_PRESETS, train_exit
@@ -27,6 +28,8 @@ from speclab.train.pair import PRESETS, install_pair, train_draft, train_pair
 from speclab.train.parallel_draft import PRESETS as PARD_PRESETS
 from speclab.train.parallel_draft import train_parallel_draft
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
+from speclab.train.scaling import POINTS as SCALE_POINTS
+from speclab.train.scaling import scale
 from speclab.train.shared_draft import train_shared_draft
 from speclab.train.tuning import CANDIDATES, PROMPTS, choose_eagle_tree
 
@@ -37,18 +40,6 @@ CONVERSATIONS_HELP = ("chat presets: how many of out/chat_conversations.pt's con
                       "target answers any missing, continuing the same stream); without --steps, the preset's steps "
                       "scale with them, so every data point trains the same steps per conversation")
 
-
-def steps_for(preset, conversations: int | None, steps: int | None, base_steps: int) -> int | None:
-    """--steps, or the preset's base_steps scaled to `conversations` (same steps per conversation), or None
-    (the preset's own) when neither is given."""
-    if steps is not None or conversations is None:
-        return steps
-    if preset.corpus != "chat" or not preset.conversations:
-        raise ValueError("--conversations applies to a chat preset (smollm2, smollm2-everyday); this preset "
-                         f"trains on {preset.corpus} rows")
-    if conversations < 1:
-        raise ValueError(f"--conversations must be at least 1, got {conversations}")
-    return max(1, round(base_steps * conversations / preset.conversations))
 
 HELP = """Train the course's bundled pair (a tokenizer, a target, and a draft distilled from the target), and
 drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, exit adapters.
@@ -64,6 +55,8 @@ drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, 
                                         # a draft reading SmolLM2's embeddings, over a draft vocabulary
     python -m speclab train answers --target smollm2 --out runs/smollm2-scale --conversations 14000
                                         # the target's own chat answers, batched on the fast path (resumable)
+    python -m speclab train scale --target smollm2 --stream runs/smollm2-scale --points 1400,4000,14000
+                                        # EAGLE-3 head and draft on the first N of those answers, each N
     python -m speclab train eagle-tree --target smollm2 --head speclab/pairs/smollm2/eagle3 --prompts chat
                                         # EAGLE-2's settings for a trained head, timed on this machine
 
@@ -221,6 +214,21 @@ def add_answers_command(sub) -> None:
     cmd.set_defaults(run=run_answers)
 
 
+def add_scale_command(sub) -> None:
+    cmd = sub.add_parser("scale", help="the EAGLE-3 head and the shared-embedding draft trained on the first N "
+                         "conversations of `train answers`' stream, at several N (a data-scaling curve; resumable)")
+    cmd.add_argument("--target", required=True, help=TARGET_HELP)
+    cmd.add_argument("--stream", type=Path, required=True, help="the --out of `train answers`; each point trains "
+                     "in STREAM/cN/, the curve goes to STREAM/curve.json")
+    cmd.add_argument("--points", default=",".join(map(str, SCALE_POINTS)),
+                     type=lambda text: [int(n) for n in text.split(",")], help="conversations at each point "
+                     f"(default {','.join(map(str, SCALE_POINTS))}: about 0.35M, 1M and 3.5M tokens)")
+    cmd.add_argument("--preset", choices=sorted(set(EAGLE_PRESETS) & set(SHARED_PRESETS)), default="smollm2-everyday")
+    cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
+    cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+    cmd.set_defaults(run=run_scale)
+
+
 def add_eagle_tree_command(sub) -> None:
     cmd = sub.add_parser("eagle-tree", help="time EAGLE-2's settings for a trained EAGLE head on this machine and "
                          "write the fastest, greedy and sampled, to its tree.json (what train eagle and eagle3 run "
@@ -250,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_shared_draft_command(sub)
     add_parallel_draft_command(sub)
     add_answers_command(sub)
+    add_scale_command(sub)
     add_eagle_tree_command(sub)
     return parser
 
@@ -292,7 +301,7 @@ def run_medusa(args) -> None:
 def run_head(args) -> None:
     preset = EAGLE_PRESETS[args.preset]
     base_steps = {1: preset.steps, 3: preset.eagle3_steps, None: preset.mtp_steps}[args.version]
-    steps = steps_for(preset, args.conversations, args.steps, base_steps)
+    steps = scaled_steps(preset, args.conversations, args.steps, base_steps)
     common = dict(preset=args.preset, device=args.device, seed=args.seed, stop_after_minutes=args.stop_after_minutes,
                   steps=steps, generated=args.generated, conversations=args.conversations)
     if args.version is None:
@@ -341,6 +350,14 @@ def run_answers(args) -> None:
           f"record: {args.out / 'answers.json'}")
 
 
+def run_scale(args) -> None:
+    curve = scale(args.target, args.stream, args.points, args.preset, args.device, args.stop_after_minutes, args.pair)
+    for p in curve["points"]:
+        print(f"{p['conversations']:>6} conversations, {p['tokens']:>9,} tokens: EAGLE-3 top-1 by position "
+              f"{p['head']['heldout_top1_by_step']}, draft top-1 {p['draft']['heldout_top1']}")
+    print(f"curve: {args.stream / 'curve.json'}; time each point with its 'bench' command")
+
+
 def run_eagle_tree(args) -> None:
     choose_tree(args.target, args.head, args.device, prompts=args.prompts, candidate_set=args.candidates,
                 num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats)
@@ -361,7 +378,7 @@ def run_shared_draft(args) -> None:
     report = train_shared_draft(args.target, args.out, preset=args.preset, device=args.device, seed=args.seed,
                                 stop_after_minutes=args.stop_after_minutes, layers=args.layers,
                                 draft_vocab=args.draft_vocab, conversations=args.conversations,
-                                steps=steps_for(SHARED_PRESETS[args.preset], args.conversations, args.steps,
+                                steps=scaled_steps(SHARED_PRESETS[args.preset], args.conversations, args.steps,
                                                 SHARED_PRESETS[args.preset].steps))
     last = report["log"]["evals"][-1]
     print(f"shared-draft: held-out loss {last['heldout_loss']:.4f}, top-1 agreement with the target "

@@ -39,6 +39,19 @@ def choose_preset(presets: Mapping, name: str, overrides: Mapping):
     return type(base)(**{**asdict(base), **{k: v for k, v in overrides.items() if v is not None}})
 
 
+def scaled_steps(m, conversations: int | None, steps: int | None, base_steps: int) -> int | None:
+    """`steps` if given; else preset m's base_steps scaled to `conversations` (the same steps per
+    conversation as the preset: the points of a data-scaling curve train one recipe); else None."""
+    if steps is not None or conversations is None:
+        return steps
+    if getattr(m, "corpus", None) != "chat" or not m.conversations:
+        raise ValueError("--conversations applies to a chat preset (smollm2, smollm2-everyday); this preset "
+                         f"trains on {getattr(m, 'corpus', 'library')} rows")
+    if conversations < 1:
+        raise ValueError(f"--conversations must be at least 1, got {conversations}")
+    return max(1, round(base_steps * conversations / m.conversations))
+
+
 # ---------------------------------------------------------------- tokenizer and corpus
 def train_tokenizer(texts: list[str], vocab_size: int, out: Path) -> PreTrainedTokenizerFast:
     """Byte-level BPE (the GPT-2 recipe) with one special token, id 0, used as EOS and padding."""

@@ -1,0 +1,95 @@
+"""How a chat target's drafters grow with data: the EAGLE-3 head and the shared-embedding draft trained on
+the first N conversations of one stream of the target's own answers (speclab.train.answers), at several
+N, with the same recipe and the same steps per conversation at every N (data.scaled_steps).
+
+    python -m speclab train scale --target smollm2 --stream runs/smollm2-scale --points 1400,4000,14000
+
+Each point is frozen into stream/cN/ (the stream's first N conversations and its passage material,
+copied, so a point stays what it was while the stream grows), trained there, and summed up in
+stream/curve.json. The held-out rows of a point are its own last twentieth (chat_data.chat_rows); the
+speeds come from `bench` on the workloads' chat prompts, which no training request shares
+(chat_data.check_disjoint): curve.json names that command for each point.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from speclab.devices import pick_device
+from speclab.train.data import hardware, scaled_steps
+from speclab.train.eagle import EAGLE_PRESETS, train_eagle
+from speclab.train.eagle import METHODS as EAGLE
+from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
+from speclab.train.shared_draft import train_shared_draft
+
+POINTS = (1400, 4000, 14000)  # 0.35M, 1M and 3.5M tokens of SmolLM2's answers (issue 67)
+STREAM_FILES = ("chat_conversations.pt", "everyday_material.pt")
+
+
+def freeze_point(stream: Path, n: int) -> Path:
+    """stream/cN/ holding the stream's first n conversations (and its passage material); a ValueError
+    naming the command that answers more when the stream holds fewer."""
+    state = torch.load(stream / STREAM_FILES[0])
+    have = len(state["conversations"])
+    if have < n:
+        raise ValueError(f"{stream} holds {have} conversations, not {n}: let `python -m speclab train answers "
+                         f"--out {stream} --conversations {n}` answer the rest first")
+    point = stream / f"c{n}"
+    point.mkdir(exist_ok=True)
+    frozen = point / STREAM_FILES[0]
+    if not frozen.exists():
+        kept = {**state, "conversations": state["conversations"][:n]}
+        # the counts of the whole stream do not describe the first n: a point's tokens are counted from its rows
+        kept.pop("answer_tokens", None), kept.pop("answer_seconds", None)
+        kept["seconds"] = state["seconds"] * n / have
+        torch.save(kept, frozen)
+    if (stream / STREAM_FILES[1]).exists() and not (point / STREAM_FILES[1]).exists():
+        shutil.copy(stream / STREAM_FILES[1], point / STREAM_FILES[1])
+    return point
+
+
+def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyday", device: str | None = None,
+                stop_after_minutes: float | None = None, pair: str | None = None) -> dict:
+    """Both drafters trained on the first n conversations (resumable: each trainer checkpoints in cN/);
+    returns the point's summary (point_summary)."""
+    point = freeze_point(stream, n)
+    eagle, draft = EAGLE_PRESETS[preset], SHARED_PRESETS[preset]
+    train_eagle(target, point, preset, device=device, version=3, conversations=n,
+                steps=scaled_steps(eagle, n, None, eagle.eagle3_steps), stop_after_minutes=stop_after_minutes)
+    train_shared_draft(target, point, preset, device=device, conversations=n,
+                       steps=scaled_steps(draft, n, None, draft.steps), stop_after_minutes=stop_after_minutes)
+    return point_summary(point, pair or target)
+
+
+def point_summary(point: Path, pair: str = "smollm2") -> dict:
+    """What a trained point measured on its held-out rows, and the bench command that times it."""
+    head_dir = point / EAGLE[3].bundled
+    head = json.loads((head_dir / "record.json").read_text())
+    draft = json.loads((point / "draft" / "record.json").read_text())
+    last_head, last_draft = head["log"]["evals"][-1], draft["log"]["evals"][-1]
+    return {"conversations": head["chat"]["conversations"], "tokens": head["chat"]["tokens"],
+            "head": {"steps": last_head["step"], "heldout_top1_by_step": last_head["heldout_top1_by_step"],
+                     "train_minutes": round(head["log"]["seconds"] / 60, 1)},
+            "draft": {"steps": last_draft["step"], "heldout_top1": last_draft["heldout_top1"],
+                      "train_minutes": round(draft["log"]["seconds"] / 60, 1)},
+            "bench": (f"python -m speclab bench --pair {pair} --workload chat --num-prompts 2 --max-new-tokens 64 "
+                      "--methods 'speclab target-only,speclab speculative,speclab eagle3,speclab eagle3-chain' "
+                      f"--k-sweep 1,2,3,4 --{EAGLE[3].weights_flag} {head_dir} --draft {point / 'draft'} "
+                      f"--fast static --json {point / 'bench.json'}")}
+
+
+def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-everyday", device: str | None = None,
+          stop_after_minutes: float | None = None, pair: str | None = None) -> dict:
+    """Every point trained in turn (those the stream cannot yet supply are said aloud and skipped);
+    writes and returns stream/curve.json. `pair`: the target's pair name, for the bench commands."""
+    curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)), "points": []}
+    for n in sorted(points):
+        try:
+            curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair))
+        except ValueError as err:
+            print(f"point {n}: {err}")
+    (stream / "curve.json").write_text(json.dumps(curve, indent=1) + "\n")
+    return curve
