@@ -15,18 +15,14 @@ from speclab.cli.main import command_line, command_parser
 from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, layer_skip_setting, load,
                                  lookahead_setting, prompts_for, require_draft, weights_given)
 from speclab.devices import cpu_name, gpu_name
-from speclab.measure.bench import (FAST, METHODS, REFERENCE_METHODS, default_methods, format_table, lesson_methods,
-                                   model_check,
-                                   prepare_fast_paths, run_bench)
+from speclab.measure.bench import (FAST, REFERENCE_METHODS, TARGET_ONLY, bench_methods, default_methods,
+                                   draft_model_row, format_table, lesson_methods, model_check, needs_draft_model,
+                                   prepare_fast_paths, row_label, run_bench)
 from speclab.measure import batching
 from speclab.measure.profiling import gemv_bandwidth_gbs, matmul_gflops, parameter_bytes
 from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
-from speclab.methods import by_bench_row
 from speclab.methods.ngram import MATCH_CHOICES
 from speclab.runner import FAST_MODES, context_length, enable_fast_path, fast_paths
-
-NEEDS_DRAFT_MODEL = ("hf assisted",)  # transformers' assisted generation drafts with the pair's draft model
-
 
 def build_parser() -> argparse.ArgumentParser:
     b = command_parser("bench")
@@ -50,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "give a row each, side by side")
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
     b.add_argument("--methods", "--method", dest="methods", default=None,
-                   help="comma-separated subset of: " + ", ".join(METHODS) + " (default: the lesson, target-only against "
+                   help="comma-separated subset of: " + ", ".join(bench_methods()) + " (default: the lesson, target-only against "
                    "the draft model, prompt lookup, Medusa, both EAGLE heads and transformers' two, where they fit the "
                    "target; --all for every row); "
                    "and, only when named, " + ", ".join(REFERENCE_METHODS) + " (Arctic Inference's suffix decoding: "
@@ -191,12 +187,6 @@ def print_settings(args, target, draft, device, workload: str, num_prompts: int)
           f"lookahead W,N,G {settings}")
 
 
-def needs_draft_model(row: str) -> bool:
-    """Whether a bench row drafts with the pair's draft model (the draft-model rows, transformers' assisted)."""
-    method = by_bench_row(row)
-    return row in NEEDS_DRAFT_MODEL or (method is not None and method.uses_draft_model(row))
-
-
 def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
     """--methods, or every row that fits the target; without a draft model (a pair whose draft is not
     trained yet) the rows that draft with one are left out, said above each table, and asking for one by
@@ -228,11 +218,12 @@ def bench_rows(args, target, draft, prompts, paths, tok) -> list:
     weights = weights_given(args)
     methods = methods_to_run(args, target, draft, weights)
     return run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
-                     repeats=args.repeats, weights=weights, lookahead=args.lookahead, lookup_k=args.lookup_k,
-                     lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
-                     adaptive_k=args.adaptive_k, confidence_thresholds=args.confidence_threshold, paths=paths,
-                     block=args.block, time_alone=True, eos_token_id=stop_token(args, tok),
-                     progress=lambda line: print("  " + line, file=sys.stderr, flush=True))
+                     repeats=args.repeats, weights=weights, paths=paths, block=args.block, time_alone=True,
+                     eos_token_id=stop_token(args, tok),
+                     progress=lambda line: print("  " + line, file=sys.stderr, flush=True),
+                     lookahead=args.lookahead, lookup_k=args.lookup_k, lookup_choices=args.lookup_choose,
+                     layer_skip=args.layer_skip, k_sweep=args.k_sweep, adaptive_k=args.adaptive_k,
+                     confidence_thresholds=args.confidence_threshold)
 
 
 def summary_of(args, device, workload: str, rows: list) -> dict:
@@ -255,7 +246,7 @@ def check_model(args, target, draft, rows: list, suffix: str = "") -> dict:
     model timed by itself beside the loop, prompt by prompt), so the loop against alone compares ms with
     ms measured in the same minutes, at the same contexts."""
     by_name = {r.method: r for r in rows}
-    base, spec = by_name.get("speclab target-only" + suffix), by_name.get("speclab speculative" + suffix)
+    base, spec = by_name.get(TARGET_ONLY + suffix), by_name.get(draft_model_row() + suffix)
     if not (base and spec and spec.has_drafts):
         return {}
     if spec.alone_ms is None:
@@ -285,19 +276,18 @@ def check_model(args, target, draft, rows: list, suffix: str = "") -> dict:
 
 def print_paths(rows: list) -> None:
     """The two paths side by side: the fast path's own ratios, and its target-only against the eager one."""
-    fast = [r for r in rows if r.method.endswith(FAST)]
+    fast = [r for r in rows if r.row.fast]
     print("on the fast path (speedups over target-only on the fast path):")
-    print(format_table(fast, baseline="speclab target-only" + FAST))
+    print(format_table(fast, baseline=TARGET_ONLY + FAST))
     by_name = {r.method: r for r in rows}
-    eager_base, fast_base = by_name.get("speclab target-only"), by_name.get("speclab target-only" + FAST)
+    eager_base, fast_base = by_name.get(TARGET_ONLY), by_name.get(TARGET_ONLY + FAST)
     if eager_base is None or fast_base is None:
         return
-    best = {label: max((r for r in rows if r.method.endswith(FAST) == on_fast and r.method.startswith("speclab")),
+    best = {label: max((r for r in rows if r.row.fast == on_fast and r.row.engine == "speclab"),
                        key=lambda r: r.tokens_per_s) for label, on_fast in (("eager", False), ("fast", True))}
     print(f"target-only: fast path {fast_base.tokens_per_s:.1f} tok/s against eager {eager_base.tokens_per_s:.1f} "
           f"({fast_base.tokens_per_s / eager_base.tokens_per_s:.2f}x); best speclab row: "
-          + "; ".join(f"{label} {r.method.removeprefix('speclab ')} {r.tokens_per_s:.1f} tok/s"
-                      for label, r in best.items()))
+          + "; ".join(f"{label} {row_label(r.method)} {r.tokens_per_s:.1f} tok/s" for label, r in best.items()))
 
 
 def prompt_count(args, workload: str) -> int:
@@ -315,7 +305,7 @@ def bench_workload(args, target, draft, tok, device, workload: str, num_prompts:
     prompts = [p.to(device) for p in prompts_for(args, tok, workload, num_prompts)]
     print_settings(args, target, draft, device, workload, len(prompts))
     rows = bench_rows(args, target, draft, prompts, paths, tok)
-    print(format_table([r for r in rows if not r.method.endswith(FAST)]))
+    print(format_table([r for r in rows if not r.row.fast]))
     summary = summary_of(args, device, workload, rows)
     summary.update(check_model(args, target, draft, rows))
     if paths:

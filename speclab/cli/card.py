@@ -7,14 +7,18 @@ from pathlib import Path
 
 from speclab.cli.main import command_parser
 from speclab.cli.options import set_threads
-from speclab.train.card import CARD_SECTIONS, model_card, replace_section
+from speclab.train.card import model_card, replace_section
 from speclab.measure.converted_card import converted_card
 from speclab.methods import REGISTRY
 from speclab.models import BUNDLED_DIR, CONVERTED_PAIRS
 
-# the registry's methods with weights shipped beside the target and a section of the card, by the folder
-# the weights ship in (speclab/pairs/stdlib/<folder>): --only's names
-ONLY = {m.bundled: m.name for m in REGISTRY.values() if m.bundled and m.name in CARD_SECTIONS}
+# the registry's methods with weights shipped beside the target and a section of the card (Method.card), by
+# the folder the weights ship in (speclab/pairs/stdlib/<folder>): --only's names
+def sections() -> dict[str, str]:
+    return {m.bundled: m.name for m in REGISTRY.values() if m.bundled and m.card is not None}
+
+
+ONLY = sections()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--num-prompts", type=int, default=4)
     c.add_argument("--max-new-tokens", type=int, default=128)
     c.add_argument("--out", default=None, help="default: MODEL_CARD.md in the pair folder")
-    c.add_argument("--only", choices=list(ONLY), default=None,
+    c.add_argument("--only", choices=list(sections()), default=None,
                    help="re-measure only this section of the card (the Medusa heads, an EAGLE head, the MTP module, "
                    "the exit adapters or the parallel draft shipped with the target) and keep the rest")
     return c
@@ -39,15 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def marker(pair_dir: Path, name: str) -> Path:
     """The file whose presence says the method's weights are in the pair folder."""
-    return pair_dir / REGISTRY[name].bundled / CARD_SECTIONS[name][2]
+    return pair_dir / REGISTRY[name].bundled / REGISTRY[name].card.marker
 
 
 def card_to_update(args, pair_dir: Path, out: Path) -> tuple[str, list[str]]:
     """The card to start from and the methods whose sections to (re)measure: a new card and all of them, or
     with --only, the card as it is and that one."""
     if not args.only:
-        return model_card(pair_dir, args.num_prompts, args.max_new_tokens), list(ONLY.values())
-    name = ONLY[args.only]
+        return model_card(pair_dir, args.num_prompts, args.max_new_tokens), list(sections().values())
+    name = sections()[args.only]
     if not marker(pair_dir, name).exists():
         raise SystemExit(f"no trained {args.only} head in {marker(pair_dir, name).parent}: train it with "
                          f"python -m speclab train {REGISTRY[name].train} --target DIR --out DIR --install")
@@ -67,9 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out) if args.out else pair_dir / "MODEL_CARD.md"
     card, names = card_to_update(args, pair_dir, out)
     for name in names:
-        heading, section, _ = CARD_SECTIONS[name]
         if marker(pair_dir, name).exists():
-            card = replace_section(card, heading, section(pair_dir, args.num_prompts, args.max_new_tokens))
+            method = REGISTRY[name]
+            section = method.card.write(method, pair_dir, args.num_prompts, args.max_new_tokens)
+            card = replace_section(card, section.split("\n", 1)[0], section)
     out.write_text(card)
     print(card)
     print(f"written to {out}")

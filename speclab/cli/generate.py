@@ -10,28 +10,42 @@ from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_
                                  lookahead_setting, require_draft, weights_given)
 from speclab.decoding import generate, speculative_generate
 from speclab.measure.workloads import encode_chat
-from speclab.methods import METHODS, REGISTRY, draft_model, eagle, load_drafter, lookup_first, ngram
+from speclab.methods import REGISTRY, draft_model_method, load_drafter, trained_drafters
 from speclab.runner import FAST_MODES
 
 TARGET_ONLY = "target-only"
-OLDER_NAMES = {"none": TARGET_ONLY, "model": draft_model.NAME, "prompt-lookup": ngram.NAME}
-EAGLE_METHODS = (eagle.NAME, eagle.NAME3)  # --eagle-tree's
+
+
+def older_names() -> dict[str, str]:
+    """--method's older names -> what they run: target-only's, and each method's (Method.older_names)."""
+    return {"none": TARGET_ONLY, **{old: m.name for m in REGISTRY.values() for old in m.older_names}}
 
 
 def method_choices() -> dict[str, str]:
     """--method's choices -> what they run: target-only and the registry's methods, each before its older names."""
     choices = {}
-    for name in (TARGET_ONLY, *METHODS):
+    for name in (TARGET_ONLY, *REGISTRY):
         choices[name] = name
-        choices.update({old: new for old, new in OLDER_NAMES.items() if new == name})
+        choices.update({old: new for old, new in older_names().items() if new == name})
     return choices
 
 
-GENERATE_METHODS = method_choices()
+GENERATE_METHODS = method_choices()  # as the registry stood when the command was imported
+
+
+def in_front() -> list[str]:
+    """The methods that draft in front of another (Method.in_front_of): --then names the one behind."""
+    return [m.name for m in REGISTRY.values() if m.in_front_of]
+
+
+def reading(flag: str) -> list[str]:
+    """The methods whose options read generate's flag `flag` (argparse's dest: Method.flag_names)."""
+    return [m.name for m in REGISTRY.values() if flag in m.flag_names]
 
 
 def build_parser() -> argparse.ArgumentParser:
     g = command_parser("generate")
+    methods, draft_model = list(REGISTRY), draft_model_method().name
     add_pair_args(g)
     add_sampling_args(g, k_default=None, k_help="draft tokens per round, or a tree's depth at most (default 4; for eagle and eagle3's "
                       "dynamic tree, its own depth)")
@@ -42,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--prompt-file", help="file holding the prompt text")
     g.add_argument("--chat", action="store_true", help="send the prompt as a user's message through the tokenizer's "
                    "chat template, the assistant's turn opened (for an instruction-tuned target such as smollm2)")
-    g.add_argument("--method", "--drafter", dest="method", choices=list(GENERATE_METHODS), default=draft_model.NAME,
-                   help=f"how to draft (the registry's methods, vLLM's names): {', '.join(METHODS)}; or "
-                   f"{TARGET_ONLY} (older names: {', '.join(OLDER_NAMES)})")
+    g.add_argument("--method", "--drafter", dest="method", choices=list(method_choices()), default=draft_model,
+                   help=f"how to draft (the registry's methods, vLLM's names): {', '.join(methods)}; or "
+                   f"{TARGET_ONLY} (older names: {', '.join(older_names())})")
     g.add_argument("--lookahead", type=lookahead_setting, default="4,4,4", metavar="W,N,G",
                    help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
     g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
@@ -63,10 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")
     g.add_argument("--exit-adapter", action="store_true", help="layer_skip: with the exit adapter shipped for the "
                    "bundled target")
-    g.add_argument("--then", default=draft_model.NAME,
-                   choices=[m for m in METHODS if m not in (*lookup_first.DRAFTLESS, lookup_first.NAME)],
-                   help=f"{lookup_first.NAME}: the method that drafts where prompt lookup finds no match (default "
-                   f"{draft_model.NAME}), with its own flags")
+    g.add_argument("--then", default=draft_model, choices=trained_drafters(),
+                   help=f"{' and '.join(in_front())}: the method that drafts where prompt lookup finds no match "
+                   f"(default {draft_model}), with its own flags")
     add_adaptive_args(g)
     return g
 
@@ -79,22 +92,27 @@ def settings_given(name: str, args) -> dict:
 
 def drafter_options(name: str, args, draft) -> dict:
     """load_drafter's options for the method `name` from generate's flags: its settings, and its weights
-    (Method.weights: the directory a flag names, or the pair's draft model); for lookup_first, those of the
-    method behind it (--then)."""
-    if name == lookup_first.NAME:
-        return {"drafter": args.then, **drafter_options(args.then, args, draft)}
+    (Method.weights: the directory a flag names, or the pair's draft model); for a method that drafts in
+    front of another (Method.in_front_of), those of the method behind it (--then)."""
+    m = REGISTRY[name]
+    if m.in_front_of:
+        return {m.in_front_of: args.then, **drafter_options(args.then, args, draft)}
     options = dict(settings_given(name, args))
-    weights = REGISTRY[name].weights
-    if weights:
-        options[weights] = {**weights_given(args), draft_model.NAME: draft}[name]
+    if m.weights:
+        options[m.weights] = draft if m.uses_draft_model() else weights_given(args).get(name)
     return options
+
+
+def drafting(method: str, args) -> list[str]:
+    """The methods that draft for --method: it, and the method behind it (--then)."""
+    return [method, *([args.then] if method != TARGET_ONLY and REGISTRY[method].in_front_of else [])]
 
 
 def decode(args, method: str, target, draft, ids, common: dict):
     if method == TARGET_ONLY:
         return generate(target, ids, **common)
     options = drafter_options(method, args, draft)
-    if draft_model.NAME in (method, options.get("drafter")):
+    if any(REGISTRY[name].uses_draft_model() for name in drafting(method, args)):
         require_draft(args, draft, f"--method {method}")
     drafter = load_drafter(method, target, **options)
     k = args.k
@@ -114,10 +132,9 @@ def main(argv: list[str] | None = None) -> None:
                      + (f" (got {' and '.join(given)})" if given else ""))
     if args.text is not None:
         args.prompt = args.text
-    method = GENERATE_METHODS[args.method]
-    eagle_drafts = method in EAGLE_METHODS or (method == lookup_first.NAME and args.then in EAGLE_METHODS)
-    if args.eagle_tree and not eagle_drafts:
-        raise SystemExit(f"--eagle-tree sets EAGLE's draft tree: use it with --method {' or '.join(EAGLE_METHODS)}, "
+    method = method_choices()[args.method]
+    if args.eagle_tree and not set(reading("eagle_tree")) & set(drafting(method, args)):
+        raise SystemExit(f"--eagle-tree sets EAGLE's draft tree: use it with --method {' or '.join(reading('eagle_tree'))}, "
                          f"not {args.method}")
     target, draft, tok, device = load(args)
     text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text()

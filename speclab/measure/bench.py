@@ -2,16 +2,17 @@
 target-only, every registered method's bench rows (speclab.methods.REGISTRY), and transformers'
 generate (target-only, assisted generation, prompt lookup), each for max_new_tokens (EOS ignored).
 
-Runs are interleaved prompt by prompt in an order rotated from one prompt to the next, so a machine that
-slows for a moment slows every method alike; each method's time is its median repeat. model_check then
-compares the measured speedup with theory.speedup from the acceptance and costs measured in the same
-runs. With fast paths (bench --fast, chapter 10) every speclab row runs again as "<row> (fast)" in the
-same interleaved runs, its greedy output compared with eager target-only's.
+The bench is a plan: a tuple of Row, each saying what decodes it (a registered method and its options,
+target-only, transformers' generate, or a reference implementation), with which K and speculative_generate
+options, on which path; plan() makes it from the rows asked for and the sweeps' settings, variants() adds
+the block-verified and fast-path rows, and run_plan times it. Rows are interleaved prompt by prompt in an
+order rotated from one prompt to the next, so a machine that slows for a moment slows every row alike;
+each row's time is its median repeat. model_check compares the measured speedup with theory.speedup.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 import statistics
 import time
@@ -31,11 +32,12 @@ from speclab.runner import FastPath, disable_fast_path, enable_fast_path, fast_p
 from speclab.stats import GenerationStats
 
 TARGET_ONLY = "speclab target-only"
-HF_METHODS = ("hf target-only", "hf assisted", "hf prompt-lookup")  # transformers' own generate
+# transformers' own generate: each row and how it drafts (None: it does not)
+HF_ROWS = {"hf target-only": None, "hf assisted": "assisted", "hf prompt-lookup": "prompt-lookup"}
+HF_METHODS = tuple(HF_ROWS)
 HF_LESSON = ("hf assisted", "hf prompt-lookup")  # transformers' two against speclab's, in the lesson
-# speclab target-only, every registered method's rows (speclab.methods.REGISTRY), transformers' rows
-METHODS = (TARGET_ONLY, *(row for m in REGISTRY.values() for row in m.bench_rows), *HF_METHODS)
-# rows only when asked for: another implementation of a speclab method, installed apart (chapter 13)
+# rows only when asked for: another implementation of a speclab method, installed apart (chapter 13); Arctic
+# Inference's suffix decoding, whose drafts are lookups as speclab's are
 REFERENCE_METHODS = tuple(arctic_suffix.ROWS)
 LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
 LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
@@ -43,6 +45,22 @@ ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to
 FAST = " (fast)"  # a row run on the fast path: "speclab eagle3 (fast)"
 BLOCK = " (block)"  # a chain row verified jointly (block verification): "speclab speculative (block)"
 CONFIDENCE_THRESHOLDS = (0.1,)  # the adaptive-confidence rows' stops: 0.1 was the fastest in chapter 9's sweep (transformers' default 0.4 stops this small draft too early)
+ADAPTIVE = ("k_schedule", "confidence_threshold")  # speculative_generate options that make K adaptive
+
+
+def bench_methods() -> tuple[str, ...]:
+    """The rows the bench knows, in the table's order: speclab target-only, every registered method's rows
+    (read from the registry now), transformers' rows."""
+    return (TARGET_ONLY, *(row for m in REGISTRY.values() for row in m.bench_rows), *HF_METHODS)
+
+
+METHODS = bench_methods()  # as the registry stood when the bench was imported
+
+
+def draft_model_row() -> str:
+    """The draft model's own row ("speclab speculative"): the first row of the method that drafts with the
+    pair's draft model; model_check reads it, and run_bench's time_alone times its passes alone."""
+    return next(row for m in REGISTRY.values() if m.uses_draft_model() for row in m.bench_rows)
 
 
 def layer_skip_rows(settings) -> dict[str, tuple[int, bool]]:
@@ -83,7 +101,7 @@ def lookup_rows(choices) -> dict[str, str]:
     return {f"speclab prompt-lookup {c}": c for c in choices}
 
 
-# the bench option that makes the rows of each setting-swept method (row_settings)
+# the bench option that makes the rows of each setting-swept method (sweeps)
 SETTING_OPTIONS = {"speclab layer-skip": "--layer-skip E[+adapter] (run_bench's layer_skip)",
                    "speclab lookahead": "--lookahead W,N,G (lookahead)",
                    "speclab prompt-lookup": "--lookup-choose RULE (lookup_choices)",
@@ -96,37 +114,141 @@ def unknown_methods_message(unknown: list[str]) -> str:
     "speclab layer-skip E=8", is named with the method and the option that makes it."""
     hints = [f"{m!r} is a row of {base!r}: ask for {base!r} and set the row with {option}"
              for m in unknown for base, option in SETTING_OPTIONS.items() if m.startswith(base + " ")]
-    return (f"unknown method(s) {unknown}; choose from {METHODS + REFERENCE_METHODS}"
+    return (f"unknown method(s) {unknown}; choose from {bench_methods() + REFERENCE_METHODS}"
             + "".join(f"\n{h}" for h in hints))
 
 
-def row_settings(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
-                 confidence_thresholds=CONFIDENCE_THRESHOLDS) -> dict[str, tuple[str, dict]]:
-    """Every row `methods` stands for, in order, with (the registered bench row it is a setting of, and
-    the load_drafter options of that setting): "speclab lookahead" becomes one row per lookahead setting,
-    "speclab prompt-lookup" one per match rule, "speclab layer-skip" one per (exit layer, adapter),
-    "speclab adaptive-confidence" one per threshold, and "speclab speculative" is followed by a row per
-    K of a K sweep. A row already expanded keeps its setting; rows of no registered method (target-only,
-    transformers') map to themselves."""
-    sweeps = {"speclab lookahead": {row: dict(window=w, ngram=n, pool=g)
-                                    for row, (w, n, g) in lookahead_rows(lookahead).items()},
-              "speclab prompt-lookup": {row: {} if choose is None else dict(choose=choose)
-                                        for row, choose in lookup_rows(lookup_choices).items()},
-              "speclab layer-skip": {row: dict(exit_layer=e, adapter=a) for row, (e, a) in layer_skip_rows(layer_skip).items()},
-              "speclab adaptive-confidence": {row: {} for row in confidence_rows(confidence_thresholds)},
-              "speclab speculative": {"speclab speculative": {}, **{row: {} for row in k_sweep_rows(k_sweep)}}}
-    expanded = {row: (base, options) for base, rows in sweeps.items() for row, options in rows.items()}
-    out: dict[str, tuple[str, dict]] = {}
+# ================================================================ the plan
+@dataclass(frozen=True)
+class Settings:
+    """What shapes the rows (run_bench's arguments of the same names): K, prompt lookup's K (lookup_k,
+    default k), the adaptive rows' upper bound (adaptive_k, default: the K sweep's largest, else the larger
+    of k and ADAPTIVE_K), and the sweeps, a row each: lookahead (W, N, G), lookup_choices (prompt lookup's
+    match rules), layer_skip ((exit layer, adapter)), k_sweep (fixed K, draft model), confidence_thresholds."""
+
+    k: int = 4
+    lookup_k: int | None = None
+    adaptive_k: int | None = None
+    lookahead: Sequence = LOOKAHEAD
+    lookup_choices: Sequence | None = None
+    layer_skip: Sequence = LAYER_SKIP
+    k_sweep: Sequence | None = None
+    confidence_thresholds: Sequence = CONFIDENCE_THRESHOLDS
+
+    @property
+    def lookup(self) -> int:
+        """The K of rows whose drafts are lookups in the text, nearly free to make."""
+        return self.k if self.lookup_k is None else self.lookup_k
+
+    @property
+    def adaptive(self) -> int:
+        """The adaptive rows' upper bound on K."""
+        return self.adaptive_k or max(self.k_sweep or [max(self.k, ADAPTIVE_K)])
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row a sweep makes of a registered row: its label, its load_drafter and speculative_generate
+    options, and a K of its own (a K sweep's)."""
+
+    label: str
+    load: Mapping = field(default_factory=dict)
+    decode: Mapping = field(default_factory=dict)
+    k: int | None = None
+
+
+def sweeps(settings: Settings) -> dict[str, tuple[Setting, ...]]:
+    """The rows each setting-swept registered row stands for, in order."""
+    return {"speclab lookahead": tuple(Setting(row, dict(window=w, ngram=n, pool=g))
+                                       for row, (w, n, g) in lookahead_rows(settings.lookahead).items()),
+            "speclab prompt-lookup": tuple(Setting(row, {} if choose is None else dict(choose=choose))
+                                           for row, choose in lookup_rows(settings.lookup_choices).items()),
+            "speclab layer-skip": tuple(Setting(row, dict(exit_layer=e, adapter=a))
+                                        for row, (e, a) in layer_skip_rows(settings.layer_skip).items()),
+            "speclab adaptive-confidence": tuple(Setting(row, decode=dict(confidence_threshold=t)) for row, t
+                                                 in confidence_rows(settings.confidence_thresholds).items()),
+            "speclab speculative": (Setting("speclab speculative"),
+                                    *(Setting(row, k=n) for row, n in k_sweep_rows(settings.k_sweep).items()))}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One bench row as data. `label` is its name in tables and records ("speclab eagle3 (fast)");
+    `engine` what decodes it: "speclab" (`method`, a registered method's name, or None: target-only),
+    "transformers" (`method`: HF_ROWS' mode) or "reference" (`method`: its arctic_suffix.ROWS row); `base`
+    the registered row it is a setting of; `load` its drafter's options, `decode` speculative_generate's
+    (acceptance rule, K schedule, confidence stop), `k` its K; `fast` whether it runs on the fast path;
+    `of` the row it is a variant of (block verification, the fast path), whose drafter it shares unless
+    that drafter learns from requests; `alone`: the draft model's passes can be timed alone beside it."""
+
+    label: str
+    engine: str = "speclab"
+    method: str | None = None
+    base: str = ""
+    load: Mapping = field(default_factory=dict)
+    decode: Mapping = field(default_factory=dict)
+    k: int = 4
+    fast: bool = False
+    of: str | None = None
+    alone: bool = False
+
+    @property
+    def drafts(self) -> bool:
+        """Whether speculative_generate decodes it with a drafter (a registered method or a reference)."""
+        return self.engine == "reference" or (self.engine == "speclab" and self.method is not None)
+
+    @property
+    def needs_draft_model(self) -> bool:
+        """Whether it drafts with the pair's draft model (the draft-model rows, transformers' assisted)."""
+        if self.engine == "transformers":
+            return self.method == "assisted"
+        return self.engine == "speclab" and self.method is not None and REGISTRY[self.method].uses_draft_model(self.base)
+
+
+def expand(methods, settings: Settings = Settings()) -> list[tuple[str, Setting]]:
+    """(the row it is a setting of, its setting) for every row `methods` stand for, in order: a swept row
+    becomes one row per setting; a row already expanded keeps its setting; any other stands for itself."""
+    swept = sweeps(settings)
+    expanded = {s.label: (base, s) for base, settings_ in swept.items() for s in settings_}
+    out: dict[str, tuple[str, Setting]] = {}
     for m in methods:
-        out.update({row: (m, options) for row, options in sweeps[m].items()} if m in sweeps
-                   else {m: expanded.get(m, (m, {}))})
-    return out
+        for base, setting in ([(m, s) for s in swept[m]] if m in swept else [expanded.get(m, (m, Setting(m)))]):
+            out[setting.label] = (base, setting)
+    return list(out.values())
+
+
+def row_of(base: str, setting: Setting, settings: Settings = Settings()) -> Row:
+    """The row of `setting` of the bench row `base` (TARGET_ONLY, a transformers' row, a reference row or
+    a registered method's), its K chosen: a K sweep's own; the upper bound for an adaptive schedule; the
+    lookup K for drafts that are lookups in the text (Method.drafts_by_lookup); else k."""
+    if base == TARGET_ONLY:
+        return Row(TARGET_ONLY, base=TARGET_ONLY, k=settings.k)
+    if base in HF_ROWS:
+        mode = HF_ROWS[base]
+        return Row(base, "transformers", mode, base, k=settings.lookup if mode == "prompt-lookup" else settings.k)
+    if base in arctic_suffix.ROWS:
+        return Row(base, "reference", base, base, arctic_suffix.ROWS[base], k=settings.lookup)
+    method = by_bench_row(base)
+    if method is None:
+        raise ValueError(unknown_methods_message([base]))
+    decode = {**method.decode_options.get(base, {}), **setting.decode}
+    k = setting.k or (settings.adaptive if any(key in decode for key in ADAPTIVE)
+                      else settings.lookup if method.drafts_by_lookup else settings.k)
+    return Row(setting.label, "speclab", method.name, base, {**method.bench_rows[base], **setting.load}, decode, k,
+               alone=setting.label == draft_model_row())
+
+
+def plan(methods, settings: Settings = Settings()) -> tuple[Row, ...]:
+    """The rows `methods` stand for (expanded by the sweeps), in order."""
+    return tuple(row_of(base, setting, settings) for base, setting in expand(methods, settings))
 
 
 def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
                    confidence_thresholds=CONFIDENCE_THRESHOLDS) -> tuple[str, ...]:
-    """The rows `methods` stand for (row_settings), in order."""
-    return tuple(row_settings(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds))
+    """The labels of the rows `methods` stand for, in order."""
+    settings = Settings(lookahead=lookahead, lookup_choices=lookup_choices, layer_skip=layer_skip, k_sweep=k_sweep,
+                        confidence_thresholds=confidence_thresholds)
+    return tuple(setting.label for _, setting in expand(methods, settings))
 
 
 def drafter_for(row: str, options: Mapping, target, draft, weights: Mapping[str, str | Path] | None = None):
@@ -142,25 +264,103 @@ def drafter_for(row: str, options: Mapping, target, draft, weights: Mapping[str,
     return load_drafter(method.name, target, **loaded)
 
 
+def build_drafter(row: Row, target, draft, weights: Mapping[str, str | Path] | None = None):
+    """A new drafter for `row` (one that drafts: Row.drafts)."""
+    if row.engine == "reference":
+        return arctic_suffix.ArcticSuffixDrafter(**row.load)
+    return drafter_for(row.base, row.load, target, draft, weights)
+
+
+def learns_from_requests(drafter) -> bool:
+    """Whether a drafter keeps something from one request to the next (it overrides forget_requests)."""
+    return isinstance(drafter, Drafter) and type(drafter).forget_requests is not Drafter.forget_requests
+
+
+def add_drafters(rows, drafters: dict, target, draft, weights: Mapping[str, str | Path] | None = None) -> dict:
+    """`drafters` (row label -> drafter) with one for each row of `rows` that drafts and has none yet: a
+    variant shares its row's, unless that one learns from requests (suffix decoding's global tree), for
+    sharing it, one row would draft from the other's output of the same prompt."""
+    for row in rows:
+        if row.drafts and row.label not in drafters:
+            shared = drafters.get(row.of)
+            fresh = shared is None or learns_from_requests(shared)
+            drafters[row.label] = build_drafter(row, target, draft, weights) if fresh else shared
+    return drafters
+
+
+def own_depths(rows, drafters: Mapping) -> tuple[Row, ...]:
+    """`rows` with the K of a drafter whose tree has a depth of its own (EAGLE-2's) set to that depth: a K
+    would only cut it."""
+    depth = {label: getattr(d, "own_depth", None) for label, d in drafters.items()}
+    return tuple(replace(r, k=depth[r.label]) if depth.get(r.label) is not None else r for r in rows)
+
+
+def drafts_chains(row: Row, drafter) -> bool:
+    """Whether block verification applies: a chain drafter (a draft model, or a Drafter that drafts batches,
+    which only chains do: Drafter.check_batch) under the rejection rule."""
+    chain = isinstance(drafter, torch.nn.Module) or getattr(drafter, "batched", False)
+    return drafter is not None and chain and "acceptance" not in row.decode
+
+
+def variants(rows, drafters: Mapping, block: bool = False, fast: bool = False) -> tuple[Row, ...]:
+    """`rows`, then with `block` each chain row again with block verification ("<row> (block)"), then with
+    `fast` every speclab row (those of `block` too) again on the fast path ("<row> (fast)")."""
+    rows = tuple(rows)
+    if block:
+        rows += tuple(replace(r, label=r.label + BLOCK, decode={**r.decode, "acceptance": "block"}, of=r.label,
+                              alone=False) for r in rows if drafts_chains(r, drafters.get(r.label)))
+    if fast:
+        rows += tuple(replace(r, label=r.label + FAST, fast=True, of=r.of or r.label)
+                      for r in rows if r.engine == "speclab")
+    return rows
+
+
+def make_drafters(methods, target, draft, weights: Mapping[str, str | Path] | None = None, lookahead=LOOKAHEAD,
+                  lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
+                  confidence_thresholds=CONFIDENCE_THRESHOLDS) -> dict:
+    """The drafter of each row of `methods` that drafts (expanded by the sweeps), by row label."""
+    settings = Settings(lookahead=lookahead, lookup_choices=lookup_choices, layer_skip=layer_skip, k_sweep=k_sweep,
+                        confidence_thresholds=confidence_thresholds)
+    return add_drafters(plan(methods, settings), {}, target, draft, weights)
+
+
+@dataclass
+class Plan:
+    """The rows to time and their drafters (row label -> drafter), built once for the whole bench."""
+
+    rows: tuple[Row, ...]
+    drafters: dict
+
+
+def plan_bench(methods, target, draft, settings: Settings = Settings(), weights=None, block: bool = False,
+               fast: bool = False) -> Plan:
+    """The bench's plan: the rows of `methods`, their drafters, each row's K (own_depths), then the
+    variants (block verification, the fast path) and theirs."""
+    rows = plan(methods, settings)
+    drafters = add_drafters(rows, {}, target, draft, weights)
+    rows = variants(own_depths(rows, drafters), drafters, block, fast)
+    return Plan(rows, add_drafters(rows, drafters, target, draft, weights))
+
+
 def default_methods(target, draft=None, weights: Mapping[str, str | Path] | None = None,
                     layer_skip=LAYER_SKIP) -> tuple[str, ...]:
     """Every row that can run on this target: a registered method's rows only where its weights (heads,
     an EAGLE head, an MTP module, the exit adapters of every `layer_skip` setting) fit it."""
-    def fits(row: str, options: Mapping) -> bool:
+    def fits(row: Row) -> bool:
         try:
-            drafter_for(row, options, target, draft, weights)
+            build_drafter(row, target, draft, weights)
         except (OSError, ValueError, TypeError):
             return False
         return True
 
-    def trained(base: str) -> bool:  # rows that read weights trained for a target (the draft is given)
-        method = by_bench_row(base)  # a row whose drafter is another method's (lookup_first's) reads that one's
-        return method is not None and not method.uses_draft_model(base) and \
-            (method.bundled is not None or "drafter" in method.bench_rows[base])
+    def trained(row: Row) -> bool:  # rows that read weights trained for a target (the draft is given)
+        method = REGISTRY[row.method]  # a row whose drafter is another method's (lookup_first's) reads that one's
+        return not row.needs_draft_model and (method.bundled is not None or "drafter" in row.load)
 
-    unfit = {base for base, options in row_settings(METHODS, layer_skip=layer_skip).values()
-             if trained(base) and not fits(base, options)}
-    return tuple(m for m in METHODS if m not in unfit)
+    methods = bench_methods()
+    rows = plan(methods, Settings(layer_skip=layer_skip))
+    unfit = {row.base for row in rows if row.engine == "speclab" and row.method and trained(row) and not fits(row)}
+    return tuple(m for m in methods if m not in unfit)
 
 
 def lesson_methods(target, draft, weights: Mapping[str, str | Path] | None = None,
@@ -172,37 +372,12 @@ def lesson_methods(target, draft, weights: Mapping[str, str | Path] | None = Non
     return tuple(m for m in default_methods(target, draft, weights, layer_skip) if m in lesson)
 
 
-def decode_options(methods) -> dict[str, dict]:
-    """speculative_generate options of the rows of `methods` that decode otherwise than by default: an
-    adaptive schedule or another acceptance rule (each method's decode_options in the registry)."""
-    out = {}
-    for row in methods:
-        method = by_bench_row(row)
-        if method is not None and row in method.decode_options:
-            out[row] = dict(method.decode_options[row])
-    return out
-
-
-def learns_from_requests(drafter) -> bool:
-    """Whether a drafter keeps something from one request to the next (it overrides forget_requests)."""
-    return isinstance(drafter, Drafter) and type(drafter).forget_requests is not Drafter.forget_requests
-
-
-def make_drafters(methods, target, draft, weights: Mapping[str, str | Path] | None = None, lookahead=LOOKAHEAD,
-                  lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
-                  confidence_thresholds=CONFIDENCE_THRESHOLDS) -> dict:
-    """The drafter of each speclab row of `methods` (expanded by the sweeps: row_settings), built once for
-    the whole bench. `weights`: method name -> its weights directory (default: those shipped with the
-    bundled target); `lookahead`: (W, N, G) settings, one lookahead row each; `lookup_choices`: prompt
-    lookup's match rules, a row each; `layer_skip`: (exit layer, adapter) settings, a row each;
-    `k_sweep`: fixed K values of the draft model, a row each. The adaptive-K rows draft with the draft
-    model."""
-    settings = row_settings(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
-    drafters = {row: drafter_for(base, options, target, draft, weights) for row, (base, options) in settings.items()
-                if by_bench_row(base) is not None}
-    drafters.update({row: arctic_suffix.ArcticSuffixDrafter(**arctic_suffix.ROWS[row]) for row in methods
-                     if row in arctic_suffix.ROWS})
-    return drafters
+def needs_draft_model(label: str) -> bool:
+    """Whether a bench row (a label of bench_methods or a swept one) drafts with the pair's draft model."""
+    try:
+        return any(row.needs_draft_model for row in plan((label,)))
+    except ValueError:  # not a bench row: run_bench says so
+        return False
 
 
 @dataclass
@@ -217,6 +392,7 @@ class BenchRow:
     # the draft-model row with run_bench's time_alone: its passes' costs (ms) with each model timed by itself
     # beside the loop (profiling.costs_alone), medians over every prompt and repeat; what model checks compare
     alone_ms: dict[str, float] | None = None
+    row: Row | None = field(default=None, compare=False, repr=False)  # the plan's row it measured (not recorded)
 
     @property
     def tokens_per_s(self) -> float:
@@ -278,31 +454,30 @@ def _hf_generate(target, prompt: torch.Tensor, max_new_tokens: int, temperature:
     return out[0, len(prompt):]
 
 
-def run_method(method: str, target, draft, prompt: torch.Tensor, k: int, max_new_tokens: int,
-               temperature: float, seed: int, drafters: dict | None = None, options: dict | None = None,
-               eos_token_id: int | None = None):
-    """(new token ids, seconds, stats or None) for one prompt. `drafters`: the speclab methods' drafters
-    (make_drafters); the draft model and prompt lookup are built here when it is not given. `options`:
-    more speculative_generate options (the adaptive-K rows'). `eos_token_id`: stop at this token (with it)."""
-    device = model_device(target)
+def transformers_options(row: Row, draft) -> dict:
+    """generate()'s options of a transformers row: assisted generation with the pair's draft, or prompt lookup,
+    at the row's K."""
+    if row.method == "assisted":
+        return dict(assistant_model=draft, num_assistant_tokens=row.k, num_assistant_tokens_schedule="constant",
+                    assistant_confidence_threshold=0.0)
+    if row.method == "prompt-lookup":
+        return dict(prompt_lookup_num_tokens=row.k)
+    return {}
+
+
+def decode_row(row: Row, target, draft, drafter, prompt: torch.Tensor, max_new_tokens: int, temperature: float,
+               seed: int, eos_token_id: int | None = None):
+    """(new token ids, seconds, stats or None) of `row` decoding one prompt, with `drafter` (its Plan's) where
+    it drafts. `eos_token_id`: stop at this token (with it)."""
     common = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, eos_token_id=eos_token_id)
-    drafters = drafters if drafters is not None else make_drafters((method,), target, draft)
-    with timer(device) as t:
-        if method == "speclab target-only":
-            result = generate(target, prompt, **common)
-        elif method in drafters:
-            result = speculative_generate(target, drafters[method], prompt, k=k, **common, **(options or {}))
-        elif method == "hf target-only":
-            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, eos_token_id)
-        elif method == "hf assisted":
+    with timer(model_device(target)) as t:
+        if row.engine == "transformers":
             result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, eos_token_id,
-                                  assistant_model=draft, num_assistant_tokens=k,
-                                  num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
-        elif method == "hf prompt-lookup":
-            result = _hf_generate(target, prompt, max_new_tokens, temperature, seed, eos_token_id,
-                                  prompt_lookup_num_tokens=k)
+                                  **transformers_options(row, draft))
+        elif row.drafts:
+            result = speculative_generate(target, drafter, prompt, k=row.k, **common, **row.decode)
         else:
-            raise ValueError(f"unknown method {method!r}; choose from {METHODS}")
+            result = generate(target, prompt, **common)
     if isinstance(result, torch.Tensor):
         return result.cpu(), t["seconds"], None
     return result.tokens, t["seconds"], result.stats
@@ -334,132 +509,119 @@ def time_interleaved(runs: dict, num_prompts: int, repeats: int,
     return timed
 
 
-ALONE = "alone"  # run_bench's key for the passes timed alone beside a row
+ALONE = "alone"  # run_plan's key for the passes timed alone beside a row
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How every row decodes each prompt: max_new_tokens, temperature, the seed (prompt i's: seed + i), and
+    eos_token_id (stop there, as Spec-Bench does; None: go max_new_tokens past it)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    seed: int = 0
+    eos_token_id: int | None = None
+
+
+@dataclass
+class Bench:
+    """A plan on a pair and its prompts: what a row's decode of a prompt, the warm-up and the passes
+    timed alone need. `paths`: the pair's fast paths, switched on for the rows that run on them."""
+
+    target: torch.nn.Module
+    draft: torch.nn.Module | None
+    prompts: list[torch.Tensor]
+    plan: Plan
+    decoding: Decoding = Decoding()
+    paths: Mapping[torch.nn.Module, FastPath] | None = None
+
+    def decode(self, row: Row, prompt: torch.Tensor, max_new_tokens: int, seed: int):
+        with fast_paths(self.paths if row.fast else {}):
+            return decode_row(row, self.target, self.draft, self.plan.drafters.get(row.label), prompt, max_new_tokens,
+                              self.decoding.temperature, seed, self.decoding.eos_token_id)
+
+    def warm_up(self) -> None:
+        """Each row once; a fast row decodes the longest prompt in full, so that every compiled graph the timed
+        runs meet (each pass width, each bucket of cache the contexts reach) compiles here, not in a timed run."""
+        longest, new = max(self.prompts, key=len), self.decoding.max_new_tokens
+        for row in self.plan.rows:
+            self.decode(row, longest if row.fast else self.prompts[0], new if row.fast else min(16, new),
+                        self.decoding.seed)
+
+    def run(self, row: Row, i: int):
+        """Prompt i, timed: (seconds, (token list, stats, seconds)); each pass over the prompts starts afresh."""
+        drafter = self.plan.drafters.get(row.label)
+        if i == 0 and hasattr(drafter, "forget_requests"):
+            drafter.forget_requests()
+        tokens, seconds, stats = self.decode(row, self.prompts[i], self.decoding.max_new_tokens,
+                                             self.decoding.seed + i)
+        return seconds, (tokens.tolist(), stats, seconds)
+
+    def alone(self, row: Row, i: int):
+        """The draft model's passes timed alone, as one more run in the rotation: at prompt i's mean context
+        (prompt + half the new tokens), in the same minutes as the loop that paid them."""
+        with fast_paths(self.paths if row.fast else {}):
+            context = len(self.prompts[i]) + self.decoding.max_new_tokens // 2
+            return 0.0, costs_alone(self.target, self.draft, context, row.k + 1, seed=self.decoding.seed + i)
+
+
+def measured(row: Row, repeats: list[tuple], reference: list | None, temperature: float,
+             alone: list[tuple] | None = None) -> BenchRow:
+    """The BenchRow of `row` from its timed repeats ((seconds, [(tokens, stats, seconds) per prompt]) each):
+    the median repeat's totals, whether its greedy outputs equal `reference` (target-only's), and the
+    medians of its passes timed alone."""
+    runs = [(seconds, *map(list, zip(*results))) for seconds, results in repeats]
+    times = [r[0] for r in runs]
+    seconds, outputs, stats, per_prompt = runs[sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]]
+    out = BenchRow(row.label, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times,
+                   stats=GenerationStats.combine(stats) if stats[0] is not None else None, prompt_seconds=per_prompt,
+                   row=row)
+    if reference is not None and row.label != TARGET_ONLY and temperature == 0:
+        out.matches_target_only = outputs == reference
+    if alone is not None:
+        samples = [costs for _, per_prompt in alone for costs in per_prompt]
+        out.alone_ms = {key: statistics.median(c[key] for c in samples) for key in samples[0]}
+    return out
+
+
+def run_plan(bench: Bench, repeats: int = 1, warmup: bool = True, time_alone: bool = False,
+             progress: Callable[[str], None] | None = None) -> list[BenchRow]:
+    """Each row of the plan over every prompt, `repeats` times, interleaved prompt by prompt (time_interleaved);
+    a BenchRow per row. time_alone: the draft model's row's passes also timed alone (BenchRow.alone_ms)."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if warmup:
+        bench.warm_up()
+    rows = bench.plan.rows
+    alone = [row for row in rows if time_alone and row.alone]
+    timed = time_interleaved({**{row.label: partial(bench.run, row) for row in rows},
+                              **{(ALONE, row.label): partial(bench.alone, row) for row in alone}},
+                             len(bench.prompts), repeats, progress)
+    reference = timed[TARGET_ONLY][0][1] if TARGET_ONLY in timed else None
+    reference = [tokens for tokens, _, _ in reference] if reference is not None else None
+    return [measured(row, timed[row.label], reference, bench.decoding.temperature,
+                     timed[(ALONE, row.label)] if row in alone else None) for row in rows]
 
 
 def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_tokens: int = 128,
-              temperature: float = 0.0, seed: int = 0, methods: tuple[str, ...] = METHODS,
-              warmup: bool = True, repeats: int = 1, weights: Mapping[str, str | Path] | None = None,
-              lookahead=LOOKAHEAD, lookup_k: int | None = None, lookup_choices=None, layer_skip=LAYER_SKIP,
-              k_sweep=None, adaptive_k: int | None = None,
-              confidence_thresholds=CONFIDENCE_THRESHOLDS,
+              temperature: float = 0.0, seed: int = 0, methods: Sequence[str] = METHODS, *, repeats: int = 1,
+              warmup: bool = True, weights: Mapping[str, str | Path] | None = None,
               paths: Mapping[torch.nn.Module, FastPath] | None = None, block: bool = False,
               time_alone: bool = False, eos_token_id: int | None = None,
-              progress: Callable[[str], None] | None = None) -> list[BenchRow]:
-    """Each method over every prompt, `repeats` times, interleaved prompt by prompt; one row per method with
-    the totals over the prompts from the median repeat. weights: method name -> its trained weights'
-    directory (default: those shipped). Sweeps, a row each: lookahead (W, N, G), lookup_choices (prompt
-    lookup's match rules), layer_skip ((exit layer, adapter)), k_sweep (fixed K, draft model),
-    confidence_thresholds; lookup_k: both prompt-lookup rows' K (default k); adaptive_k: the adaptive rows'
-    upper bound (default: the sweep's largest K, else k). paths: every speclab row again on those fast paths
-    as "<row> (fast)"; block: every chain row under the rejection rule again with block verification as
-    "<row> (block)" (chapter 13); time_alone: draft-model rows' passes also timed alone (BenchRow.alone_ms);
-    eos_token_id: stop each prompt there, as Spec-Bench does (None: max_new_tokens past it)."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    unknown = [m for m in methods if m not in METHODS + REFERENCE_METHODS]
+              progress: Callable[[str], None] | None = None, **sweeps) -> list[BenchRow]:
+    """Each of `methods` over every prompt, `repeats` times, interleaved prompt by prompt; a row per method (a
+    row per setting of a swept one) with the totals over the prompts from the median repeat. `sweeps`:
+    Settings' other fields (lookahead, lookup_k, lookup_choices, layer_skip, k_sweep, adaptive_k,
+    confidence_thresholds); weights: method name -> its trained weights' directory (default: those shipped);
+    paths: every speclab row again on those fast paths as "<row> (fast)"; block: every chain row under the
+    rejection rule again with block verification as "<row> (block)" (chapter 13); time_alone: the draft
+    model's row's passes also timed alone; eos_token_id: stop each prompt there (None: max_new_tokens past it)."""
+    unknown = [m for m in methods if m not in bench_methods() + REFERENCE_METHODS]
     if unknown:
         raise ValueError(unknown_methods_message(unknown))
-    methods = expand_methods(methods, lookahead, lookup_choices, layer_skip, k_sweep, confidence_thresholds)
-    drafters = make_drafters(methods, target, draft, weights, lookahead, lookup_choices, layer_skip, k_sweep,
-                             confidence_thresholds)
-
-    def own_drafters(rows) -> dict:
-        """A fresh drafter for each row of `rows` (a row, or its block row) whose drafter learns from earlier
-        requests (suffix decoding's global tree), for a row derived from it (block, fast): sharing one, a
-        row would draft from the other's output of the same prompt."""
-        fresh = {}
-        for row in rows:
-            base = row.removesuffix(BLOCK)
-            if base in drafters and learns_from_requests(drafters[base]):
-                fresh[row] = make_drafters((base,), target, draft, weights, lookahead, lookup_choices, layer_skip,
-                                           k_sweep, confidence_thresholds)[base]
-        return fresh
-    # model-free drafters draft almost for free: they take lookup_k
-    is_lookup = {m: m == "hf prompt-lookup" or m.startswith(("speclab prompt-lookup", "speclab suffix", "arctic suffix"))
-                 for m in methods}
-    k_of = {m: lookup_k if lookup_k is not None and is_lookup[m] else k for m in methods}
-    k_of.update({row: n for row, n in k_sweep_rows(k_sweep).items() if row in methods})
-    upper = adaptive_k or max(k_sweep or [max(k, ADAPTIVE_K)])
-    confidence = {row: dict(confidence_threshold=t) for row, t in confidence_rows(confidence_thresholds).items()}
-    adaptive = ("speclab adaptive-heuristic", *confidence)
-    k_of.update({m: upper for m in adaptive if m in methods})
-    # rows that decode with another schedule or acceptance rule (the registry's decode_options)
-    options_of = {**decode_options(methods), **confidence}
-    # a drafter with a tree of its own depth (EAGLE-2's) drafts at that depth: K would only cut it
-    # (the draft-model rows hold the model itself, which has none)
-    own = {m: getattr(d, "own_depth", None) for m, d in drafters.items() if m in methods}
-    k_of.update({m: depth for m, depth in own.items() if depth is not None})
-    if block:
-        # chain drafters: a draft model, or a Drafter that drafts batches, which only chains do
-        # (Drafter.check_batch); rows with another acceptance rule keep it
-        chains = [m for m in methods if m in drafters and (isinstance(drafters[m], torch.nn.Module)
-                                                          or getattr(drafters[m], "batched", False))
-                  and "acceptance" not in options_of.get(m, {})]
-        fresh = own_drafters(chains)
-        for m in chains:
-            drafters[m + BLOCK], k_of[m + BLOCK] = fresh.get(m, drafters[m]), k_of[m]
-            options_of[m + BLOCK] = {**options_of.get(m, {}), "acceptance": "block"}
-        methods = (*methods, *(m + BLOCK for m in chains))
-    fast_drafters = drafters
-    if paths:
-        fast_drafters = {**drafters, **own_drafters(methods)}
-        methods = (*methods, *(m + FAST for m in methods if m.startswith("speclab ")))
-
-    def drafters_of(method: str) -> dict:
-        return fast_drafters if method.endswith(FAST) else drafters
-
-    def run_row(method: str, prompt: torch.Tensor, max_new: int, row_seed: int):
-        row = method.removesuffix(FAST)
-        with fast_paths(paths if method.endswith(FAST) else {}):
-            return run_method(row, target, draft, prompt, k_of[row], max_new, temperature, row_seed,
-                              drafters_of(method), options_of.get(row), eos_token_id)
-
-    if warmup:
-        # a fast row decodes the longest prompt in full, so that every compiled graph the timed runs meet
-        # (each pass width, each bucket of cache the contexts reach) compiles here, not inside a timed run
-        longest = max(prompts, key=len)
-        for method in methods:
-            fast = method.endswith(FAST)
-            run_row(method, longest if fast else prompts[0], max_new_tokens if fast else min(16, max_new_tokens),
-                    seed)
-
-    def decode(method: str, i: int):
-        drafter = drafters_of(method).get(method.removesuffix(FAST))
-        if i == 0 and hasattr(drafter, "forget_requests"):
-            drafter.forget_requests()  # each pass over the prompts starts afresh
-        tokens, seconds, stats = run_row(method, prompts[i], max_new_tokens, seed + i)
-        return seconds, (tokens.tolist(), stats, seconds)
-
-    # the draft model's passes timed alone, as one more run in the rotation: each prompt's costs at its own
-    # mean context (prompt + half the new tokens), in the same minutes as the loop that paid them
-    alone_rows = [m for m in methods if time_alone and m.removesuffix(FAST) == "speclab speculative"]
-
-    def alone(method: str, i: int):
-        with fast_paths(paths if method.endswith(FAST) else {}):
-            context = len(prompts[i]) + max_new_tokens // 2
-            return 0.0, costs_alone(target, draft, context, k_of["speclab speculative"] + 1, seed=seed + i)
-
-    timed = time_interleaved({**{m: partial(decode, m) for m in methods},
-                              **{(ALONE, m): partial(alone, m) for m in alone_rows}}, len(prompts), repeats, progress)
-    # per method, per repeat: (seconds, token lists, stats list, seconds per prompt)
-    runs = {m: [(seconds, *map(list, zip(*results))) for seconds, results in timed[m]] for m in methods}
-    rows = []
-    reference = runs["speclab target-only"][0][1] if "speclab target-only" in runs else None
-    for method in methods:
-        times = [r[0] for r in runs[method]]
-        median = sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]
-        seconds, outputs, stats, per_prompt = runs[method][median]
-        row = BenchRow(method, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times,
-                       stats=GenerationStats.combine(stats) if stats[0] is not None else None,
-                       prompt_seconds=per_prompt)
-        if reference is not None and method != "speclab target-only" and temperature == 0:
-            row.matches_target_only = outputs == reference
-        if method in alone_rows:
-            samples = [costs for _, per_prompt in timed[(ALONE, method)] for costs in per_prompt]
-            row.alone_ms = {key: statistics.median(c[key] for c in samples) for key in samples[0]}
-        rows.append(row)
-    return rows
+    the_plan = plan_bench(methods, target, draft, Settings(k=k, **sweeps), weights, block, bool(paths))
+    bench = Bench(target, draft, list(prompts), the_plan, Decoding(max_new_tokens, temperature, seed, eos_token_id), paths)
+    return run_plan(bench, repeats, warmup, time_alone, progress)
 
 
 # A bootstrap sees only the spread among the prompts it is given: a few alike prompts give a narrow

@@ -9,6 +9,7 @@ from __future__ import annotations
 from argparse import Namespace
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+import importlib
 from pathlib import Path
 
 import torch
@@ -18,6 +19,29 @@ from speclab.methods import (checkpoints, draft_model, eagle, layer_skip, lookah
                              ngram, parallel_draft, shipped, suffix)
 from speclab.methods.engines import Options, no
 from speclab.models import BUNDLED_DIR, load_pair
+
+
+@dataclass(frozen=True)
+class CardSection:
+    """A method's section of the bundled pair's model card (`python -m speclab card`): `writer(pair_dir,
+    num_prompts, max_new_tokens, method=...)` measures it and returns its markdown, a heading line first;
+    `marker`, the file in the method's folder of the pair whose presence says its weights are trained.
+    A writer given as "module:function" is imported when the card is written: the card's module imports
+    this registry, which cannot import it back."""
+
+    writer: str | Callable[..., str]
+    marker: str = "record.json"
+
+    def write(self, method: Method, pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+        writer = self.writer
+        if isinstance(writer, str):
+            module, _, name = writer.partition(":")
+            writer = getattr(importlib.import_module(module), name)
+        return writer(pair_dir, num_prompts, max_new_tokens, method=method)
+
+    def writes_with(self, writer: Callable) -> bool:
+        """Whether `writer` is this section's writer (named or given)."""
+        return self.writer is writer or self.writer == f"{writer.__module__}:{writer.__name__}"
 
 
 @dataclass(frozen=True)
@@ -44,6 +68,12 @@ class Method:
     # engines.Unsupported where an engine cannot express them (speclab.serving.settings reads it)
     engine_settings: Callable[[str, Options], dict] | None = None
     one_hot_drafts: bool = False  # its drafts carry no probabilities (block verification gains nothing)
+    drafts_by_lookup: bool = False  # its drafts are lookups in the text, nearly free: the bench's --lookup-k is its K
+    card: CardSection | None = None  # its section of the model card, for weights shipped with the bundled target
+    older_names: tuple[str, ...] = ()  # names generate's --method also takes for it
+    flag_names: tuple[str, ...] = ()  # generate's flags (argparse's dests) flag_options reads, beside weights_flag
+    # the load option naming another registered method it drafts in front of (generate's --then)
+    in_front_of: str | None = None
 
     def uses_draft_model(self, row: str | None = None) -> bool:
         """Whether the method (or its bench row `row`) drafts with a draft model: the bench hands those
@@ -113,68 +143,81 @@ EAGLE_OPTIONS = ("head= a directory; tree=\"dynamic\" (EAGLE-2's tree) or \"chai
 EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk": ("top_k", 0),
                  "speculative_num_draft_tokens": ("total_tokens", -1), "num_speculative_tokens": ("depth", 0)}
 
+CARD = "speclab.train.card"  # the model card's module, which writes each method's section
+
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(draft_model.NAME, _load_draft_model, options="draft= a model or a directory (default: the bundled draft)",
            engine_settings=draft_model.engine_settings, weights="draft", bundled="draft", train="draft",
            bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {}, "speclab adaptive-confidence": {}},
            decode_options={"speclab adaptive-heuristic": {"k_schedule": "heuristic"}},
-           lesson_rows=("speclab speculative",)),
+           lesson_rows=("speclab speculative",), older_names=("model",)),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
            options="max_ngram=3, min_ngram=1, num_tokens=None (k), choose=\"frequent\"",
-           engine_settings=ngram.engine_settings, one_hot_drafts=True,
+           engine_settings=ngram.engine_settings, one_hot_drafts=True, drafts_by_lookup=True,
            aliases={"prompt_lookup_max": ("max_ngram", 0), "prompt_lookup_min": ("min_ngram", 0),  # vLLM
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
-           bench_rows={"speclab prompt-lookup": {}}, lesson_rows=("speclab prompt-lookup",)),
+           bench_rows={"speclab prompt-lookup": {}}, lesson_rows=("speclab prompt-lookup",),
+           older_names=("prompt-lookup",)),
     Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
            options="max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0, min_token_prob=0.1, "
                    "tree=False (vLLM's chain; True: the paper's tree)",
-           engine_settings=suffix.engine_settings, one_hot_drafts=True,
+           engine_settings=suffix.engine_settings, one_hot_drafts=True, drafts_by_lookup=True,
            aliases={f"suffix_decoding_{name}": (name, 0) for name in  # vLLM's speculative_config keys
                     ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")},
            bench_rows={"speclab suffix": {}, "speclab suffix-tree": {"tree": True}}),
     Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o),
            options="window=W, ngram=N, pool=G, from_context=True, seed=0", bench_rows={"speclab lookahead": {}},
            engine_settings=lookahead.engine_settings, one_hot_drafts=True,
-           flag_options=lambda a: dict(zip(("window", "ngram", "pool"), a.lookahead))),
+           flag_options=lambda a: dict(zip(("window", "ngram", "pool"), a.lookahead)), flag_names=("lookahead",)),
     Method(medusa.NAME, medusa.load_medusa,
            options="heads= a directory; tree= \"chain\" or medusa_choices (default: the tree chosen for the heads)",
            weights="heads", bundled="medusa", train="medusa", weights_flag="heads", engine_settings=medusa.engine_settings,
+           card=CardSection(f"{CARD}:medusa_card", marker="tree.json"),
            # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
            bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}, "speclab medusa-typical": {}},
            decode_options={"speclab medusa-typical": {"acceptance": "typical-medusa"}},
            lesson_rows=("speclab medusa",)),
     Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), options=EAGLE_OPTIONS,
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle", flag_options=lambda a: a.eagle_tree,
+           flag_names=("eagle_tree",),
            bundled="eagle", on_target=True, train="eagle", engine_settings=eagle.engine_settings_for(1),
+           card=CardSection(f"{CARD}:eagle_card"),
            # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree
            # with two or more children a node, and EAGLE-1's own chain
            bench_rows={"speclab eagle": {}, "speclab eagle-tree": {"settings": "fastest-tree"},
                        "speclab eagle-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle",)),
     Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), options=EAGLE_OPTIONS,
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle3", flag_options=lambda a: a.eagle_tree,
+           flag_names=("eagle_tree",),
            bundled="eagle3", on_target=True, train="eagle3", engine_settings=eagle.engine_settings_for(3),
+           card=CardSection(f"{CARD}:eagle3_card"),
            bench_rows={"speclab eagle3": {}, "speclab eagle3-tree": {"settings": "fastest-tree"},
                        "speclab eagle3-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle3",)),
     Method(mtp.NAME, mtp.load_mtp, options="module= a directory; num_tokens=1 (drafts a round; more chains it)",
            aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
            on_target=True, train="mtp", weights_flag="mtp", engine_settings=mtp.engine_settings, flag_options=lambda a: dict(num_tokens=a.mtp_tokens),
+           flag_names=("mtp_tokens",),
+           card=CardSection(f"{CARD}:mtp_card"),
            # chained as deep as the round's K
            bench_rows={"speclab mtp": {}, "speclab mtp-chain": {"num_tokens": 64}}),
     Method(layer_skip.NAME, _load_layer_skip,
            options="exit_layer=E (1..L-1); adapter=False (no new weights), True (those shipped) or a directory",
            bundled="exit", on_target=True, train="exit", engine_settings=layer_skip.engine_settings,
+           card=CardSection(f"{CARD}:exit_card"),
            flag_options=lambda a: dict(exit_layer=a.exit_layer, adapter=a.exit_adapter),
+           flag_names=("exit_layer", "exit_adapter"),
            bench_rows={"speclab layer-skip": {}}),
     Method(parallel_draft.NAME, _load_parallel_draft, options="model= a parallel draft or its directory",
            weights="model", bundled="pard", train="pard", engine_settings=parallel_draft.engine_settings,
+           card=CardSection(f"{CARD}:pard_card"),
            bench_rows={"speclab pard": {}}),
     # no weights of its own: the drafter behind lookup loads (or is handed) its own
     Method(lookup_first.NAME, _load_lookup_first,
            options="min_ngram=2, max_ngram=3; drafter= a method's name (default draft_model), loaded with the "
                    "remaining options",
-           engine_settings=lambda engine, o: _lookup_first_settings(engine, o),
+           engine_settings=lambda engine, o: _lookup_first_settings(engine, o), in_front_of="drafter",
            bench_rows={"speclab lookup-then-draft": {"drafter": draft_model.NAME},
                        "speclab lookup-then-eagle3": {"drafter": eagle.NAME3}}),
 )}
@@ -193,10 +236,21 @@ def by_bench_row(row: str) -> Method | None:
     return next((m for m in REGISTRY.values() if row in m.bench_rows), None)
 
 
+def draft_model_method() -> Method:
+    """The method that drafts with the pair's draft model."""
+    return next(m for m in REGISTRY.values() if m.uses_draft_model())
+
+
+def trained_drafters() -> tuple[str, ...]:
+    """The methods that draft with trained weights (a draft model, heads, a module, exit adapters): those a
+    method drafting in front of another (Method.in_front_of) can go in front of."""
+    return tuple(m.name for m in REGISTRY.values() if m.train is not None)
+
+
 def drafter_for_model(model: torch.nn.Module) -> Drafter:
     """A bare model as a drafter, by the method that drafts with a draft model: what the decode loop does
     with speculative_generate(target, model, ...)."""
-    m = next(m for m in REGISTRY.values() if m.uses_draft_model())
+    m = draft_model_method()
     return m.load(None, **{m.weights: model})
 
 
@@ -262,5 +316,5 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     return m.load(target, **options)
 
 
-__all__ = ["METHODS", "REGISTRY", "Method", "by_bench_row", "bundled_weights", "drafter_for_model", "load_drafter",
-           "method", "rename_aliases", "shipped_weights"]
+__all__ = ["METHODS", "REGISTRY", "CardSection", "Method", "by_bench_row", "bundled_weights", "draft_model_method",
+           "drafter_for_model", "load_drafter", "method", "rename_aliases", "shipped_weights", "trained_drafters"]

@@ -1,6 +1,7 @@
 """The bundled pair's model card (`python -m speclab card`): how each model and each trained drafter was
 made (from its training record) and how well it drafts, measured now on this machine. One section per
-registered method with weights for the bundled target (CARD_SECTIONS)."""
+registered method with weights for the bundled target: its registry entry's `card` names the writer here
+(card_sections)."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from speclab.measure.acceptance import (
 from speclab.measure.bench import model_check
 from speclab.measure.profiling import decode_ms_per_token
 from speclab.measure.workloads import load_prompts
-from speclab.methods import REGISTRY, Method, draft_model, eagle, layer_skip, load_drafter, medusa, mtp, parallel_draft
+from speclab.methods import REGISTRY, Method, draft_model_method, load_drafter
 from speclab.methods.eagle import describe_tree, measured_settings
 from speclab.models import load_model, load_pair, load_tokenizer
 from speclab.stats import GenerationStats
@@ -160,18 +161,18 @@ def rows_trained_on(record: dict) -> str:
             "continuations written by the target)")
 
 
-def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, method: Method | None = None) -> str:
     """The model card's section on the Medusa heads shipped with the bundled target: how they were
     trained (from their record), held-out accuracy by head and rank, the tree chosen for them, and
     tokens per target pass measured now (greedy, held-out prompts) for the top-1 chain and that tree."""
-    pair_dir = Path(pair_dir)
-    heads_dir = pair_dir / REGISTRY[medusa.NAME].bundled
+    pair_dir, method = Path(pair_dir), method or section_method(medusa_card)
+    heads_dir = pair_dir / method.bundled
     record = json.loads((heads_dir / "record.json").read_text())
     tree = json.loads((heads_dir / "tree.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
     _, runs, same = measure_drafting(pair_dir, {
-        name: (lambda t, choice=choice: load_drafter(medusa.NAME, t, heads=heads_dir, tree=choice), m["num_heads"])
+        name: (lambda t, choice=choice: load_drafter(method.name, t, heads=heads_dir, tree=choice), m["num_heads"])
         for name, choice in (("top-1 chain", "chain"), (f"chosen tree ({tree['budget']} nodes)", None))},
         num_prompts, max_new_tokens)
     lines = [
@@ -205,12 +206,12 @@ def medusa_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
     return "\n".join(lines)
 
 
-def train_command(method: Method, record: dict) -> str:
+def train_command(method: Method, record: dict, default_steps: int) -> str:
     """The `python -m speclab train` command that reproduces a shipped head from its record: the flags
-    it was trained with where they differ from today's preset (an older head keeps its recipe)."""
+    it was trained with where they differ from today's preset (an older head keeps its recipe), whose
+    steps for this head are `default_steps`."""
     preset, m = EAGLE_PRESETS["stdlib"], record["preset"]
     command = method.train
-    default_steps = {eagle.NAME: preset.steps, eagle.NAME3: preset.eagle3_steps, mtp.NAME: preset.mtp_steps}[method.name]
     flags = (f" --generated {m['generated']}" if m["generated"] != preset.generated else "") + \
         (f" --steps {m['steps']}" if m["steps"] != default_steps else "")
     return f"`python -m speclab train {command} --target speclab/pairs/stdlib/target --out DIR{flags} --install`"
@@ -231,12 +232,11 @@ def tree_label(head_dir: Path) -> str:
     return describe_tree(settings) if settings else "EagleDrafter's defaults"
 
 
-def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, method: Method | None = None) -> str:
     """The model card's section on the EAGLE head shipped with the bundled target: how it was trained
     (from its record), held-out losses and accuracy, and tokens per target pass measured now (greedy,
     held-out prompts) for EAGLE-1's chain and EAGLE-2's dynamic tree."""
-    pair_dir = Path(pair_dir)
-    method = REGISTRY[eagle.NAME]
+    pair_dir, method = Path(pair_dir), method or section_method(eagle_card)
     head_dir = pair_dir / method.bundled
     record = json.loads((head_dir / "record.json").read_text())
     m, log = record["preset"], record["log"]
@@ -253,7 +253,7 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
         f"the target's architecture without its input norm (initialised from its last layer), the target's "
         f"frozen embeddings and lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle/`. "
         f"Trained by "
-        f"{train_command(method, record)}: smooth L1 to the "
+        f"{train_command(method, record, EAGLE_PRESETS['stdlib'].steps)}: smooth L1 to the "
         f"next feature + {m['ce_weight']} x cross-entropy against the target's own distribution, U(-{m['noise']}, "
         f"{m['noise']}) noise on the input features, {m['steps']} steps of {m['batch']} rows x {m['seq_len']} "
         f"positions from {rows_trained_on(record)}, features computed once; training "
@@ -271,12 +271,11 @@ def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str
 EAGLE3_HEADING = "## EAGLE-3 head"
 
 
-def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, method: Method | None = None) -> str:
     """The model card's section on the EAGLE-3 head shipped with the bundled target: how it was trained
     (from its record), held-out accuracy by draft position before and after training, and tokens per
     target pass measured now (greedy, held-out prompts) with EAGLE-2's dynamic tree and a chain."""
-    pair_dir = Path(pair_dir)
-    method = REGISTRY[eagle.NAME3]
+    pair_dir, method = Path(pair_dir), method or section_method(eagle3_card)
     head_dir = pair_dir / method.bundled
     record = json.loads((head_dir / "record.json").read_text())
     m, log = record["preset"], record["log"]
@@ -296,7 +295,7 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> st
         f"residual, a final norm and the head's own lm_head over a draft vocabulary mapped to the target's by "
         f"d2t; from the second draft step on, the layer's own output replaces the fused feature. "
         f"{record['parameters'] / 1e6:.2f}M parameters, float16 in `eagle3/`. Trained by "
-        f"{train_command(method, record)} with the training-time "
+        f"{train_command(method, record, EAGLE_PRESETS['stdlib'].eagle3_steps)} with the training-time "
         f"test: the head unrolled {m['ttt_steps']} steps on its own outputs, step j's cross-entropy against the "
         f"target's distribution weighted {m['decay']}^j, no feature loss; {m['steps']} steps of {m['batch']} rows "
         f"x {m['seq_len']} positions from {rows_trained_on(record)}; training "
@@ -324,12 +323,11 @@ def vocabulary_note(record: dict, target) -> str:
 MTP_HEADING = "## MTP module"
 
 
-def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, method: Method | None = None) -> str:
     """The model card's section on the MTP module shipped with the bundled target: how it was trained
     (from its record), held-out accuracy by draft position when chained, and tokens per target pass
     measured now (greedy, held-out prompts) drafting one token a round and chained to four."""
-    pair_dir = Path(pair_dir)
-    method = REGISTRY[mtp.NAME]
+    pair_dir, method = Path(pair_dir), method or section_method(mtp_card)
     module_dir = pair_dir / method.bundled
     record = json.loads((module_dir / "record.json").read_text())
     m, log = record["preset"], record["log"]
@@ -343,7 +341,8 @@ def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
         "last feature and of the next token's embedding, concatenated and projected 2H -> H (no bias), one decoder "
         "layer of the target's architecture (initialised from its last layer), a norm, and the target's frozen "
         f"lm_head: {record['parameters'] / 1e6:.2f}M parameters, float16 in `mtp/`. Trained after the fact on the "
-        f"frozen target (DeepSeek-V3 trains it with the model) by {train_command(method, record)}: one step deep, "
+        f"frozen target (DeepSeek-V3 trains it with the model) by "
+        f"{train_command(method, record, EAGLE_PRESETS['stdlib'].mtp_steps)}: one step deep, "
         "cross-entropy against the target's own "
         f"distribution of the token two ahead; {m['steps']} steps of {m['batch']} rows x {m['seq_len']} positions "
         f"from {rows_trained_on(record)}; training {log['seconds'] / 60:.1f} min on "
@@ -359,18 +358,18 @@ def mtp_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
 EXIT_HEADING = "## Layer-skip exit adapters"
 
 
-def exit_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+def exit_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, method: Method | None = None) -> str:
     """The model card's section on the exit adapters shipped with the bundled target: how they were
     trained, held-out top-1 agreement of each exit with the target without and with its adapter, and
     tokens per target pass measured now for the deepest exit with and without its adapter."""
-    pair_dir = Path(pair_dir)
-    adapters = pair_dir / REGISTRY[layer_skip.NAME].bundled
+    pair_dir, method = Path(pair_dir), method or section_method(exit_card)
+    adapters = pair_dir / method.bundled
     record = json.loads((adapters / "record.json").read_text())
     m, layers = record["preset"], record["layers"]
     deepest = max(int(e) for e in layers)
     _, runs, same = measure_drafting(pair_dir, {
         f"exit after layer {deepest}" + (" + adapter" if adapter else ""):
-            (lambda t, adapter=adapter: load_drafter(layer_skip.NAME, t, exit_layer=deepest,
+            (lambda t, adapter=adapter: load_drafter(method.name, t, exit_layer=deepest,
                                                      adapter=adapters if adapter else False), 4)
         for adapter in (False, True)}, num_prompts, max_new_tokens)
     seconds = sum(entry["seconds"] for entry in layers.values())
@@ -394,18 +393,17 @@ def exit_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
 PARD_HEADING = "## Parallel draft (PARD)"
 
 
-def pard_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128) -> str:
+def pard_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, method: Method | None = None) -> str:
     """The model card's section on the parallel draft shipped with the bundled target: how it was adapted
     from the draft (its record), held-out top-1 agreement by draft depth before and after, and tokens per
     target pass measured now at K = 4 beside the draft it was adapted from."""
-    pair_dir = Path(pair_dir)
-    method = REGISTRY[parallel_draft.NAME]
+    pair_dir, method = Path(pair_dir), method or section_method(pard_card)
     folder = pair_dir / method.bundled
     record = json.loads((folder / "record.json").read_text())
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
     _, runs, same = measure_drafting(pair_dir, {
-        "draft model, K passes": (lambda t: load_drafter(draft_model.NAME, t, draft=pair_dir / "draft"), m["k"]),
+        "draft model, K passes": (lambda t: load_drafter(draft_model_method().name, t, draft=pair_dir / "draft"), m["k"]),
         "parallel draft, one pass": (lambda t: load_drafter(method.name, t, model=folder), m["k"])},
         num_prompts, max_new_tokens)
     depths = len(last["heldout_top1_by_depth"])
@@ -442,11 +440,7 @@ def replace_section(card: str, heading: str, section: str) -> str:
     return "\n".join(lines[:start] + section.split("\n") + [""] * (end < len(lines)) + lines[end:]) + "\n"
 
 
-# The card's section of each registered method that ships weights for the bundled target: its heading,
-# the function that measures it, and the file in the method's folder whose presence says it is trained.
-CARD_SECTIONS = {medusa.NAME: (MEDUSA_HEADING, medusa_card, "tree.json"),
-                 eagle.NAME: (EAGLE_HEADING, eagle_card, "record.json"),
-                 eagle.NAME3: (EAGLE3_HEADING, eagle3_card, "record.json"),
-                 mtp.NAME: (MTP_HEADING, mtp_card, "record.json"),
-                 layer_skip.NAME: (EXIT_HEADING, exit_card, "record.json"),
-                 parallel_draft.NAME: (PARD_HEADING, pard_card, "record.json")}
+def section_method(writer) -> Method:
+    """The registered method whose card section `writer` writes (its entry's CardSection)."""
+    return next(m for m in REGISTRY.values() if m.card is not None and m.card.writes_with(writer))
+

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from speclab import theory
 from speclab.measure.bench import BenchRow, format_table, model_check, round_costs, run_bench, speedup_interval
@@ -42,11 +43,11 @@ def test_a_slow_stretch_of_the_machine_slows_every_method_alike(pair, prompt, mo
     calls = []
     total = 2 * 4 * 3  # methods x prompts x repeats, after the warm-up
 
-    def fake_run(method, target, draft, prompt, *args, **kwargs):
-        calls.append(method)
+    def fake_run(row, target, draft, drafter, prompt, *args, **kwargs):
+        calls.append(row.label)
         return prompt, 10.0 if len(calls) <= total // 2 else 1.0, None
 
-    monkeypatch.setattr(bench, "run_method", fake_run)
+    monkeypatch.setattr(bench, "decode_row", fake_run)
     methods = ("speclab target-only", "hf target-only")
     rows = run_bench(*pair, [prompt] * 4, methods=methods, repeats=3, max_new_tokens=1, warmup=False)
     a, b = methods
@@ -101,20 +102,21 @@ def test_the_warm_up_decodes_the_longest_prompt_in_full_on_the_fast_path(pair, p
     from speclab.measure import bench
     from speclab.runner import fast_path_of
     calls = []
-    real = bench.run_method
+    real = bench.decode_row
 
-    def spy(method, target, draft, prompt, k, max_new, *args, **kwargs):
-        calls.append((method, len(prompt), max_new, fast_path_of(target) is not None))
-        return real(method, target, draft, prompt, k, max_new, *args, **kwargs)
+    def spy(row, target, draft, drafter, prompt, max_new, *args, **kwargs):
+        calls.append((row.label, len(prompt), max_new, fast_path_of(target) is not None))
+        return real(row, target, draft, drafter, prompt, max_new, *args, **kwargs)
 
-    monkeypatch.setattr(bench, "run_method", spy)
+    monkeypatch.setattr(bench, "decode_row", spy)
     target, draft = pair
     paths = bench.prepare_fast_paths(target, draft, "static", max_width=4)
     methods = ("speclab target-only", "speclab speculative")
     run_bench(target, draft, [prompt[:5], prompt], k=3, max_new_tokens=10, methods=methods, paths=paths)
     warm = calls[:4]
     assert warm == [("speclab target-only", 5, 10, False), ("speclab speculative", 5, 10, False),
-                    ("speclab target-only", len(prompt), 10, True), ("speclab speculative", len(prompt), 10, True)]
+                    ("speclab target-only (fast)", len(prompt), 10, True),
+                    ("speclab speculative (fast)", len(prompt), 10, True)]
 
 
 def test_the_speedup_interval_is_a_bootstrap_over_prompts():
@@ -344,18 +346,18 @@ def test_a_row_derived_from_a_drafter_that_learns_from_requests_gets_its_own(pai
     import speclab.measure.bench as bench
     target, draft = pair
     used: dict = {}
-    original = bench.run_method
+    original = bench.decode_row
 
-    def spy(method, target, draft, prompt, k, max_new, temperature, seed, drafters=None, options=None, eos=None):
-        if method != "speclab target-only":
-            used.setdefault((method, fast_paths_on()), set()).add(id(drafters[method]))
-        return original(method, target, draft, prompt, k, max_new, temperature, seed, drafters, options, eos)
+    def spy(row, target, draft, drafter, *args, **kwargs):
+        if row.label != "speclab target-only":
+            used.setdefault((row.label, fast_paths_on()), set()).add(id(drafter))
+        return original(row, target, draft, drafter, *args, **kwargs)
 
     def fast_paths_on():
         from speclab.runner import fast_path_of
         return fast_path_of(target) is not None
 
-    monkeypatch.setattr(bench, "run_method", spy)
+    monkeypatch.setattr(bench, "decode_row", spy)
     methods = ("speclab target-only", "speclab suffix", "speclab prompt-lookup")
     paths = bench.prepare_fast_paths(target, draft, "static", max_width=4)
     rows = run_bench(target, draft, [prompt, prompt[:5]], k=3, max_new_tokens=8, methods=methods, repeats=1,
@@ -389,3 +391,36 @@ def test_the_interleaved_timing_says_how_far_it_got():
     said = []
     time_interleaved({"a": lambda i: (0.0, i), "b": lambda i: (0.0, i)}, 2, 2, said.append)
     assert len(said) == 4 and said[-1].startswith("repeat 2/2, prompt 2/2: 2 rows timed")
+
+
+def test_the_bench_is_a_plan_of_rows_as_data():
+    """A row says what decodes it, with which options and K, on which path; its label is only its name."""
+    from speclab.measure.bench import Row, Settings, plan, variants
+    settings = Settings(k=3, lookup_k=6, k_sweep=[1, 5], lookahead=[(2, 2, 1), (3, 3, 2)])
+    rows = {r.label: r for r in plan(("speclab target-only", "speclab speculative", "speclab adaptive-heuristic",
+                                      "speclab prompt-lookup", "speclab lookahead", "speclab medusa-typical",
+                                      "hf assisted", "hf prompt-lookup"), settings)}
+    assert list(rows) == ["speclab target-only", "speclab speculative", "speclab speculative K=1",
+                          "speclab speculative K=5", "speclab adaptive-heuristic", "speclab prompt-lookup",
+                          "speclab lookahead 2,2,1", "speclab lookahead 3,3,2", "speclab medusa-typical", "hf assisted",
+                          "hf prompt-lookup"]
+    assert rows["speclab target-only"] == Row("speclab target-only", base="speclab target-only", k=3)
+    assert rows["speclab speculative"].alone and not rows["speclab speculative K=5"].alone
+    assert (rows["speclab speculative K=5"].k, rows["speclab adaptive-heuristic"].k) == (5, 5)  # the sweep's largest
+    assert rows["speclab adaptive-heuristic"].decode == {"k_schedule": "heuristic"}
+    assert rows["speclab prompt-lookup"].k == rows["hf prompt-lookup"].k == 6  # lookups take lookup_k
+    assert rows["speclab lookahead 3,3,2"].load == dict(window=3, ngram=3, pool=2)
+    assert rows["speclab lookahead 3,3,2"].base == "speclab lookahead"
+    assert rows["speclab medusa-typical"].decode == {"acceptance": "typical-medusa"}
+    assert rows["hf assisted"].engine == "transformers" and rows["hf assisted"].needs_draft_model
+    chain = rows["speclab speculative"]
+    both = variants((rows["speclab target-only"], chain), {chain.label: torch.nn.Linear(1, 1)}, block=True, fast=True)
+    assert [(r.label, r.fast, r.of, r.decode.get("acceptance")) for r in both] == [
+        ("speclab target-only", False, None, None), ("speclab speculative", False, None, None),
+        ("speclab speculative (block)", False, "speclab speculative", "block"),
+        ("speclab target-only (fast)", True, "speclab target-only", None),
+        ("speclab speculative (fast)", True, "speclab speculative", None),
+        ("speclab speculative (block) (fast)", True, "speclab speculative", "block")]
+    assert [r.alone for r in both] == [False, True, False, False, True, False]
+    with pytest.raises(ValueError, match="unknown method"):
+        plan(("speclab nothing",))

@@ -68,11 +68,12 @@ def test_a_heads_card_names_the_command_that_reproduces_its_record():
     from speclab.train.eagle import EAGLE_PRESETS
     today = asdict(EAGLE_PRESETS["stdlib"])
     record = {"preset": today, "training_rows": today["corpus_rows"] + today["generated"]}
-    assert train_command(REGISTRY[eagle.NAME], record).endswith("--out DIR --install`")  # today's preset: no flags
+    steps = EAGLE_PRESETS["stdlib"]
+    assert train_command(REGISTRY[eagle.NAME], record, steps.steps).endswith("--out DIR --install`")  # today's: no flags
     older = {"preset": {**today, "generated": 128, "steps": 2000}, "training_rows": today["corpus_rows"] + 128}
-    assert "--generated 128 --steps 2000 --install" in train_command(REGISTRY[mtp.NAME], older)
+    assert "--generated 128 --steps 2000 --install" in train_command(REGISTRY[mtp.NAME], older, steps.mtp_steps)
     assert "--generated 128 --install" in train_command(REGISTRY[eagle.NAME3], {**older, "preset": {
-        **older["preset"], "steps": today["eagle3_steps"]}})
+        **older["preset"], "steps": today["eagle3_steps"]}}, steps.eagle3_steps)
     assert rows_trained_on(older) == f"{today['corpus_rows'] + 128:,} rows ({today['corpus_rows']:,} corpus windows " \
         "and 128 continuations written by the target)"
 
@@ -85,3 +86,16 @@ def test_the_card_says_which_vocabulary_an_eagle3_head_scores(pair):
     assert "whole vocabulary" in vocabulary_note({}, target)  # records from before draft vocabularies
     note = vocabulary_note({"draft_vocab": {"size": 32, "heldout_coverage": 0.875}}, target)
     assert f"32 most frequent training tokens of {vocab}" in note and "87.5%" in note
+
+
+def test_each_card_section_is_its_methods_registry_entry():
+    """A method's section of the model card is named by its registry entry (Method.card): the writer, found
+    from it without the registry importing the card's module, and the file that says its weights are there."""
+    from speclab.methods import REGISTRY
+    from speclab.models import BUNDLED_DIR
+    from speclab.train import card
+    sections = [m for m in REGISTRY.values() if m.card is not None]
+    assert sections and all(m.bundled and (BUNDLED_DIR / m.bundled / m.card.marker).exists() for m in sections)
+    for m in sections:
+        writer = getattr(card, m.card.writer.partition(":")[2])
+        assert card.section_method(writer) is m and m.card.writes_with(writer)
