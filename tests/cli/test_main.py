@@ -78,3 +78,20 @@ def test_card_sections_are_the_registry_methods_with_bundled_weights():
     with pytest.raises(SystemExit):
         card_parser().parse_args(["--only", "draft"])
 
+
+
+def test_generate_reads_each_methods_flags_weights_and_the_method_behind_from_its_registry_entry():
+    """generate's options for a method come from its entry: its flags (Method.flag_options), its weights flag
+    (or the pair's draft), and for a method in front of another (Method.in_front_of) the one --then names;
+    a method whose weights have no flag (pard) loads those shipped."""
+    from speclab.cli.generate import build_parser, drafter_options, drafting, reading
+    args = build_parser().parse_args(["x", "--method", "lookup_first", "--then", "eagle3", "--eagle-tree", "chain",
+                                      "--eagle3", "HEAD"])
+    assert drafting("lookup_first", args) == ["lookup_first", "eagle3"] and drafting("target-only", args) == ["target-only"]
+    assert drafter_options("lookup_first", args, "DRAFT") == {"drafter": "eagle3", "tree": "chain", "head": "HEAD"}
+    assert drafter_options("draft_model", args, "DRAFT") == {"draft": "DRAFT"}
+    assert drafter_options("pard", args, "DRAFT") == {"model": None}
+    assert drafter_options("layer_skip", args, None) == {"exit_layer": 20, "adapter": False}
+    assert reading("eagle_tree") == ["eagle", "eagle3"]
+    with pytest.raises(SystemExit, match="--eagle-tree sets EAGLE's draft tree: use it with --method eagle or eagle3"):
+        main(["generate", "x", "--method", "lookup_first", "--then", "medusa", "--eagle-tree", "chain"])

@@ -1,0 +1,102 @@
+"""A new method is its module and its registry entry: a toy method (it drafts the last token repeated),
+registered for these tests only, runs everywhere speclab runs a method with nothing else edited: loaded
+by name, in the decode loop, `python -m speclab generate --method`, a bench row (the plan, `python -m
+speclab bench --methods`), its engine settings or the reason an engine has none, and its section of the
+model card; and it is gone after."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from speclab.cli.main import main
+from speclab.decoding import generate, speculative_generate
+from speclab.drafting import Draft, Drafter
+from speclab.measure import bench
+from speclab.methods import REGISTRY, CardSection, Method, load_drafter
+from speclab.methods.engines import Options, Unsupported, no
+from speclab.sampling import SamplingParams
+
+NAME = "repeat_last"
+ROW = "speclab repeat-last"
+FOLDER = "repeat"  # where its (pretend) weights ship in a pair's folder: the card's --only name
+HEADING = "## Repeat-last drafting"
+
+
+class RepeatLast(Drafter):
+    """Drafts the sequence's last token k times: right wherever the text repeats a token."""
+
+    name = "repeat last"
+    batched = True  # no state between rounds
+
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        return Draft(ids[-1:].repeat(k))
+
+
+def engine_settings(engine: str, o: Options) -> dict:
+    if engine == "speclab":
+        return {"method": NAME, "k": o.k}
+    raise no(engine, "no drafter that repeats the last token")
+
+
+def card_section(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, method: Method | None = None) -> str:
+    return f"{HEADING}\n\n{method.name} drafts the last token {num_prompts} x {max_new_tokens}.\n"
+
+
+ENTRY = Method(NAME, lambda target, **options: RepeatLast(**options), options="none", bundled=FOLDER,
+               engine_settings=engine_settings, one_hot_drafts=True, bench_rows={ROW: {}}, card=CardSection(card_section))
+
+
+@pytest.fixture()
+def toy(monkeypatch):
+    """The toy method in the registry, for this test only (monkeypatch removes it after)."""
+    monkeypatch.setitem(REGISTRY, NAME, ENTRY)
+    yield ENTRY
+    monkeypatch.undo()
+    assert NAME not in REGISTRY and ROW not in bench.bench_methods()
+
+
+def test_the_toy_method_loads_by_name_and_decodes_as_the_target_does(toy, pair, prompt):
+    target, _ = pair
+    drafter = load_drafter(NAME, target)
+    assert isinstance(drafter, RepeatLast)
+    result = speculative_generate(target, drafter, prompt, k=3, max_new_tokens=12)
+    assert result.tokens.tolist() == generate(target, prompt, max_new_tokens=12).tokens.tolist()
+    assert result.stats.drafted > 0
+
+
+def test_the_toy_method_is_a_bench_row(toy, pair, prompt):
+    assert ROW in bench.bench_methods()
+    (row,) = bench.plan((ROW,), bench.Settings(k=3))
+    assert (row.label, row.engine, row.method, row.k, dict(row.load)) == (ROW, "speclab", NAME, 3, {})
+    rows = bench.run_bench(*pair, [prompt], k=3, max_new_tokens=8, methods=(bench.TARGET_ONLY, ROW), warmup=False,
+                           block=True)
+    assert [r.method for r in rows] == [bench.TARGET_ONLY, ROW, ROW + bench.BLOCK]  # it drafts chains of batches
+    assert all(r.matches_target_only for r in rows[1:]) and rows[1].stats.drafted > 0
+
+
+def test_the_toy_methods_engine_settings_or_why_an_engine_has_none(toy):
+    assert toy.engine_settings("speclab", Options(k=3)) == {"method": NAME, "k": 3}
+    with pytest.raises(Unsupported, match="vllm: no drafter that repeats the last token"):
+        toy.engine_settings("vllm", Options())
+
+
+def test_generate_and_bench_run_the_toy_method(toy, capsys):
+    """The commands on the bundled pair, in this process."""
+    main(["generate", "def f(x):", "--method", NAME, "--max-new-tokens", "4", "--device", "cpu"])
+    assert "speculative (repeat last)" in capsys.readouterr().out
+    main(["bench", "--prompt", "def f(x):", "--max-new-tokens", "4", "--repeats", "1", "--device", "cpu",
+          "--methods", f"{bench.TARGET_ONLY},{ROW}"])
+    table = capsys.readouterr().out
+    assert "\nrepeat-last " in table and "\ntarget-only " in table
+
+
+def test_the_toy_methods_section_of_the_model_card(toy, tmp_path, capsys):
+    (tmp_path / FOLDER).mkdir()
+    (tmp_path / FOLDER / toy.card.marker).write_text("{}")  # its weights are there
+    out = tmp_path / "MODEL_CARD.md"
+    out.write_text("# A card\n\n## Another section\n\nkept\n")
+    main(["card", "--pair-dir", str(tmp_path), "--only", FOLDER, "--num-prompts", "2", "--max-new-tokens", "8",
+          "--out", str(out)])
+    card = out.read_text()
+    assert "## Another section\n\nkept" in card and f"{HEADING}\n\n{NAME} drafts the last token 2 x 8." in card
