@@ -469,6 +469,12 @@ MISTAKES = [
      "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max)]  # stops before k_max\n"
      "    s = lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost)\n"
      "    best = max(plans, key=s, default=None)\n    return best if best and s(best) > 1 else None"),
+    ("lab06", "q2", "the same n-gram twice in one window, with room", "def update_pool(pool, levels, outputs, per_key):\n"
+     "    before = {key: list(entries) for key, entries in pool.items()}  # duplicates looked up before the window\n"
+     "    for i, out in enumerate(outputs):\n"
+     "        gram = tuple(level[i] for level in levels) + (out,)\n        entries = pool.setdefault(gram[0], [])\n"
+     "        if gram[1:] in before.get(gram[0], []):\n            entries.remove(gram[1:])\n"
+     "        entries.append(gram[1:])\n        del entries[:-per_key]"),
     ('lab10', 'q1', 'rows land in slots', 'def write_kv(cache, new_k, new_v, start):\n'
      '    n = new_k.shape[1]\n'
      "    if start + n > cache['keys'].shape[1]:\n"
@@ -810,6 +816,92 @@ RULES = [
      next(m[3] for m in MISTAKES if m[2] == "exactly 1 is no gain")),
     ("lab09", "q4", "every $K$ from 1 to `k_max`", "the best K is k_max",
      next(m[3] for m in MISTAKES if m[2] == "the best K is k_max")),
+    # the fresh learner test of labs 6-9 (issue 63): rules whose only cases were hidden, or missing
+    ("lab06", "q1", "down to `min_ngram`", "only a one-token tail occurred before",
+     "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min(max_ngram, len(seq) - 1), min_ngram, -1):  # stops before min_ngram\n"
+     "        for i in range(len(seq) - n - 1, -1, -1):\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q1", "down to `min_ngram`", "min_ngram above 1",
+     "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(min(max_ngram, len(seq) - 1), 0, -1):  # always down to 1\n"
+     "        for i in range(len(seq) - n - 1, -1, -1):\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q1", "try $n$ = `max_ngram`", "max_ngram caps the tail",
+     "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n"
+     "    for n in range(len(seq) - 1, min_ngram - 1, -1):  # the longest tail, whatever max_ngram\n"
+     "        for i in range(len(seq) - n - 1, -1, -1):\n"
+     "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
+     "    return []"),
+    ("lab06", "q2", "and is not stored twice", "re-adding a stored continuation",
+     "def update_pool(pool, levels, outputs, per_key):\n"
+     "    for i, out in enumerate(outputs):\n"
+     "        gram = tuple(level[i] for level in levels) + (out,)\n        entries = pool.setdefault(gram[0], [])\n"
+     "        entries.append(gram[1:])  # a stored one again, without removing it\n        del entries[:-per_key]"),
+    ("lab06", "q2", "and is not stored twice", "the same n-gram twice in one window, with room",
+     next(m[3] for m in MISTAKES if m[2] == "the same n-gram twice in one window, with room")),
+    ("lab06", "q2", "The window has $N - 1$ **levels**", "N = 4: three levels",
+     "def update_pool(pool, levels, outputs, per_key):\n"
+     "    for i, out in enumerate(outputs):\n"
+     "        key, cont = levels[0][i], (levels[1][i], out)  # as if N were always 3\n"
+     "        entries = pool.setdefault(key, [])\n"
+     "        if cont in entries:\n            entries.remove(cont)\n"
+     "        entries.append(cont)\n        del entries[:-per_key]"),
+    ("lab06", "q2", "the remaining $N - 1$ tokens as tuples", "one window of 3 columns",
+     "def update_pool(pool, levels, outputs, per_key):\n"
+     "    for i, out in enumerate(outputs):\n"
+     "        cont = [level[i] for level in levels[1:]] + [out]  # a list, not a tuple\n"
+     "        entries = pool.setdefault(levels[0][i], [])\n"
+     "        if cont in entries:\n            entries.remove(cont)\n"
+     "        entries.append(cont)\n        del entries[:-per_key]"),
+    ("lab07", "q3", "**in index order**, take the first", "two siblings carry the same token",
+     "def greedy_path(tokens, parents, target_argmax):\n    path, node = [], -1\n    while True:\n"
+     "        want = int(target_argmax[node + 1])\n"
+     "        hits = [i for i in range(len(tokens)) if parents[i] == node and int(tokens[i]) == want]\n"
+     "        if not hits:\n            return path, want\n"
+     "        path.append(hits[-1])  # the last matching child\n        node = hits[-1]"),
+    ("lab07", "q4", "Each child reports the $q_i$ it was really drawn from", "siblings drawn without replacement",
+     "def try_children(p, tokens, qs, u):\n"
+     "    for i, x in enumerate(tokens):\n        x = int(x)\n"
+     "        q = torch.zeros_like(p) if qs is None else qs[0]  # row 0 for every child\n"
+     "        if qs is None:\n            q[x] = 1.0\n"
+     "        if u[i] * q[x] < p[x]:\n            return i, None\n"
+     "        r = torch.clamp(p - q, min=0)\n        if r.sum() > 0:\n            p = r / r.sum()\n"
+     "    return None, p"),
+    ("lab08", "q2", "Ties keep the earlier frontier node first", "equal scores at different ranks",
+     "def expand_level(frontier_scores, log_probs, top_k):\n    out = []\n"
+     "    for i, s in enumerate(frontier_scores):\n        v, t = log_probs[i].topk(top_k)\n"
+     "        out += [(s + float(a), i, int(b)) for a, b in zip(v, t)]\n"
+     "    return sorted(out, key=lambda c: (-c[0], c[2]))  # ties to the smaller token id"),
+    ("lab08", "q4", "`eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1)`", "ce_weight = 0 and ce_weight = 1",
+     "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1).detach()\n"
+     "    ce = -(p * torch.log_softmax(predicted @ lm_head_weight.T, -1)).sum(-1).mean()\n"
+     "    return torch.nn.functional.smooth_l1_loss(predicted, truth) + 0.1 * ce  # the paper's 0.1, always"),
+    ("lab08", "q4", "the target's distribution is a label and gets none", "the target's distribution is a label",
+     "def eagle1_loss(predicted, truth, lm_head_weight, ce_weight=0.1):\n"
+     "    p = torch.softmax(truth @ lm_head_weight.T, -1)  # not detached\n"
+     "    ce = -(p * torch.log_softmax(predicted @ lm_head_weight.T, -1)).sum(-1).mean()\n"
+     "    return torch.nn.functional.smooth_l1_loss(predicted, truth) + ce_weight * ce"),
+    ("lab09", "q1", "**1 fewer** than its $K$ (not than it drafted)", "a stop, then a rejection",
+     "def next_k(k, drafted, accepted, k_max):\n    if drafted == 0:\n        return k\n"
+     "    return min(k + 2, k_max) if accepted == drafted else max(drafted - 1, 1)  # from the drafts"),
+    ("lab09", "q1", "an `int` from 1 to `k_max`", "every drafted token accepted",
+     "def next_k(k, drafted, accepted, k_max):\n    if drafted == 0:\n        return k\n"
+     "    return float(min(k + 2, k_max) if accepted == drafted else max(k - 1, 1))"),
+    ("lab09", "q3", "A perfect draft, $\\alpha(E) = 1$, makes the fraction 0/0", "a perfect draft (alpha = 1)",
+     "def choose_exit_layer(alphas, costs, k, verify_cost=1.0):\n"
+     "    s = lambda a, c: (1 - a ** (k + 1)) / ((1 - a) * (verify_cost + k * c))  # the fraction as printed\n"
+     "    return max(sorted(alphas), key=lambda e: s(alphas[e], costs[e]))"),
+    ("lab09", "q4", "then the smaller $K$", "a tie in K",
+     "def best_plan(alphas, costs, k_max, verify_cost=1.0):\n    best = None\n"
+     "    for e in sorted(alphas):\n        for k in range(1, k_max + 1):\n"
+     "            s = theory.speedup(alphas[e], k, costs[e], verify_cost)\n"
+     "            if best is None or s > best[0] or (s == best[0] and e == best[1]):  # a tie in K: the larger\n"
+     "                best = (s, e, k)\n"
+     "    return (best[1], best[2]) if best[0] > 1 else None"),
     ("lab10", "q1", "the first row into slot `start`", "rows land in slots",
      next(m[3] for m in MISTAKES if m[0] == "lab10" and m[2] == "rows land in slots")),
     ("lab10", "q1", "no slot outside those $n$ changes", "the other slots keep",

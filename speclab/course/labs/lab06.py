@@ -73,6 +73,25 @@ def _(f):
     check_lookup(f, [4, 4, 4, 4, 4], 2, 3)
 
 
+@lab.case("q1", "only a one-token tail occurred before: n goes down to min_ngram", hint=HINT_Q1)
+def _(f):
+    check_lookup(f, [14, 9, 27, 3, 27], 3, 3,
+                 why="[27, 3, 27] and [3, 27] never occurred before; [27] did, at index 2, followed by 3, 27")
+
+
+@lab.case("q1", "min_ngram above 1: a shorter tail does not count", hint=HINT_Q1)
+def _(f):
+    check_lookup(f, [1, 2, 7, 3, 2], 3, 3, min_ngram=2,
+                 why="only [2] occurred before, and min_ngram = 2 asks for a tail of at least 2 tokens")
+
+
+@lab.case("q1", "max_ngram caps the tail: a longer repeat is not looked for", hint=HINT_Q1)
+def _(f):
+    check_lookup(f, [1, 2, 3, 9, 4, 3, 1, 2, 3], 3, 1,
+                 why="with max_ngram = 1 only the tail [3] is looked up; its latest earlier occurrence is at "
+                     "index 5, followed by 1, 2, 3")
+
+
 # TESTS q2
 lab.question("q2", "update_pool", points=2, title="the n-gram pool, fed by the Jacobi window")
 
@@ -117,6 +136,10 @@ def check_update(f, start, windows, per_key, why=""):
         got = normalised(pool)
         expect(result is not Ellipsis, f"{call} is still `...`: replace it with your answer.")
         expect(got is not None, f"after {call} the pool is {show(pool)}; expected a dict of lists of tuples")
+        odd = next((e for v in pool.values() for e in v if not isinstance(e, tuple)), None)
+        expect(odd is None, f"after {call} the pool holds the continuation {show(odd)} ({type(odd).__name__}); "
+               "expected a tuple, as q2's text says: a list never equals a tuple, so `in` and `.remove` would "
+               "miss a continuation stored as one")
         if got == before and want != before:
             expect(not (isinstance(result, dict) and normalised(result) == want),
                    f"{call} returned a new dict and left the pool it was given unchanged: change `pool` in place "
@@ -170,6 +193,20 @@ def _(f):
 def _(f):
     check_update(f, [(1, 2, 3), (1, 4, 5)], [([[1], [2]], [3])], per_key=2)
     check_update(f, [(7, 2, 3), (7, 4, 5), (7, 6, 6)], [([[7, 7], [4, 2]], [5, 3])], per_key=3)
+    check_update(f, [(1, 2, 3), (1, 4, 5)], [([[1], [2]], [3])], per_key=4,
+                 why="(2, 3) is stored already: it moves to the end, and the key still holds 2 continuations")
+
+
+@lab.case("q2", "the same n-gram twice in one window, with room under its key: stored once", hint=HINT_Q2)
+def _(f):
+    check_update(f, [], [([[1, 1], [2, 2]], [3, 3])], per_key=4,
+                 why="columns 0 and 1 both read (1, 2, 3): the second moves (2, 3) to the end, where it already is")
+
+
+@lab.case("q2", "N = 4: three levels, each continuation three tokens", hint=HINT_Q2)
+def _(f):
+    check_update(f, [], [([[1, 2], [3, 4], [5, 6]], [7, 8])], per_key=2,
+                 why="the columns read (1, 3, 5, 7) and (2, 4, 6, 8): N - 1 = 3 levels, then the output")
 
 
 # TESTS q3

@@ -201,6 +201,12 @@ def _(f):
     check_greedy(f, [5, 6, 7, 9], [-1, -1, 0, 1], [6, 7, 0, 1, 2], why="node 2's token matches after node 0 only")
 
 
+@lab.case("q3", "two siblings carry the same token: the first in index order is taken", hint=HINT_Q3)
+def _(f):
+    check_greedy(f, [4, 4, 1, 2], [-1, -1, 0, 1], [4, 1, 3, 2, 0], why="nodes 0 and 1 both hold 4: node 0 is taken")
+    check_greedy(f, [4, 4, 1, 2], [-1, -1, 0, 1], [4, 2, 3, 2, 0], why="node 0 is taken, and then nothing under it matches")
+
+
 # TESTS q4
 lab.question("q4", "try_children", points=3, title="one node of multi-candidate rejection sampling")
 
@@ -314,3 +320,14 @@ def _(f):
     counts = emitted_counts(f, p, with_replacement(q, 2), n=3000, seed=1)
     expect_distribution(counts, p, "token emitted at the node over 3000 rounds (2 siblings with replacement)",
                         why="multi-candidate rejection sampling must reproduce the target's p")
+
+
+@lab.case("q4", "siblings drawn without replacement: child i is tested against its own row of qs",
+          hint=("Each child reports the distribution it was drawn from, and that is the q of its test and of its "
+                "residual. See q4's text above, and chapter 7, section 7.6 (Multi-candidate rejection sampling)."))
+def _(f):
+    p = dist([0.5, 0.2, 0.3])
+    qs = torch.stack([dist([0.2, 0.6, 0.2]), dist([0.5, 0.0, 0.5])])  # token 1 drawn first, then not again
+    check_node(f, p, [1, 2], qs, [0.5, 0.6],
+               why="child 0 (token 1) is rejected, leaving the residual [0.75, 0, 0.25]; child 1 (token 2) was drawn "
+                   "from qs[1], where q(2) = 0.5: 0.6 * 0.5 >= 0.25, rejected, and the residual is [1, 0, 0]")

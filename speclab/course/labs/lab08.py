@@ -191,6 +191,14 @@ def _(f):
                      "their children tie two by two: node 0's first")
 
 
+@lab.case("q2", "equal scores at different ranks: the earlier frontier node first, whatever the tokens",
+          hint=HINT_Q2)
+def _(f):
+    check_expand(f, [0.0, 0.0], logs([[0.5, 0.2, 0.3], [0.3, 0.6, 0.1]]), 2,
+                 why="node 0's token 2 and node 1's token 0 both score log 0.3: node 0's child comes first, "
+                     "though its token id is larger")
+
+
 # TESTS q3
 lab.question("q3", "rerank", points=2, title="EAGLE-2: rerank into a tree")
 
@@ -391,6 +399,33 @@ def _(f):
     want = expected("loss_gradient", predicted.detach(), truth, weight)
     expect_allclose(mine, want, "the gradient of your loss in predicted",
                     atol=1e-5)
+
+
+@lab.case("q4", "ce_weight = 0 and ce_weight = 1: the weight you are given", hint=HINT_Q4)
+def _(f):
+    offset = torch.tensor([[0.5, -1.5], [0.3, 0.4]])
+    check_loss(f, TRUTH_SMALL + offset, TRUTH_SMALL, W_SMALL, why="the regression alone", ce_weight=0.0)
+    check_loss(f, TRUTH_SMALL + offset, TRUTH_SMALL, W_SMALL, why="the regression plus the whole cross-entropy",
+               ce_weight=1.0)
+
+
+@lab.case("q4", "the target's distribution is a label: no gradient reaches truth through it",
+          hint=("The target's distribution is a label, like a class index: gradients flow back through the "
+                "head's side only. See q4's text above, and chapter 8, section 8.3 (Training the head)."))
+def _(f):
+    g = torch.Generator().manual_seed(27)
+    weight, truth = torch.randn(7, 4, generator=g), torch.randn(5, 4, generator=g)
+    predicted = (truth + torch.randn(5, 4, generator=g)).requires_grad_()
+    truth = truth.requires_grad_()
+    call, got = loss_of(f, predicted, truth, weight)
+    expect(isinstance(got, torch.Tensor) and got.requires_grad,
+           f"{call} returned {show(got)} ({type(got).__name__}); expected a tensor that gradients flow through")
+    got.backward()
+    regression = expected("truth_gradient", predicted.detach(), truth.detach(), weight)
+    through = truth.grad if truth.grad is not None else torch.zeros_like(truth)
+    expect(torch.allclose(through, regression, atol=1e-5) or torch.allclose(through, torch.zeros_like(truth)),
+           f"{call} with truth requiring gradients: its gradient in truth is {show(through)}; expected "
+           f"{show(regression)}, the regression's alone (or none at all): the softmax of truth @ W.T is a label")
 
 
 # TESTS q5

@@ -32,6 +32,8 @@ def because(why):
 
 
 # TESTS q1
+import operator
+
 lab.question("q1", "next_k", points=2, title="transformers' heuristic K schedule")
 
 HINT_Q1 = ("transformers' heuristic grows K by two after a round that kept every draft, shrinks it by one (never"
@@ -41,8 +43,12 @@ HINT_Q1 = ("transformers' heuristic grows K by two after a round that kept every
 
 def check_step(f, k, drafted, accepted, k_max, why=""):
     call = f"next_k(k={k}, drafted={drafted}, accepted={accepted}, k_max={k_max})"
-    expect_equal(f(k, drafted, accepted, k_max), expected("next_k", k, drafted, accepted, k_max),
-                 call, why=why)
+    got = f(k, drafted, accepted, k_max)
+    expect_equal(got, expected("next_k", k, drafted, accepted, k_max), call, why=why)
+    try:
+        operator.index(got)  # an int (or numpy's), not 4.0: the next round drafts range(K) tokens
+    except TypeError:
+        expect(False, f"{call} returned {show(got)} ({type(got).__name__}); expected an int: K counts tokens")
 
 
 @lab.case("q1", "every drafted token accepted: 2 more next round", hint=HINT_Q1)
@@ -80,6 +86,11 @@ def _(f):
     for k, k_max in ((4, 6), (1, 6), (6, 6)):
         check_step(f, k, 0, 0, k_max, why="a round that drafted nothing says nothing about "
                    "the draft")
+
+
+@lab.case("q1", "a stop, then a rejection: 1 fewer than K, not than the drafts", hint=HINT_Q1)
+def _(f):
+    check_step(f, 5, 2, 1, 8, why="the round could draft 5, stopped after 2, and the second was rejected: 5 - 1")
 
 
 # TESTS q2
@@ -283,6 +294,12 @@ def _(f):
                why="exits 6 and 12 were measured the same: the same modelled speedup")
 
 
+@lab.case("q3", "a perfect draft (alpha = 1): K + 1 tokens a round, the formula's limit", hint=HINT_Q3)
+def _(f):
+    check_exit(f, {4: 0.5, 20: 1.0}, {4: 0.2, 20: 0.3}, 2,
+               why="exit 20 is always accepted: 3 tokens a round for 1 + 2 x 0.3 target steps, 1.875")
+
+
 # TESTS q4
 lab.question("q4", "best_plan", points=2, title="exit layer and K together")
 
@@ -373,3 +390,10 @@ def _(f):
 def _(f):
     check_plan(f, {16: 0.8, 8: 0.8, 4: 0.3}, {16: 0.1, 8: 0.1, 4: 0.1}, 8,
                why="exits 8 and 16 were measured the same: the same speedup for every K")
+
+
+@lab.case("q4", "a tie in K: the smaller K", hint=HINT_Q4)
+def _(f):
+    check_plan(f, {2: 0.0}, {2: 0.0}, 4, verify_cost=0.5,
+               why="a free draft that is never right, and a verify pass of half a target step: every K models "
+                   "1 token for 0.5 target steps, 2.0")
