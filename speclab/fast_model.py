@@ -7,10 +7,14 @@ writes its keys and values at the positions given (index_copy_, in place under t
 reads up to the last position in use under a boolean mask, so rolling back is forgetting a length; q/k/v
 and the MLP's gate/up are one product each. RoPE's tables come from the model's own rotary module, so its
 scaling is honoured. Only Llama is taken (the bundled pair, SmolLM2); anything else is refused.
+decoder_layer is the one decoder layer of speclab's own passes: FastLlama's and the drafting heads'
+(speclab.methods.layer_step.LayerStep), each with its own cache, mask and matrix product.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -79,21 +83,83 @@ def looped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     return o.view(*batch, heads, n, d).to(values.dtype)
 
 
+class LayerWeights(NamedTuple):
+    """What decoder_layer reads of one Llama-family layer: q/k/v and gate/up stacked (one product
+    each), biases None where the layer has none, norm weights (attn_norm None: no input norm, as
+    EAGLE-1's layer), Qwen3's per-head q/k norms or None, the norms' eps and the head counts."""
+
+    attn_norm: torch.Tensor | None
+    qkv: torch.Tensor
+    out: torch.Tensor
+    mlp_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    eps: float
+    heads: int
+    kv_heads: int
+    head_dim: int
+    qkv_bias: torch.Tensor | None = None
+    out_bias: torch.Tensor | None = None
+    gate_up_bias: torch.Tensor | None = None
+    down_bias: torch.Tensor | None = None
+    q_norm: torch.Tensor | None = None
+    k_norm: torch.Tensor | None = None
+
+
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Product = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
+
+
+def attention_block(h: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor, attend: Attend,
+                    product: Product) -> torch.Tensor:
+    """The attention half of a decoder layer on its normed input h (B, n, H'): q, k, v in one product,
+    q and k rotated together (cos, sin broadcast to (B, heads, n, d)), then attend(q, k, v) (the
+    caller's cache and mask: (B, heads, n, d) and (B, kv_heads, n, d) in, (B, heads, n, d) out) and
+    the output projection. product(x, weight, bias) is the caller's matrix product."""
+    batch, n, d = h.shape[0], h.shape[1], w.head_dim
+    qk, v = product(h, w.qkv, w.qkv_bias).split([(w.heads + w.kv_heads) * d, w.kv_heads * d], dim=-1)
+    qk = qk.view(batch, n, -1, d).transpose(1, 2)  # (B, heads + kv_heads, n, d): q's heads, then k's
+    if w.q_norm is not None:  # Qwen3 norms each head's query and key before the rotation
+        qk = torch.cat([rms_norm(qk[:, :w.heads], w.q_norm, w.eps), rms_norm(qk[:, w.heads:], w.k_norm, w.eps)], 1)
+    qk = qk * cos + rotate_half(qk) * sin  # rotated together: half the operators of two calls
+    q, k = qk.split([w.heads, w.kv_heads], dim=1)
+    o = attend(q, k, v.view(batch, n, -1, d).transpose(1, 2))
+    return product(o.transpose(1, 2).reshape(batch, n, -1), w.out, w.out_bias)
+
+
+def decoder_layer(x: torch.Tensor, w: LayerWeights, cos: torch.Tensor, sin: torch.Tensor, attend: Attend,
+                  product: Product, attn_input: torch.Tensor | None = None) -> torch.Tensor:
+    """One Llama-family decoder layer on the residual stream x (B, n, H): attention (attention_block)
+    on the input norm of x, or on `attn_input` where the layer projects something else (EAGLE-3's
+    [norm(embedding); norm(feature)]), then the SiLU MLP on the post-attention norm. The fast path's
+    FastLlama and the drafting heads' LayerStep both run their layers through it."""
+    if attn_input is None:
+        attn_input = x if w.attn_norm is None else rms_norm(x, w.attn_norm, w.eps)
+    x = x + attention_block(attn_input, w, cos, sin, attend, product)
+    gate, up = product(rms_norm(x, w.mlp_norm, w.eps), w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
+    return x + product(F.silu(gate) * up, w.down, w.down_bias)
+
+
 class FastLayer(torch.nn.Module):
     """One decoder layer: fused weights and the layer's slice of the static cache, one row per sequence."""
 
-    def __init__(self, layer: torch.nn.Module, kv_heads: int, head_dim: int, max_len: int, rows: int = 1):
+    def __init__(self, layer: torch.nn.Module, shape: tuple[float, int, int, int], max_len: int, rows: int = 1):
         super().__init__()
         attn, mlp = layer.self_attn, layer.mlp
+        self.shape = shape  # eps, heads, kv_heads, head_dim
         self.attn_norm = frozen(layer.input_layernorm.weight)
         self.qkv = frozen(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
         self.out = frozen(attn.o_proj.weight)
         self.mlp_norm = frozen(layer.post_attention_layernorm.weight)
         self.gate_up = frozen(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
         self.down = frozen(mlp.down_proj.weight)
-        dtype, device = self.qkv.dtype, self.qkv.device
+        dtype, device, kv_heads, head_dim = self.qkv.dtype, self.qkv.device, shape[2], shape[3]
         self.register_buffer("keys", torch.zeros(rows, kv_heads, max_len, head_dim, dtype=dtype, device=device))
         self.register_buffer("values", torch.zeros(rows, kv_heads, max_len, head_dim, dtype=dtype, device=device))
+
+    @property
+    def weights(self) -> LayerWeights:
+        return LayerWeights(self.attn_norm, self.qkv, self.out, self.mlp_norm, self.gate_up, self.down, *self.shape)
 
 
 class FastLlama(torch.nn.Module):
@@ -115,8 +181,8 @@ class FastLlama(torch.nn.Module):
         self.gemv_rows = 0  # passes of at most this many rows multiply as generated loops (see linear)
         self.embed = frozen(body.embed_tokens.weight)
         cache_rows = 1 if max_batch == 1 else max_batch + 1  # + the scratch row
-        self.layers = torch.nn.ModuleList(FastLayer(layer, self.kv_heads, self.head_dim, max_len, cache_rows)
-                                          for layer in body.layers)
+        shape = (self.eps, self.heads, self.kv_heads, self.head_dim)
+        self.layers = torch.nn.ModuleList(FastLayer(layer, shape, max_len, cache_rows) for layer in body.layers)
         # the final norm, or the module a model puts there (layer skipping's exit adapter before the norm:
         # speclab.methods.layer_skip), called as it is
         plain_norm = hasattr(body.norm, "weight") and not list(body.norm.children())
@@ -157,9 +223,8 @@ class FastLlama(torch.nn.Module):
         mask = sees.view(batch, 1, n, end)
         hidden = [x]
         for layer in self.layers:
-            x = x + self.attention(layer, rms_norm(x, layer.attn_norm, self.eps), slots, cos, sin, mask, end, rows)
-            gate, up = self.linear(rms_norm(x, layer.mlp_norm, self.eps), layer.gate_up).chunk(2, dim=-1)
-            x = x + self.linear(F.silu(gate) * up, layer.down)
+            x = decoder_layer(x, layer.weights, cos, sin, partial(self.attend, layer, slots, mask, end, rows),
+                              self.product)
             hidden.append(x)
         x = rms_norm(x, self.norm, self.eps) if self.final is None else self.final(x)
         hidden[-1] = x  # what transformers reports as the last hidden state: after the final norm
@@ -186,14 +251,21 @@ class FastLlama(torch.nn.Module):
             return linear(x, weight)
         return x @ weight.t()
 
+    def product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """decoder_layer's product: `linear` (the fast path takes no biases: check_fast_architecture)."""
+        return self.linear(x, weight)
+
     def attention(self, layer: FastLayer, h: torch.Tensor, slots: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, mask: torch.Tensor, end: int, rows: torch.Tensor | None) -> torch.Tensor:
-        batch, n, d = h.shape[0], h.shape[1], self.head_dim
-        qk, v = self.linear(h, layer.qkv).split([(self.heads + self.kv_heads) * d, self.kv_heads * d], dim=-1)
-        qk = qk.view(batch, n, -1, d).transpose(1, 2)  # (B, heads + kv_heads, n, d): q's heads, then k's
-        qk = qk * cos + rotate_half(qk) * sin  # rotated together: half the operators of two calls
-        q, k = qk.split([self.heads, self.kv_heads], dim=1)
-        v = v.view(batch, n, -1, d).transpose(1, 2)
+        """The attention half of `layer` on its normed input h (B, n, H), as forward runs it."""
+        return attention_block(h, layer.weights, cos, sin, partial(self.attend, layer, slots, mask, end, rows),
+                               self.product)
+
+    def attend(self, layer: FastLayer, slots: torch.Tensor, mask: torch.Tensor, end: int,
+               rows: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Write k and v (B, kv_heads, n, d) to the layer's cache at `slots` of each sequence's row, and
+        attend q (B, heads, n, d) over the slots up to `end` that `mask` lets each row see."""
+        batch, n = q.shape[0], q.shape[2]
         if rows is None and batch == 1:  # one sequence in row 0: written by position, in place
             own_keys, own_values = (layer.keys, layer.values) if self.max_batch == 1 else \
                 (layer.keys[:1], layer.values[:1])
@@ -201,7 +273,7 @@ class FastLlama(torch.nn.Module):
             own_values.index_copy_(2, slots[0], v)
             keys, values = own_keys[:, :, :end], own_values[:, :, :end]
         else:  # each sequence's tokens to its own row and slots
-            row = (torch.arange(batch, device=h.device) if rows is None else rows).view(batch, 1)
+            row = (torch.arange(batch, device=q.device) if rows is None else rows).view(batch, 1)
             layer.keys[row, :, slots] = k.transpose(1, 2)
             layer.values[row, :, slots] = v.transpose(1, 2)
             if rows is None:  # the first B rows: a view
@@ -210,11 +282,8 @@ class FastLlama(torch.nn.Module):
                 keys = layer.keys[:, :, :end].index_select(0, rows)
                 values = layer.values[:, :, :end].index_select(0, rows)
         if batch * n <= self.gemv_rows:
-            o = looped_attention(q, keys, values, mask[:, 0])
-        else:
-            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                               enable_gqa=self.heads != self.kv_heads)
-        return self.linear(o.transpose(1, 2).reshape(batch, n, -1), layer.out)
+            return looped_attention(q, keys, values, mask[:, 0])
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)
 
     @torch.no_grad()
     def move_rows(self, sources: Sequence[int], start: int, row: int = 0) -> None:

@@ -1,8 +1,9 @@
 """One Llama-family decoder layer written out for a drafter's small passes (an EAGLE head, the MTP
 module): on a CPU, transformers' general forward costs as much as a small layer's arithmetic.
 
-LayerStep is the layer as a dozen tensor operations, in the spirit of gpt-fast's model file (q/k/v and
-gate/up each one matmul, on stacked weights rebuilt whenever a weight changes); LayerStep.supports says
+LayerStep runs the layer through the fast path's decoder_layer (speclab.fast_model: one layer function
+for the target's network and the heads'), on stacked weights rebuilt whenever a weight changes, and with
+the layer's biases and Qwen3's q/k norms where it has them; LayerStep.supports says
 whether a layer is one of the kinds it was checked against (SUPPORTED; tests/methods/test_layer_step.py),
 and any other layer keeps the model's forward. RowCache is its KV cache written by position (gpt-fast's
 static cache): rolling back is a change of length, with no copy per step. On the compiled fast path
@@ -14,10 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.models.llama.modeling_llama import rotate_half  # the same function in Qwen2/3, Mistral
 
 from speclab.devices import linear
-from speclab.fast_model import looped_attention
+from speclab.fast_model import LayerWeights, decoder_layer, looped_attention
 from speclab.runner import (COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_CPU_OPTIONS, COMPILED_MAX_WIDTH,
                             graph_width, read_end)
 
@@ -27,10 +27,6 @@ SUPPORTED = ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Q
 # Rotary embeddings whose frequencies are fixed at load time, so a table of cos/sin by position is exact
 # ("dynamic" and "longrope" rescale with the sequence length).
 FIXED_ROPE = ("default", "linear", "llama3", "yarn")
-
-
-def rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
-    return F.rms_norm(x, x.shape[-1:], norm.weight, norm.variance_epsilon)
 
 
 class RowCache:
@@ -120,16 +116,16 @@ class LayerStep:
             self.fused("gate_up", (mlp.gate_proj, mlp.up_proj))
 
     def rope(self, positions: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin (..., n, 1, head_dim) at `positions` (n,) or (B, n), from a table the rotary
+        """cos and sin (..., 1, n, head_dim) at `positions` (n,) or (B, n), from a table the rotary
         module fills once."""
         if self.frozen:
-            return self.cos[positions][..., None, :], self.sin[positions][..., None, :]
+            return self.cos[positions].unsqueeze(-3), self.sin[positions].unsqueeze(-3)
         needed = int(positions.max()) + 1
         if self.cos is None or len(self.cos) < needed or self.cos.dtype != like.dtype or self.cos.device != like.device:
             table = torch.arange(max(needed, 2048), device=like.device)[None]
             cos, sin = self.rotary(like, table)
             self.cos, self.sin = cos[0], sin[0]
-        return self.cos[positions][..., None, :], self.sin[positions][..., None, :]
+        return self.cos[positions].unsqueeze(-3), self.sin[positions].unsqueeze(-3)
 
     def fused(self, name: str, linears: tuple[nn.Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weights (and biases) of `linears` stacked, so that one matmul computes all their outputs
@@ -155,44 +151,43 @@ class LayerStep:
             self._fused[name] = (key, weight, bias)
         return self._fused[name][1:]
 
+    def weights(self) -> LayerWeights:
+        """The layer's weights as decoder_layer reads them (q/k/v and gate/up stacked by `fused`)."""
+        layer, attn, mlp = self.layer, self.layer.self_attn, self.layer.mlp
+        qkv, qkv_bias = self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj))
+        gate_up, gate_up_bias = self.fused("gate_up", (mlp.gate_proj, mlp.up_proj))
+        norm = layer.input_layernorm  # EAGLE-1's layer has none (an Identity): its input is fc's output
+        qwen3 = hasattr(attn, "q_norm")
+        return LayerWeights(getattr(norm, "weight", None), qkv, attn.o_proj.weight,
+                            layer.post_attention_layernorm.weight, gate_up, mlp.down_proj.weight,
+                            layer.post_attention_layernorm.variance_epsilon, self.heads, self.kv_heads,
+                            self.head_dim, qkv_bias, attn.o_proj.bias, gate_up_bias, mlp.down_proj.bias,
+                            attn.q_norm.weight if qwen3 else None, attn.k_norm.weight if qwen3 else None)
+
     def __call__(self, x: torch.Tensor, cache, positions: torch.Tensor, visible: torch.Tensor | None = None,
                  attn_input: torch.Tensor | None = None) -> torch.Tensor:
         """x: (n, H) or (B, n, H); positions (n,) or (B, n); visible (n, cached + n) shared by the batch.
         attn_input: what the attention projects, when it is not the layer's input norm of x (EAGLE-3's
         layer projects [norm(embedding); norm(feature)], 2H wide, while x stays the residual stream)."""
-        layer, attn, mlp = self.layer, self.layer.self_attn, self.layer.mlp
         single = x.dim() == 2
         if single:
             x = x[None]
             attn_input = None if attn_input is None else attn_input[None]
-        batch, n = x.shape[:2]
-        if attn_input is None:  # EAGLE-1's layer has no input norm (an Identity): its input is fc's output
-            norm = layer.input_layernorm
-            attn_input = rms_norm(x, norm) if hasattr(norm, "weight") else norm(x)
-        qkv = linear(attn_input, *self.fused("qkv", (attn.q_proj, attn.k_proj, attn.v_proj)))
-        qkv = qkv.view(batch, n, -1, self.head_dim)
-        q, k, v = qkv.split((self.heads, self.kv_heads, self.kv_heads), dim=2)
-        if hasattr(attn, "q_norm"):  # Qwen3 norms each head's query and key before the rotation
-            q, k = rms_norm(q, attn.q_norm), rms_norm(k, attn.k_norm)
-            qk = torch.cat((q, k), dim=2)
-        else:
-            qk = qkv[:, :, :self.heads + self.kv_heads]
+        n = x.shape[1]
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            keys, values = cache.update(k, v, self.layer_idx)
+            sees = visible
+            if sees is None and n > 1:  # causal over the new rows, everything cached before them
+                cached = keys.shape[-2] - n
+                sees = torch.ones(n, cached + n, dtype=torch.bool, device=x.device).tril_(cached)
+            if single and n <= self.looped_rows and sees is not None:  # compiled on a CPU: generated loops
+                return looped_attention(q[0], keys[0], values[0], sees, self.scale)[None]
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=sees, scale=self.scale,
+                                                  enable_gqa=self.grouped)
+
         cos, sin = self.rope(positions, x)
-        qk = qk * cos + rotate_half(qk) * sin  # queries and keys rotated together
-        q, k = qk[:, :, :self.heads], qk[:, :, self.heads:]
-        keys, values = cache.update(k.transpose(1, 2), v.transpose(1, 2), self.layer_idx)
-        if visible is None and n > 1:  # causal over the new rows, everything cached before them
-            cached = keys.shape[-2] - n
-            visible = torch.ones(n, cached + n, dtype=torch.bool, device=x.device).tril_(cached)
-        if single and n <= self.looped_rows and visible is not None:  # compiled on a CPU: generated loops
-            out = looped_attention(q[0].transpose(0, 1), keys[0], values[0], visible, self.scale)[None]
-        else:
-            out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible,
-                                                 scale=self.scale, enable_gqa=self.grouped)
-        x = x + linear(out.transpose(1, 2).reshape(batch, n, -1), attn.o_proj.weight, attn.o_proj.bias)
-        gate, up = linear(rms_norm(x, layer.post_attention_layernorm),
-                            *self.fused("gate_up", (mlp.gate_proj, mlp.up_proj))).chunk(2, dim=-1)
-        x = x + linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        x = decoder_layer(x, self.weights(), cos, sin, attend, linear, attn_input)
         return x[0] if single else x
 
 
