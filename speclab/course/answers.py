@@ -14,9 +14,10 @@ The two directions are not alike, because only one side is trusted:
   `ModelRunner`, the forward hook that counts lab 2's target passes) stay in the judge, and the worker gets
   a handle whose calls come back to the judge. Generators are copied and their final state comes back; so
   does the final content of a list or dict argument (lab 6 changes its `pool` in place). A tensor such an
-  argument holds that is still the same object after the call (written in place: lab 10's static cache) is
-  written back into the judge's own tensor, so a case sees the object it passed; one the learner's code put
-  in its place arrives as a new tensor, as it would in the notebook.
+  argument holds that is still the same object on the same memory after the call (written in place: lab 10's
+  static cache) is written back into the judge's own tensor, so a case sees the object it passed; one the
+  learner's code put in its place, or moved to new memory (`set_`, `.data =`), arrives as a new tensor, as
+  it would in the notebook.
 - worker -> judge: plain data only, in a pickle that the judge reads with an unpickler refusing every
   global, so nothing a worker sends can make the judge run code. Tensors travel as (dtype, shape, bytes);
   a 0-dim result that carries a gradient comes with its gradient in each argument, rebuilt in the judge
@@ -685,6 +686,7 @@ def _call(channel: _Channel, ns: dict, filenames: set[str], name: str, args: tup
     grads: list = []
     targets = list(args) + list(kwargs.values())
     given = {i: dict(_entries(a)) for i, a in enumerate(targets) if isinstance(a, (list, dict))}  # held while it runs
+    memory = {(i, k): v.data_ptr() for i, was in given.items() for k, v in was.items() if isinstance(v, torch.Tensor)}
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             result = ns[name](*args, **kwargs)
@@ -693,8 +695,9 @@ def _call(channel: _Channel, ns: dict, filenames: set[str], name: str, args: tup
         return ("raised", "CaseError", f"a call into the checks failed: {err}")
     except Exception as err:  # noqa: BLE001 (the learner's error, in words)
         return ("raised", type(err).__name__, _describe(err, filenames))
-    kept = [(i, [to_wire(k) for k, v in _entries(targets[i]) if isinstance(v, torch.Tensor) and was.get(k) is v])
-            for i, was in given.items()]  # the tensors still there, as the very objects the call was given
+    kept = [(i, [to_wire(k) for k, v in _entries(targets[i]) if isinstance(v, torch.Tensor) and was.get(k) is v
+                 and v.data_ptr() == memory.get((i, k))])
+            for i, was in given.items()]  # the tensors still there, the very objects the call was given, on their memory
     synced = ([(k, _tensor_to_wire(g.get_state())) for k, g in channel.gens.items()],
               [(i, to_wire(a)) for i, a in enumerate(targets) if isinstance(a, (list, dict))], kept)
     return ("ok", to_wire(result), out.getvalue()[:MAX_PRINTED], synced, grads)

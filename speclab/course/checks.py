@@ -660,8 +660,10 @@ class Lab:
         except Exception as err:  # noqa: BLE001 (whatever the learner's code raises becomes a message)
             # an error raised in the grader's learner process arrives already worded (learner_message)
             return False, getattr(err, "learner_message", None) or self._describe_error(err), out.getvalue()
+        except BaseException as err:  # noqa: BLE001 (a bare BaseException, GeneratorExit: check() never raises)
+            return False, self._describe_error(err), out.getvalue()
 
-    def _describe_error(self, err: Exception) -> str:
+    def _describe_error(self, err: BaseException) -> str:
         frames = traceback.extract_tb(err.__traceback__)
         library = (sys.prefix, sys.base_prefix, os.path.dirname(os.__file__), PACKAGE_DIR)
         mine = [f for f in frames if f.filename not in self._test_files

@@ -133,3 +133,18 @@ def test_a_tensor_written_in_place_comes_back_into_the_cases_own_tensor():
         assert items[1] is not y and items[1].tolist() == [0.0] and y.tolist() == [1.0]
     finally:
         process.kill()
+
+
+def test_a_tensor_moved_to_new_memory_comes_back_as_a_new_tensor():
+    """The same object on new memory (`set_` onto a copy, or `.data =`) is a copy, not a write in place: it comes
+    back as a new tensor and the case's own keeps its values, as lab 10's check sees it in the notebook."""
+    process, ns = worker("import torch\ndef f(d):\n    d['a'].set_(d['a'].clone().fill_(3))\n"
+                         "    d['b'].data = torch.full((2,), 4.0)\n")
+    try:
+        a, b = torch.zeros(2), torch.zeros(2)
+        d = {"a": a, "b": b}
+        ns.get("f")(d)
+        assert d["a"] is not a and d["a"].tolist() == [3.0, 3.0] and a.tolist() == [0.0, 0.0]
+        assert d["b"] is not b and d["b"].tolist() == [4.0, 4.0] and b.tolist() == [0.0, 0.0]
+    finally:
+        process.kill()

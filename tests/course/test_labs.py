@@ -1051,6 +1051,38 @@ RULES = [
      LAB13_MISTAKES["no fallback"]),
     ("lab13", "q4", "whose probability is below `min_prob`", "a token at exactly min_prob is drafted",
      LAB13_MISTAKES["at the floor"]),
+    # the fresh learner test of labs 10-13 (issue 63): rules whose only cases were hidden, or missing
+    ("lab10", "q1", "the dict keeps its two tensors, of the same shape", "in place",
+     "def write_kv(cache, new_k, new_v, start):\n    n = new_k.shape[1]\n"
+     "    if start + n > cache['keys'].shape[1]:\n        raise ValueError('the rows do not fit')\n"
+     "    for name, new in (('keys', new_k), ('values', new_v)):\n        copy = cache[name].clone()\n"
+     "        copy[:, start:start + n] = new\n        cache[name].set_(copy)  # the same object, on new memory\n"
+     "    return start + n"),
+    ("lab10", "q6", "`alpha` may be 1, every draft accepted", "alpha = 1: every draft accepted",
+     "def max_paying_k(alpha, draft_ms, target_ms, k_max):\n"
+     "    e = lambda k: (1 - alpha ** (k + 1)) / (1 - alpha)  # 0 / 0 at alpha = 1\n"
+     "    return max([k for k in range(1, k_max + 1)\n"
+     "                if e(k) * target_ms(1) / (k * draft_ms + target_ms(k + 1)) > 1], default=0)"),
+    ("lab11", "q2", "end with the first `eos_id`, inclusive", "a stop token ends the row",
+     settle_rows_but("new.index(eos_id) + 1] if stopped", "len(new) - new[::-1].index(eos_id)] if stopped")),  # the last
+    ("lab11", "q2", "it has `max_new_tokens` tokens now", "the budget",
+     settle_rows_but("len(new) >= max_new_tokens)", "len(new) >= max_new_tokens - 1)  # one short")),
+    ("lab11", "q4", "one entry for every batch size of `pass_ms`", "one speedup for each batch size of pass_ms",
+     "def predicted_speedups(pass_ms, draft_ms, tokens_per_round, k):\n"
+     "    return {b: tau * pass_ms[b][1] / (k * draft_ms[b] + pass_ms[b][k + 1])\n"
+     "            for b, tau in tokens_per_round.items()}  # the batch sizes of tokens_per_round"),
+    ("lab11", "q5", "whose every larger measured batch size is at most 1 too", "paying at no batch size",
+     "def crossover(speedups):\n    sizes = sorted(speedups)\n"
+     "    if all(speedups[b] <= 1 for b in sizes):\n        return None  # never paying taken for no crossover\n"
+     "    return next((b for i, b in enumerate(sizes) if all(speedups[c] <= 1 for c in sizes[i:])), None)"),
+    ("lab12", "q4", "in the order of the rows", "the failing rates in the order of the rows",
+     lab12_but(LAB12_ROLLOUT, "    return ('hold' if failing else 'promote'), failing",
+               "    return ('hold' if failing else 'promote'), sorted(failing)")),
+    ("lab13", "q2", "hᵢ = rᵢ / (rᵢ + 1 − wᵢ) for 1 ≤ i < K", "below K, h_i comes from the residual mass",
+     lab13_but("q2", "        keep.append(r / (r + 1 - w[i]) if r + 1 - w[i] > 0 else 1.0)\n",
+               "        keep.append(w[i])  # the weight alone\n")),
+    ("lab13", "q4", "let s become s + (t,)", "s grows with each drafted token",
+     lab13_but("q4", "        s = s + (token,)", "        s = (s + (token,))[-(depth - 1):]  # cut back to the depth")),
 ]
 
 

@@ -141,18 +141,20 @@ def _(f):
 @lab.case("q2", "the budget: never more than max_new_tokens in all",
           hint="A row never gets past max_new_tokens in all, counting the tokens it had before the round, and a row that reaches it exactly is finished." + WHERE_Q2)
 def _(f):
-    check_settle(f, [20, 20], [3, 3], [[1, 2, 3], [1, 2, 3]], [[1, 2, 3, 4], [1, 2, 3, 4]], [14, 10], 16,
+    check_settle(f, [20, 20, 20], [3, 3, 2], [[1, 2, 3], [1, 2, 3], [1, 2, 3]],
+                 [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 5, 4]], [14, 10, 12], 16,
                  parts=("tokens", "finished"), why="row 0 had 14 of 16 tokens: 2 more and it is done; row 1 "
-                 "had 10: all 4, and it goes on")
+                 "had 10: all 4, and it goes on; row 2 had 12: 3 more make 15, one short, so it goes on")
 
 
 @lab.case("q2", "a stop token ends the row, inclusive; the other rows go on",
           hint="A row's tokens end with the first stop token it emits, the stop token included, and the row is finished; a stop token among rejected drafts never came out." + WHERE_Q2)
 def _(f):
-    check_settle(f, [5, 5, 5], [3, 1, 2], [[7, 0, 7], [7, 0, 7], [7, 7, 0]],
-                 [[7, 0, 7, 7], [7, 3, 7, 7], [7, 7, 0, 7]], [0, 0, 0], 50, eos_id=0,
+    check_settle(f, [5, 5, 5, 5], [3, 1, 2, 3], [[7, 0, 7], [7, 0, 7], [7, 7, 0], [0, 7, 0]],
+                 [[7, 0, 7, 7], [7, 3, 7, 7], [7, 7, 0, 7], [0, 7, 0, 7]], [0, 0, 0, 0], 50, eos_id=0,
                  parts=("tokens", "finished"), why="row 0 emits 7, 0: it ends at the stop token; row 1's "
-                 "drafted 0 was rejected, so it never came out; row 2's tokens are 7, 7, 0")
+                 "drafted 0 was rejected, so it never came out; row 2's tokens are 7, 7, 0; row 3 kept 0, 7, 0: "
+                 "it ends at the first 0")
 
 
 @lab.case("q2", "a cut changes the tokens, not the cache length",
@@ -184,7 +186,7 @@ def run_batched(f, g, batch, heads, n, head_dim, max_len, lengths, cache=None):
     mine = {name: t.clone() for name, t in cache.items()}
     held = dict(mine)  # the two tensors the learner's cache holds: written in place, they are still these
     want_cache = {name: t.clone() for name, t in cache.items()}
-    call = f"batched_attention(cache of {batch} rows x {max_len} slots, q, k, v of {n} rows each, lengths={lengths})"
+    call = f"batched_attention(cache of {batch} rows x {max_len} slots, q, k, v of {n} row{'s' * (n != 1)} each, lengths={lengths})"
     got = f(mine, q, k, v, list(lengths))
     expect(got is not None, unfinished(call))
     want = expected("batched_attention", want_cache, q, k, v, lengths)
@@ -311,6 +313,14 @@ def _(f):
                    why="prompt lookup: drafting costs nothing measurable")
 
 
+@lab.case("q4", "one speedup for each batch size of pass_ms",
+          hint="The speedups are for the batch sizes whose target passes were measured, the keys of pass_ms, "
+               "whatever other batch sizes draft_ms and tokens_per_round hold." + WHERE_Q4)
+def _(f):
+    check_speedups(f, {1: PASS_MS[1], 8: PASS_MS[8]}, DRAFT_MS, TAU, 2,
+                   why="draft_ms and tokens_per_round also hold batch 64, but no target pass was measured there")
+
+
 # TESTS q5
 lab.question("q5", "crossover", points=1, title="the crossover")
 WHERE_Q5 = " See q5's text above, and chapter 11, sections 11.3 and 11.4 (the sweep, and the model behind the crossover)."
@@ -361,3 +371,10 @@ def _(f):
 def _(f):
     check_crossover(f, {32: 0.9, 1: 1.3, 8: 1.05, 64: 0.8, 16: 0.99, 2: 1.2},
                     why="sorted: 1, 2, 8, 16, 32, 64")
+
+
+@lab.case("q5", "paying at no batch size: the smallest one",
+          hint="When speculation pays at no measured batch size, every size from the smallest on is at most 1: the "
+               "crossover is the smallest, not None (None means it still pays at the largest)." + WHERE_Q5)
+def _(f):
+    check_crossover(f, {1: 0.95, 4: 0.9, 16: 0.7}, why="speculation pays at no measured batch size")

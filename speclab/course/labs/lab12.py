@@ -258,3 +258,13 @@ def _(f):
     expect_value_error(lambda: f(rows((1, 50, 20.0)), rows((1, 50, 20.0), (8, 300, 40.0)), 0.05),
                        "rollout(baseline at rate [1] only, canary at rates [1, 8])",
                        why="the baseline was not measured at 8 req/s: nothing to compare the canary with there")
+
+
+@lab.case("q4", "the failing rates in the order of the rows",
+          hint="`failing` lists the rates where the canary broke a condition as the rows list them, first row first: "
+               "not sorted, and each rate once (q4's text).")
+def _(f):
+    check_rollout(f, rows((4, 200, 30.0), (16, 300, 40.0), (1, 50, 20.0), (8, 250, 35.0)),
+                  rows((4, 150, 30.0), (16, 300, 50.0), (1, 50, 30.0), (8, 250, 35.0)),
+                  why="the rows come at 4, 16, 1 and 8 req/s; the canary fails at the first three, listed as the rows "
+                  "list them")

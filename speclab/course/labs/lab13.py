@@ -132,6 +132,16 @@ def _(f):
                 "token-wise max(0, p2 - q2) would put 1/4 on token 1, and the output would not be the target's")
 
 
+@lab.case("q2", "below K, h_i comes from the residual mass, not from the weight alone", hint=HINT_Q2)
+def _(f):
+    # the block above: w1 = 1/2 but h1 = r1 / (r1 + 1 - w1) = (1/8) / (5/8) = 1/5; u1 = 0.3 lies between them
+    p = torch.tensor([[1 / 4, 1 / 4, 1 / 2], [1 / 2, 1 / 4, 1 / 4], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64)
+    q = torch.tensor([[1 / 2, 1 / 4, 1 / 4], [1 / 8, 1 / 8, 3 / 4]], dtype=torch.float64)
+    check_block(f, p, q, torch.tensor([0, 2]), [0.3, 0.5],
+                why="h1 = r1 / (r1 + 1 - w1) = (1/8) / (1/8 + 1/2) = 1/5, and u1 = 0.3 is not below it (though it is "
+                "below w1 = 1/2); u2 = 0.5 is not below h2 = w2 = 1/6: nothing is kept")
+
+
 @lab.case("q2", "all K kept: the next token from the row after the block", hint=HINT_Q2)
 def _(f):
     # drafts a, b: w2 = 1, so h2 = 1 and both are kept; the row after the block differs from the rows before
@@ -185,9 +195,12 @@ def check_counts(f, sequences, depth, why=""):
     longer = [k for k in got if len(k) > depth]
     expect(not longer, f"{call} has the substring {longer[0] if longer else ''}, longer than depth={depth}"
            + because(why))
+    def times(key, counts):
+        return f"{counts[key]}" if key in counts else "no entry (it occurs in no sequence)"
+
     for key in sorted(set(got) | set(want), key=lambda k: (len(k), k)):
-        expect(got.get(key) == want.get(key), f"{call}: {key} counted {got.get(key)}; expected {want.get(key)}"
-               + because(why))
+        expect(got.get(key) == want.get(key), f"{call}: {key} counted {times(key, got)}; expected "
+               f"{times(key, want)}" + because(why))
 
 
 @lab.case("q3", "substrings of at most depth tokens, as tuples", hint=HINT_Q3)
@@ -248,6 +261,14 @@ def _(f):
 def _(f):
     check_draft(f, [[1, 2, 3, 4, 5, 6]], 6, [1, 2], 2, 0.1, why="the chain would go on: cut at max_tokens = 2")
     check_draft(f, SEQS, 4, [42], 3, 0.1, why="42 never occurred: no draft")
+
+
+@lab.case("q4", "s grows with each drafted token, up to the counts' depth", hint=HINT_Q4)
+def _(f):
+    check_draft(f, [[1, 2, 3, 1, 2, 3, 1, 2, 3]], 3, [1], 6, 0.1,
+                why="after (1,) comes 2, after (1, 2) comes 3; s = (1, 2, 3) is as long as the longest key, so "
+                "nothing continues it and the chain stops, though the text repeats: s is not cut back to a shorter "
+                "suffix")
 
 
 @lab.case("q4", "a token at exactly min_prob is drafted", hint=HINT_Q4)
