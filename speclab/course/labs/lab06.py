@@ -227,6 +227,12 @@ def check_mask(f, width, levels, why="", strict=False):
     except (TypeError, ValueError, RuntimeError):
         got = None
     expect(got is not None, f"{call} returned {show(mask)}; expected an ({m}, {m}) bool tensor")
+    values = torch.as_tensor(plain(mask))
+    odd = values[(values != 0) & (values != 1)] if values.is_floating_point() else values[:0]
+    example = show(float(odd[0])) if len(odd) else ""
+    expect(not len(odd), f"{call} returned a {values.dtype} tensor holding values such as {example}: "
+           "an additive mask (0 where a token may look, a large negative number where not), as a model takes it; "
+           "expected a bool mask, True where token r sees token c")
     expect(tuple(got.shape) == (m, m), f"{call} has shape {tuple(got.shape)}; expected ({m}, {m}): one row and one "
            "column per window token, level by level")
     if strict:
