@@ -695,6 +695,10 @@ def _call(channel: _Channel, ns: dict, filenames: set[str], name: str, args: tup
         return ("raised", "CaseError", f"a call into the checks failed: {err}")
     except Exception as err:  # noqa: BLE001 (the learner's error, in words)
         return ("raised", type(err).__name__, _describe(err, filenames))
+    except SystemExit as err:  # exit() in an answer ends its call, not the worker (os._exit still ends it)
+        return ("raised", "SystemExit", f"your code called exit({err.code!r}): return a value instead")
+    except BaseException as err:  # noqa: BLE001 (a bare BaseException, GeneratorExit: a message, as check() gives)
+        return ("raised", type(err).__name__, _describe(err, filenames))
     kept = [(i, [to_wire(k) for k, v in _entries(targets[i]) if isinstance(v, torch.Tensor) and was.get(k) is v
                  and v.data_ptr() == memory.get((i, k))])
             for i, was in given.items()]  # the tensors still there, the very objects the call was given, on their memory

@@ -85,12 +85,19 @@ def test_a_call_runs_in_the_worker_with_callbacks_generators_and_in_place_change
 
 
 def test_an_error_in_the_learners_code_is_worded_and_an_exit_is_survived():
-    process, ns = worker("def f(x):\n    return 1 / x\ndef g():\n    import os\n    os._exit(3)\n")
+    process, ns = worker("def f(x):\n    return 1 / x\ndef g():\n    import os\n    os._exit(3)\n"
+                         "def h(e):\n    raise e\n")
     try:
         f = ns.get("f")  # as a case holds it
         with pytest.raises(LearnerRaised, match=r"ZeroDivisionError: division by zero in `f`, at the line `return 1 / x`"):
             f(0)
         assert f(2) == 0.5  # the worker caught the exception and answered: the case may call again
+        with pytest.raises(LearnerRaised, match=r"your code called exit\(3\)"):
+            ns.get("h")(SystemExit(3))
+        for raised in (BaseException("odd"), GeneratorExit(), KeyboardInterrupt()):  # worded, and the worker lives
+            with pytest.raises(LearnerRaised, match=f"your code raised {type(raised).__name__}"):
+                ns.get("h")(raised)
+        assert f(2) == 0.5
         with pytest.raises(LearnerRaised, match="broke the process"):
             ns.get("g")()
         ns.get("f").prepare()  # a fresh worker for the next case
