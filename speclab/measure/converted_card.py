@@ -11,11 +11,15 @@ import json
 from pathlib import Path
 
 from speclab import packaged
+from speclab.methods import REGISTRY
 from speclab.methods.eagle import NAME3, describe_tree
 from speclab.models import CONVERTED_PAIRS
 
-ROWS = {"speclab speculative": "distilled draft", f"speclab {NAME3}": "EAGLE-3 head",
-        f"speclab {NAME3}-chain": "EAGLE-3 head, a chain",
+EAGLE3 = REGISTRY[NAME3]  # the head a converted pair ships: its folder, train command and bench rows
+# its bench rows with the measured tree and as a chain
+TREE_ROW, CHAIN_ROW = (next(row for row, options in EAGLE3.bench_rows.items() if options == wanted)
+                       for wanted in ({}, {"tree": "chain"}))
+ROWS = {"speclab speculative": "distilled draft", TREE_ROW: "EAGLE-3 head", CHAIN_ROW: "EAGLE-3 head, a chain",
         "speclab adaptive-confidence": "distilled draft, confidence stop",
         "speclab prompt-lookup": "prompt lookup", "hf assisted": "transformers' assisted generation (the draft)",
         "hf prompt-lookup": "transformers' prompt lookup"}
@@ -94,8 +98,8 @@ def category_table(bench: dict, tree: dict | None = None) -> list[str]:
     prompts = len(next(r for r in first["rows"] if r["method"] == "speclab target-only")["prompt_seconds"])
     repeats = first.get("repeats", 1)
     plain = {m.removesuffix(FAST) for m in methods}
-    trees = f" {tree_sentence(tree, first['temperature'])}" if f"speclab {NAME3}" in plain else ""
-    chains = " The EAGLE-3 chain drafts K tokens in a row." if f"speclab {NAME3}-chain" in plain else ""
+    trees = f" {tree_sentence(tree, first['temperature'])}" if TREE_ROW in plain else ""
+    chains = " The EAGLE-3 chain drafts K tokens in a row." if CHAIN_ROW in plain else ""
     return lines + ["", f"Speed over target-only on the same path and α, the per-token acceptance, on {prompts} "
                         f"prompts a category x {first['max_new_tokens']} new tokens, K = {first['k']}, temperature "
                         f"{first['temperature']:g}, the median of {repeats} repeat{'s' if repeats != 1 else ''}, on "
@@ -137,14 +141,14 @@ def converted_card(name: str, benches: list[Path], lossless: Path | None = None)
                                   "on the target's distributions (soft cross-entropy over the draft vocabulary) "
                                   f"by `python -m speclab train shared-draft --target {name} --preset "
                                   f"{preset_name(draft, name)}`.")
-    head = read(pair.folder / NAME3 / "record.json")
+    head = read(pair.folder / EAGLE3.bundled / "record.json")
     if head:
-        lines += training_section(f"EAGLE-3 head (`{NAME3}/`)", head,
+        lines += training_section(f"EAGLE-3 head (`{EAGLE3.bundled}/`)", head,
                                   f"The reference layout (SafeAILab/EAGLE cnets.py) on layers "
                                   f"{head['feature_layers']}; {head['parameters'] / 1e6:.1f}M parameters; the "
                                   f"training-time test {head['preset']['ttt_steps']} steps deep; by `python -m "
-                                  f"speclab train {NAME3} --target {name} --preset {preset_name(head, name)}`.")
-    tree = read(pair.folder / NAME3 / "tree.json")
+                                  f"speclab train {EAGLE3.train} --target {name} --preset {preset_name(head, name)}`.")
+    tree = read(pair.folder / EAGLE3.bundled / "tree.json")
     for path in benches:
         bench = read(path)
         if bench:
