@@ -469,6 +469,8 @@ MISTAKES = [
      "    plans = [(e, k) for e in sorted(alphas) for k in range(1, k_max)]  # stops before k_max\n"
      "    s = lambda p: theory.speedup(alphas[p[0]], p[1], costs[p[0]], verify_cost)\n"
      "    best = max(plans, key=s, default=None)\n    return best if best and s(best) > 1 else None"),
+    ("lab07", "q4", "statistics: two siblings drawn with replacement", "def try_children(p, tokens, qs, u):\n"
+     "    return None, p  # every child rejected: the node still emits tokens distributed as p"),
     ("lab06", "q2", "the same n-gram twice in one window, with room", "def update_pool(pool, levels, outputs, per_key):\n"
      "    before = {key: list(entries) for key, entries in pool.items()}  # duplicates looked up before the window\n"
      "    for i, out in enumerate(outputs):\n"

@@ -262,23 +262,43 @@ def check_node(f, p, tokens, qs, u, why=""):
         expect_allclose(r, want_r, call() + " residual", why=why)
 
 
-def emitted_counts(f, p, propose, n, seed):
+def emitted_counts(f, p, propose, n, seed, accepts=None):
     """n rounds at one node: propose(g) gives (tokens, qs); the emitted token is the accepted child's, or a draw
-    from the residual. Returns the counts per token."""
+    from the residual. Returns the counts per token. With accepts = (rate, what), the rounds in which a child was
+    accepted must number about rate * n too: a node that rejects every child still emits tokens distributed as
+    p (drawn from p itself), but it throws every draft away."""
     g = torch.Generator().manual_seed(seed)
-    counts = [0] * len(p)
+    counts, accepted = [0] * len(p), 0
     for _ in range(n):
         tokens, qs = propose(g)
         u = torch.rand(len(tokens), generator=g)
         call, i, r = run_try(f, p, tokens, qs, u)
         if i is not None:
+            accepted += 1
             counts[int(tokens[i])] += 1
         else:
             r = torch.as_tensor(plain_rows(r), dtype=torch.float32)
             if not (r.shape == p.shape and bool((r >= -1e-6).all()) and abs(float(r.sum()) - 1) < 1e-4):
                 expect(False, f"{call()} returned the residual {show(r)}; expected a probability distribution over {len(p)} tokens")
             counts[int(torch.multinomial(r.clamp(min=0), 1, generator=g))] += 1
+    if accepts is not None:
+        rate, what = accepts
+        spread = 4 * (n * rate * (1 - rate)) ** 0.5 + 2
+        expect(abs(accepted - rate * n) <= spread,
+               f"{what}: a child was accepted in {accepted} of the {n} rounds; expected about {rate * n:.0f} "
+               f"(a rate of {rate:.3f}): the rule accepts child i when u_i * q_i(x_i) < p(x_i), with p the residual "
+               "left by the siblings before it, and rejecting a child it accepts throws a draft away")
     return counts
+
+
+def acceptance_with_replacement(p, q, k):
+    """The chance that one of k siblings drawn with replacement from q is accepted: each rejection leaves the
+    residual, whichever token was rejected, and the next sibling is accepted with probability sum(min(r, q))."""
+    rejected, r = 1.0, p
+    for _ in range(k):
+        rejected *= 1 - float(torch.minimum(r, q).sum())
+        r = speclab.residual_distribution(r, q)
+    return 1 - rejected
 
 
 def with_replacement(q, k):
@@ -317,7 +337,8 @@ def _(f):
                 "above, and chapter 7, section 7.6 (Multi-candidate rejection sampling)."))
 def _(f):
     p, q = dist([0.1, 0.2, 0.3, 0.4]), dist([0.4, 0.3, 0.2, 0.1])
-    counts = emitted_counts(f, p, with_replacement(q, 2), n=3000, seed=1)
+    counts = emitted_counts(f, p, with_replacement(q, 2), n=3000, seed=1,
+                            accepts=(acceptance_with_replacement(p, q, 2), "2 siblings with replacement"))
     expect_distribution(counts, p, "token emitted at the node over 3000 rounds (2 siblings with replacement)",
                         why="multi-candidate rejection sampling must reproduce the target's p")
 
