@@ -294,7 +294,9 @@ def _(f):
                why="exits 6 and 12 were measured the same: the same modelled speedup")
 
 
-@lab.case("q3", "a perfect draft (alpha = 1): K + 1 tokens a round, the formula's limit", hint=HINT_Q3)
+@lab.case("q3", "a perfect draft (alpha = 1): K + 1 tokens a round, the formula's limit",
+          hint=("A draft that is always accepted makes the printed fraction 0/0; its speedup is the limit q3's text "
+                "gives, which theory.speedup computes. See q3's text above, and chapter 4 (The speedup model)."))
 def _(f):
     check_exit(f, {4: 0.5, 20: 1.0}, {4: 0.2, 20: 0.3}, 2,
                why="exit 20 is always accepted: 3 tokens a round for 1 + 2 x 0.3 target steps, 1.875")
