@@ -4,7 +4,8 @@ speclab implements every algorithm the labs ask for, so no grader can make borro
 visible. The public check modules hold no reference implementation (the references stay in the instructor
 sources' hidden cells): what a public check compares with is a value recorded on its own case
 (`speclab.checks.Expected`). Read from the submission's code cells (the judge runs no learner code), this flags
-an answer bound to something imported from speclab; a use of the checks' `reference_*` names, of speclab's check
+an answer bound to something imported from speclab, or a function that calls speclab's own code the lab does not
+offer (`verification.verify_block` in a `block_verify`); a use of the checks' `reference_*` names, of speclab's check
 modules (by import, or by name in a string: `importlib`, `resources.files`), or of the recorded values and the
 checks' insides through the notebook's `Lab` (`lab.expected`, `lab.cases`, a function's `__globals__`); and a
 read of the instructor sources (`labs/source`).
@@ -12,6 +13,7 @@ read of the instructor sources (`labs/source`).
 from __future__ import annotations
 
 import ast
+import re
 import threading
 
 # The grader grades submissions in threads (grade_folder's jobs); CPython 3.11 converts a parsed tree to
@@ -49,9 +51,31 @@ def _dotted(node: ast.AST, imports: dict[str, str]) -> str | None:
     return None
 
 
-def borrowed(cells: list[str], answers: dict[str, str]) -> list[str]:
+def _delegations(module: ast.Module, imports: dict[str, str], by_name: dict[str, str], offered: str) -> list[str]:
+    """Functions (answers, their helpers, lambdas) that call speclab's own code the lab does not offer: a
+    speclab function the lab's text never names, or one named like an answer the lab asks for (a wrapper
+    around `speclab.measure.batching.crossover` is still speclab's crossover)."""
+    flags = []
+    for node in ast.walk(module):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        owner = getattr(node, "name", None)
+        who = f"{by_name[owner]}: `{owner}`" if owner in by_name else f"`{owner}`" if owner else "a lambda"
+        for sub in ast.walk(node):
+            source = _dotted(sub.func, imports) if isinstance(sub, ast.Call) else None
+            if not source or not source.startswith("speclab") or getattr(sub.func, "id", None) in by_name:
+                continue  # a call of an answer imported from speclab is flagged as that import already
+            last = source.rsplit(".", 1)[-1]
+            if last in by_name or not re.search(rf"\b{re.escape(last)}\b", offered):
+                flags.append(f"{who} calls {source}, speclab's own code, which the lab does not offer")
+    return flags
+
+
+def borrowed(cells: list[str], answers: dict[str, str], offered: str | None = None) -> list[str]:
     """What to flag in a submission whose code cells are `cells`; `answers` maps question id -> the name of the
-    function it asks for. One line a finding, in the instructor's words; [] for a submission of its own."""
+    function it asks for; `offered`, the lab's own text (the learner version: what it lets an answer call, such
+    as `theory.expected_tokens`), turns on the check of calls into speclab. One line a finding, in the
+    instructor's words; [] for a submission of its own."""
     trees = []
     for cell in cells:
         try:
@@ -75,6 +99,8 @@ def borrowed(cells: list[str], answers: dict[str, str]) -> list[str]:
             for target in node.targets:
                 if isinstance(target, ast.Name) and target.id in by_name and source and source.startswith("speclab"):
                     flags.append(f"{by_name[target.id]}: `{target.id}` is {source}")
+    if offered is not None:   # an answer that hands the work to speclab's own implementation
+        flags += _delegations(module, imports, by_name, offered)
     for node in ast.walk(module):   # references and the checks' modules, anywhere in the notebook
         name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
         if name and name.startswith("reference_"):

@@ -47,7 +47,7 @@ import nbformat
 
 from speclab.course.borrowing import borrowed
 from speclab.course.checks import CASE_LIMIT_ENV, CASE_TIME_LIMIT_S, Lab
-from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, stale
+from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, learner_notebook, stale
 from speclab.packaged import cache_root
 
 RESULT_MARK = "@@speclab-grade@@"
@@ -254,10 +254,11 @@ class Grade:
 def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], timeout: float,
               isolation: Isolation, executed_dir: Path | None = None, threads: int | None = None,
               cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S,
-              answers: dict[str, str] | None = None, scale_to_load: bool = True) -> Grade:
+              answers: dict[str, str] | None = None, scale_to_load: bool = True, offered: str | None = None) -> Grade:
     """Run the submission in its own kernel (for the learner's outputs), then judge the functions it defines
     (`speclab.course.judge`), then write its feedback notebook: one for every readable submission. With
-    scale_to_load, every limit is stretched by the host's load factor, measured first (`load_factor`)."""
+    scale_to_load, every limit is stretched by the host's load factor, measured first (`load_factor`). `offered` is
+    the lab's own text (its learner version): the speclab functions it names are the ones an answer may call."""
     grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
     fixed_threads = "OMP_NUM_THREADS" in os.environ  # the instructor's own choice stands
     if scale_to_load:
@@ -273,7 +274,7 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
         grade.status = f"unreadable notebook: {type(err).__name__}: {err}"[:200]
         return grade
     cells = [c.source for c in nb.cells if c.cell_type == "code"]
-    grade.flags = borrowed(cells, answers or {})
+    grade.flags = borrowed(cells, answers or {}, offered)
     # the submission's own folder, the one place its processes can write; wiped with everything in it
     with tempfile.TemporaryDirectory(prefix="submission-", dir=grading_root(), ignore_cleanup_errors=True) as tmp:
         work, answers = Path(tmp) / "work", Path(tmp) / "answers"
@@ -400,7 +401,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         raise FileNotFoundError(f"no instructor sources (lab*.ipynb) in {source_dir}: pass --source")
     if lab is not None and lab not in labs:
         raise ValueError(f"--lab {lab}: no {lab}.ipynb in {source_dir}")
-    tests, points, answers = {}, {}, {}
+    tests, points, answers, offered = {}, {}, {}, {}
     for name, path in labs.items():
         nb = nbformat.read(path, as_version=4)
         tests[name] = checks_source(nb, hidden=True)
@@ -408,6 +409,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         probe.load_tests(tests[name], f"<{name} tests>")
         points[name] = {q.qid: q.points for q in probe.questions.values()}
         answers[name] = {q.qid: q.answer for q in probe.questions.values()}
+        offered[name] = "\n".join(c.source for c in learner_notebook(nb, name).cells)  # what it lets an answer call
     paths = sorted(p for p in Path(submissions).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     isolation = detect_isolation(network=not network)
     keep = Path(executed_dir) if executed_dir is not None else None
@@ -422,7 +424,7 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         if which is None:
             return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
         return grade_one(path, which, tests[which], points[which], timeout, isolation, keep, threads, cell_timeout,
-                         case_limit, answers[which], scale_to_load)
+                         case_limit, answers[which], scale_to_load, offered[which])
 
     if jobs > 1:
         with ThreadPoolExecutor(jobs) as pool:

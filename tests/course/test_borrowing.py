@@ -49,3 +49,44 @@ def test_the_checks_recorded_values_are_flagged_however_they_are_reached():
     assert borrowed([by_name], ANSWERS) == [
         "names the lab's checks in a string ('speclab.course.labs.lab09_expected')"]
     assert borrowed(["check, score = lab.check, lab.score\nexpected = 3\nprint(expected)"], ANSWERS) == []
+
+
+def test_an_answer_that_hands_the_work_to_speclab_is_flagged_but_not_the_calls_its_lab_offers():
+    """Issue 63's fresh learner test: a wrapper around speclab's own implementation scored full marks unflagged
+    (`def block_verify(...): return verification.verify_block(...)`). With the lab's text (`offered`), a function
+    that calls speclab code the text never names, or speclab's function of an answer's own name, is flagged; the
+    calls the lab offers (lab 10's `theory.expected_tokens`) are not."""
+    answers = {"q2": "block_verify", "q5": "crossover", "q6": "max_paying_k"}
+    offered = ("from speclab.measure import batching\n`theory.expected_tokens(alpha, k)` gives E\n"
+               "print(crossover(speedups))")
+    wrapper = ("import speclab\nfrom speclab.verification import verify_block as vb\n"
+               "def block_verify(p_rows, q_rows, tokens, u):\n    return vb(p_rows, q_rows, tokens, u)")
+    assert borrowed([wrapper], answers, offered) == [
+        "q2: `block_verify` calls speclab.verification.verify_block, speclab's own code, which the lab does not offer"]
+    named = ["from speclab.measure import batching", "crossover = lambda s: batching.crossover(s)",
+             "def helper(s):\n    return speclab.measure.batching.crossover(s)", "import speclab"]
+    assert set(borrowed(named, answers, offered)) == {
+        "a lambda calls speclab.measure.batching.crossover, speclab's own code, which the lab does not offer",
+        "`helper` calls speclab.measure.batching.crossover, speclab's own code, which the lab does not offer"}
+    own = ("from speclab import theory\ndef max_paying_k(alpha, draft_ms, target_ms, k_max):\n"
+           "    return max([k for k in range(1, k_max + 1) if theory.expected_tokens(alpha, k) > k], default=0)")
+    assert borrowed([own], answers, offered) == []
+    assert borrowed([wrapper], answers) == []  # without the lab's text, calls are not judged
+
+
+def test_no_solved_or_untouched_lab_is_flagged_with_its_own_text():
+    import nbformat
+
+    from speclab.course.labbuild import checks_source, learner_notebook
+    from speclab.course.checks import Lab
+    from tests.course.test_labs import LABS, ROOT
+
+    for lab in LABS:
+        source = nbformat.read(ROOT / "labs" / "source" / f"{lab}.ipynb", as_version=4)
+        offered = "\n".join(c.source for c in learner_notebook(source, lab).cells)
+        probe = Lab(lab, public_tests=False)
+        probe.load_tests(checks_source(source, hidden=False), lab)
+        answers = {q.qid: q.answer for q in probe.questions.values()}
+        for keep in (True, False):
+            cells = [c.source for c in learner_notebook(source, lab, keep).cells if c.cell_type == "code"]
+            assert borrowed(cells, answers, offered) == [], (lab, keep)
