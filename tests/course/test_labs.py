@@ -864,6 +864,13 @@ RULES = [
      "        hits = [i for i in range(len(tokens)) if parents[i] == node and int(tokens[i]) == want]\n"
      "        if not hits:\n            return path, want\n"
      "        path.append(hits[-1])  # the last matching child\n        node = hits[-1]"),
+    ("lab07", "q3", "The inputs may be lists or 1-D tensors", "tokens and target_argmax as lists",
+     "def greedy_path(tokens, parents, target_argmax):\n    path, node = [], -1\n    while True:\n"
+     "        want = int(target_argmax[node + 1])\n"
+     "        kids = torch.tensor([i for i in range(len(parents)) if parents[i] == node], dtype=torch.long)\n"
+     "        hit = kids[tokens[kids] == want] if len(kids) else kids  # tensor indexing: tokens must be a tensor\n"
+     "        if len(hit) == 0:\n            return path, want\n"
+     "        node = int(hit[0])\n        path.append(node)"),
     ("lab07", "q4", "Each child reports the $q_i$ it was really drawn from", "siblings drawn without replacement",
      "def try_children(p, tokens, qs, u):\n"
      "    for i, x in enumerate(tokens):\n        x = int(x)\n"

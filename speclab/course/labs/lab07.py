@@ -161,9 +161,13 @@ HINT_Q3 = ("Greedy verification walks down from the root: at each node it moves 
            "and chapter 7, section 7.5 (Greedy tree verification, traced).")
 
 
-def check_greedy(f, tokens, parents, target_argmax, why=""):
+def check_greedy(f, tokens, parents, target_argmax, why="", as_lists=False):
     call = f"greedy_path(tokens={show(tokens)}, parents={show(parents)}, target_argmax={show(target_argmax)})"
-    result = f(torch.tensor(tokens), list(parents), torch.tensor(target_argmax))
+    if as_lists:
+        call += ", all three as lists"
+        result = f(list(tokens), list(parents), list(target_argmax))
+    else:
+        result = f(torch.tensor(tokens), list(parents), torch.tensor(target_argmax))
     expect_pair(result, call, "(path, next_token)")
     path, nxt = result
     expect_equal(([int(i) for i in plain_rows(path)], int(nxt)) if path is not None and nxt is not None else result,
@@ -205,6 +209,12 @@ def _(f):
 def _(f):
     check_greedy(f, [4, 4, 1, 2], [-1, -1, 0, 1], [4, 1, 3, 2, 0], why="nodes 0 and 1 both hold 4: node 0 is taken")
     check_greedy(f, [4, 4, 1, 2], [-1, -1, 0, 1], [4, 2, 3, 2, 0], why="node 0 is taken, and then nothing under it matches")
+
+
+@lab.case("q3", "tokens and target_argmax as lists rather than tensors: the same walk", hint=HINT_Q3)
+def _(f):
+    check_greedy(f, [5, 6, 2, 3, 4, 8], [-1, -1, 0, 0, 1, 2], [6, 2, 4, 0, 0, 4, 0], as_lists=True,
+                 why="q3's text allows lists or 1-D tensors")
 
 
 # TESTS q4
