@@ -837,6 +837,13 @@ RULES = [
      "        for i in range(len(seq) - n - 1, -1, -1):\n"
      "            if seq[i:i + n] == seq[-n:]:\n                return seq[i + n:i + n + num_tokens]\n"
      "    return []"),
+    ("lab06", "q1", "$n$ is at most `len(seq) - 1`", "max_ngram longer than the sequence",
+     "def propose_from_context(seq, num_tokens, max_ngram, min_ngram=1):\n    import numpy as np\n"
+     "    a = np.asarray(seq)\n    for n in range(max_ngram, min_ngram - 1, -1):  # not capped at len(seq) - 1\n"
+     "        windows = np.lib.stride_tricks.sliding_window_view(a[:-1], n)\n"
+     "        hits = np.nonzero((windows == a[-n:]).all(1))[0]\n"
+     "        if len(hits):\n            i = int(hits[-1])\n"
+     "            return [int(t) for t in a[i + n:i + n + num_tokens]]\n    return []"),
     ("lab06", "q2", "and is not stored twice", "re-adding a stored continuation",
      "def update_pool(pool, levels, outputs, per_key):\n"
      "    for i, out in enumerate(outputs):\n"

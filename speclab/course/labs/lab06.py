@@ -92,6 +92,12 @@ def _(f):
                      "index 5, followed by 1, 2, 3")
 
 
+@lab.case("q1", "max_ngram longer than the sequence: n is at most len(seq) - 1", hint=HINT_Q1)
+def _(f):
+    check_lookup(f, [5, 6, 5], 4, 8, why="only n = 1 can match: [5] at index 0, followed by 6, 5")
+    check_lookup(f, [5, 6, 5, 6], 4, 8, why="n = 2: [5, 6] at index 0, followed by 5, 6")
+
+
 # TESTS q2
 lab.question("q2", "update_pool", points=2, title="the n-gram pool, fed by the Jacobi window")
 
