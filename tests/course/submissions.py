@@ -166,10 +166,11 @@ def tmp_reader(lab: str):
     return after_lab_cell(stub(lab), code)
 
 
-def borrowing(lab: str, name: str):
-    """The untouched stubs, with `name` taken from the lab's public check module's reference, as the issue's
-    learner did (`from speclab.course.labs.lab11 import reference_settle as settle_rows`)."""
-    return before_score(stub(lab), f"from speclab.course.labs.{lab} import reference_{name} as {name}")
+def borrowing(lab: str, name: str, nb=None):
+    """`nb` (the untouched stubs by default) with `name` taken from the lab's public check module, as the issue's
+    learner did (`from speclab.course.labs.lab11 import reference_settle as settle_rows`): the module holds no
+    reference now, only the values recorded on its own cases (`expected`), which is what it borrows."""
+    return before_score(stub(lab) if nb is None else nb, f"from speclab.course.labs.{lab} import expected as {name}")
 
 
 def looping(lab: str, names: list[str]):
@@ -190,9 +191,9 @@ def wrong(lab: str, name: str):
     return replaced(solved(lab), name, "return 0")
 
 
-def demo_loop(lab: str):
-    """The solved lab with an endless loop in an ungraded cell of the learner's."""
-    return before_score(solved(lab), "while True:  # an ungraded experiment that never ends\n    pass")
+def demo_loop(lab: str, nb=None):
+    """`nb` (the solved lab by default) with an endless loop in an ungraded cell of the learner's."""
+    return before_score(solved(lab) if nb is None else nb, "while True:  # an ungraded experiment that never ends\n    pass")
 
 
 def folder(dest: Path) -> dict[str, str]:
@@ -218,10 +219,12 @@ def folder(dest: Path) -> dict[str, str]:
 
 def attacks() -> dict[str, tuple]:
     return {"lab09_cheat.ipynb": (cheat("lab09"), "stubs + the monkeypatch cheat"),
-            "lab09_leak.ipynb": (leaky("lab09", "next_k"), "solved; next_k writes its inputs everywhere"),
+            # two attacks on a solved lab that score 100 all the same, in one submission (one kernel, judge and answer
+            # worker fewer): an answer that writes its inputs everywhere, and an ungraded cell that never ends
+            "lab09_leak_demo_loop.ipynb": (demo_loop("lab09", leaky("lab09", "next_k")),
+                                           "solved; next_k writes its inputs everywhere; an ungraded cell loops forever"),
             "lab09_loop_two.ipynb": (looping("lab09", ["draft_with_stop", "best_plan"]),
-                                     "solved; q2 and q4 loop (and so do the demo cells that call them)"),
-            "lab07_demo_loop.ipynb": (demo_loop("lab07"), "solved; an ungraded cell loops forever")}
+                                     "solved; q2 and q4 loop (and so do the demo cells that call them)")}
 
 
 if __name__ == "__main__":

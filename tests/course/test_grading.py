@@ -373,11 +373,11 @@ def test_the_command_line(tmp_path, capsys):
 
 # ---------------------------------------------------------------- the attacks of issue 34, through the whole grader
 # The attacks' limits, per lab: (cell, case). A cell's are shorter than the grader's default (30 s), so the loops
-# the attacks bring burn less of the suite's time, and still well above the slowest honest cell of labs 7 and 9
-# (2.1 s alone, here). Lab 9's case limit sits below its cell limit, so a looping public check ends at the case
-# limit and the learner's score() does not wait on it again; lab 7's case limit is the default (at 5 s one of
-# its honest hidden cases timed out under CI's load).
-ATTACK_LIMITS = {"lab09": (12, 8), "lab07": (12, 15)}
+# the attacks bring burn less of the suite's time, and still well above the slowest honest cell of lab 9 (2.1 s
+# alone, here). Its case limit sits below its cell limit, so a looping public check ends at the case limit and the
+# learner's score() does not wait on it again. Every attack is on lab 9: one folder, graded two at a time.
+ATTACK_LIMITS = {"lab09": (12, 8)}
+LEAK_LOOP = "lab09_leak_demo_loop.ipynb"  # the leaking answer and the endless ungraded cell, in one submission
 
 
 @pytest.fixture(scope="module")
@@ -413,14 +413,14 @@ def test_nothing_the_learners_code_writes_during_hidden_checks_reaches_the_feedb
     """next_k writes every argument it gets to fd 1 and 2, sys.__stdout__, stderr, print, display and files.
     Every such line in the returned notebook must come from a public check the learner ran themselves."""
     rows, executed = attacked
-    assert rows["lab09_leak.ipynb"]["percent"] == "100", rows["lab09_leak.ipynb"]
+    assert rows[LEAK_LOOP]["percent"] == "100", rows[LEAK_LOOP]
     public_calls, solution = set(), solved_answers("lab09", keep=True)["next_k"]
 
     def next_k(*args, **kwargs):
         public_calls.add(submissions.LEAK + repr((args, kwargs)))
         return solution(*args, **kwargs)
     Lab("lab09").check("q1", {"next_k": next_k})  # the public checks, as the learner ran them
-    text = "\n".join(strings(json.loads((executed / "lab09_leak.ipynb").read_text())))
+    text = "\n".join(strings(json.loads((executed / LEAK_LOOP).read_text())))
     leaked = set(re.findall(re.escape(submissions.LEAK) + r"\(\([^()]*\), \{[^{}]*\}\)", text))  # one call's arguments
     assert leaked and leaked <= {c for c in public_calls}, sorted(leaked - public_calls)[:5]
 
@@ -446,11 +446,11 @@ def test_two_looping_answers_cost_their_questions_only_within_the_notebook_timeo
 
 def test_an_endless_ungraded_cell_is_interrupted_and_costs_nothing(attacked):
     rows, executed = attacked
-    row = rows["lab07_demo_loop.ipynb"]
+    row = rows[LEAK_LOOP]
     assert row["percent"] == "100" and row["status"] == "ok", row
-    nb = nbformat.read(executed / "lab07_demo_loop.ipynb", as_version=4)
-    assert f"ran longer than {ATTACK_LIMITS['lab07'][0]} s and was interrupted" in feedback_of(executed,
-                                                                                      "lab07_demo_loop.ipynb")
+    nb = nbformat.read(executed / LEAK_LOOP, as_version=4)
+    assert nb.cells[-3].source.startswith("while True:") and "CellTimeout" in str(nb.cells[-3].outputs)
+    assert f"ran longer than {ATTACK_LIMITS['lab09'][0]} s and was interrupted" in feedback_of(executed, LEAK_LOOP)
     score_cell = nb.cells[-2]  # the learner's score() ran after the interrupted cell
     assert score_cell.source == "score()" and "Total:" in "".join(o.get("text", "") for o in score_cell.outputs)
 
@@ -477,12 +477,17 @@ def test_score_does_not_wait_again_for_a_function_that_ran_out_of_time(capsys):
 
 
 # ---------------------------------------------------------------- one submission against the others (issue 63)
+AFTER = "c_stub_reader_borrowed.ipynb"  # graded after the logger and the hook
+
+
 @pytest.fixture(scope="module")
 def fenced(tmp_path_factory):
     """Submissions that go after the grader and the learners graded after them, graded one after another in this
     order: a solved lab whose answer logs every input (hidden cases' among them) to the shared scratch folders;
-    a notebook that plants an import hook in site-packages and in speclab; an untouched stub; a notebook that
-    prints what the scratch folders hold. Their folders are made under a grading folder of the test's own."""
+    a notebook that plants an import hook in site-packages and in speclab; then the untouched stubs, graded after
+    both, with a cell that prints what the scratch folders hold and an answer borrowed from the public checks
+    (one submission for the three probes: each is a cell of its own, and a stub costs the suite a kernel, a
+    judge and an answer worker). Their folders are made under a grading folder of the test's own."""
     from speclab.course import grading as course_grading
 
     if not course_grading.detect_isolation().files:
@@ -492,10 +497,8 @@ def fenced(tmp_path_factory):
     subs.mkdir()
     notebooks = {"a_logger.ipynb": submissions.tmp_logger("lab09", "next_k"),
                  "b_hook.ipynb": submissions.site_hook("lab09"),
-                 "c_stub_after_hook.ipynb": submissions.stub("lab09"),
-                 "d_reader.ipynb": submissions.tmp_reader("lab09"),
-                 "e_borrowed.ipynb": submissions.before_score(  # the checks' recorded values, as an answer
-                     submissions.stub("lab09"), "from speclab.course.labs.lab09 import expected as next_k")}
+                 # the stubs, a reader of the scratch folders, and the checks' recorded values as an answer
+                 AFTER: submissions.borrowing("lab09", "next_k", submissions.tmp_reader("lab09"))}
     for name, nb in notebooks.items():
         nbformat.write(nb, subs / name)
     previous = os.environ.get("SPECLAB_GRADING_DIR")
@@ -523,7 +526,7 @@ def planted_hooks() -> list[Path]:
 
 def test_a_planted_site_hook_changes_no_grade(fenced):
     rows, tmp = fenced
-    assert rows["b_hook.ipynb"]["percent"] == "0" and rows["c_stub_after_hook.ipynb"]["percent"] == "0", rows
+    assert rows["b_hook.ipynb"]["percent"] == "0" and rows[AFTER]["percent"] == "0", rows  # the hook: 100
     assert {r["files"] for r in rows.values()} == {"sandboxed"} and {r["network"] for r in rows.values()} == {"cut"}
     planting = "".join(o.get("text", "") for c in nbformat.read(tmp / "executed" / "b_hook.ipynb", as_version=4).cells
                        if c.cell_type == "code" for o in c.outputs)
@@ -535,7 +538,9 @@ def test_a_planted_site_hook_changes_no_grade(fenced):
 def test_a_submission_reads_nothing_another_left_in_the_scratch_folders(fenced):
     rows, tmp = fenced
     assert rows["a_logger.ipynb"]["percent"] == "100", rows["a_logger.ipynb"]
-    assert submissions.LEAK not in (tmp / "executed" / "d_reader.ipynb").read_text()
+    reading = next(c for c in nbformat.read(tmp / "executed" / AFTER, as_version=4).cells if submissions.TMP_LOG in c.source)
+    assert reading.execution_count and not any(o.output_type == "error" for o in reading.outputs), reading  # it ran
+    assert submissions.LEAK not in (tmp / "executed" / AFTER).read_text()
     assert not [Path(f) / submissions.TMP_LOG for f in submissions.SCRATCH if (Path(f) / submissions.TMP_LOG).exists()]
 
 
@@ -544,9 +549,9 @@ def test_a_borrowed_answer_is_flagged_in_the_csv_and_the_feedback(fenced):
     values recorded on their own cases, which are no answer (q1 scores nothing) and are flagged all the same."""
     rows, tmp = fenced
     flag = "q1: `next_k` is imported from speclab.course.labs.lab09.expected"
-    assert flag in rows["e_borrowed.ipynb"]["flags"] and rows["e_borrowed.ipynb"]["q1"] == "0.00"
-    assert flag in (tmp / "executed" / "e_borrowed.ipynb").read_text()
-    assert not any(r["flags"] for name, r in rows.items() if name != "e_borrowed.ipynb")
+    assert flag in rows[AFTER]["flags"] and rows[AFTER]["q1"] == "0.00"
+    assert flag in (tmp / "executed" / AFTER).read_text()
+    assert not any(r["flags"] for name, r in rows.items() if name != AFTER)
 
 
 def test_every_submissions_folder_is_wiped_after_it(fenced):
