@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.table:
         # every method at K = --k (layer skip drafting from the bundled target's first 6 layers)
-        options = {name: settings.Options(k=args.k, exit_layer=6) for name in settings.WRITERS}
+        options = {name: settings.Options(k=args.k, exit_layer=6) for name in settings.writers()}
         for row in settings.mapping_table(options):
             print(f"== {row.pop('method')}")
             for engine, text in row.items():

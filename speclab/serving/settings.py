@@ -20,8 +20,11 @@ from dataclasses import dataclass
 from speclab.methods import REGISTRY
 from speclab.methods.engines import ENGINES, Options, Unsupported, no, tree_is
 
-# every registered method that engines serve -> its writer (Method.engine_settings, in its own module)
-WRITERS = {m.name: m.engine_settings for m in REGISTRY.values() if m.engine_settings}
+
+def writers() -> dict:
+    """Every registered method that engines serve -> its writer (Method.engine_settings, in its own
+    module), read from the registry when asked, so a method registered later is served too."""
+    return {m.name: m.engine_settings for m in REGISTRY.values() if m.engine_settings}
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,11 @@ def engine_settings(method: str, engine: str, options: Options | None = None, **
     options = Options(**changes) if options is None else options
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose from {ENGINES}")
-    if method not in WRITERS:
-        raise ValueError(f"unknown method {method!r}; choose from {tuple(WRITERS)}")
+    known = writers()
+    if method not in known:
+        raise ValueError(f"unknown method {method!r}; choose from {tuple(known)}")
     _check(options)
-    written = WRITERS[method](engine, options)
+    written = known[method](engine, options)
     return EngineSettings(engine, method, {**written, **_acceptance(method, engine, options)})
 
 
