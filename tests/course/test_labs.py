@@ -878,6 +878,12 @@ RULES = [
      "        hit = kids[tokens[kids] == want] if len(kids) else kids  # tensor indexing: tokens must be a tensor\n"
      "        if len(hit) == 0:\n            return path, want\n"
      "        node = int(hit[0])\n        path.append(node)"),
+    ("lab07", "q4", "that is when $u_i \\cdot q_i(x_i) < p(x_i)$", "a child the target gives no mass",
+     "def try_children(p, tokens, qs, u):\n"
+     "    for i, x in enumerate(tokens):\n        x = int(x)\n"
+     "        q = speclab.verification.point_mass(torch.tensor(x), len(p), p) if qs is None else qs[i]\n"
+     "        if u[i] * q[x] <= p[x]:  # not strict\n            return i, None\n"
+     "        p = speclab.residual_distribution(p, q)\n    return None, p"),
     ("lab07", "q4", "Each child reports the $q_i$ it was really drawn from", "siblings drawn without replacement",
      "def try_children(p, tokens, qs, u):\n"
      "    for i, x in enumerate(tokens):\n        x = int(x)\n"

@@ -362,3 +362,12 @@ def _(f):
     check_node(f, p, [1, 2], qs, [0.5, 0.6],
                why="child 0 (token 1) is rejected, leaving the residual [0.75, 0, 0.25]; child 1 (token 2) was drawn "
                    "from qs[1], where q(2) = 0.5: 0.6 * 0.5 >= 0.25, rejected, and the residual is [1, 0, 0]")
+
+
+@lab.case("q4", "a child the target gives no mass is never accepted, even at u = 0",
+          hint=("The test is strict: u_i * q_i(x_i) < p(x_i) can never hold where p(x_i) = 0. See q4's text above, "
+                "and chapter 7, section 7.6 (Multi-candidate rejection sampling)."))
+def _(f):
+    check_node(f, dist([0.0, 0.5, 0.5]), [0, 0], dist([0.8, 0.1, 0.1]).expand(2, -1), [0.0, 0.0],
+               why="p(0) = 0: 0 * q(0) < 0 is false, so both children are rejected")
+    check_node(f, dist([0.0, 0.5, 0.5]), [0], None, [0.0], why="a point mass on a token p gives no mass")
