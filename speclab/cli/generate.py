@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> None:
         args.prompt = args.text
     method = method_choices()[args.method]
     if args.eagle_tree and not set(reading("eagle_tree")) & set(drafting(method, args)):
-        raise SystemExit(f"--eagle-tree sets EAGLE's draft tree: use it with --method {' or '.join(reading('eagle_tree'))}, "
-                         f"not {args.method}")
+        raise SystemExit(f"--eagle-tree sets EAGLE's draft tree: use it with --method "
+                         f"{' or '.join(reading('eagle_tree'))}, not {args.method}")
     target, draft, tok, device = load(args)
     text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text()
     if args.chat:  # print the prompt as the model reads it, template and all

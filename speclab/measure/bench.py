@@ -202,7 +202,8 @@ class Row:
         """Whether it drafts with the pair's draft model (the draft-model rows, transformers' assisted)."""
         if self.engine == "transformers":
             return self.method == "assisted"
-        return self.engine == "speclab" and self.method is not None and REGISTRY[self.method].uses_draft_model(self.base)
+        method = REGISTRY[self.method] if self.engine == "speclab" and self.method is not None else None
+        return method is not None and method.uses_draft_model(self.base)
 
 
 def expand(methods, settings: Settings = Settings()) -> list[tuple[str, Setting]]:
@@ -620,7 +621,8 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     if unknown:
         raise ValueError(unknown_methods_message(unknown))
     the_plan = plan_bench(methods, target, draft, Settings(k=k, **sweeps), weights, block, bool(paths))
-    bench = Bench(target, draft, list(prompts), the_plan, Decoding(max_new_tokens, temperature, seed, eos_token_id), paths)
+    decoding = Decoding(max_new_tokens, temperature, seed, eos_token_id)
+    bench = Bench(target, draft, list(prompts), the_plan, decoding, paths)
     return run_plan(bench, repeats, warmup, time_alone, progress)
 
 

@@ -87,7 +87,8 @@ def test_generate_reads_each_methods_flags_weights_and_the_method_behind_from_it
     from speclab.cli.generate import build_parser, drafter_options, drafting, reading
     args = build_parser().parse_args(["x", "--method", "lookup_first", "--then", "eagle3", "--eagle-tree", "chain",
                                       "--eagle3", "HEAD"])
-    assert drafting("lookup_first", args) == ["lookup_first", "eagle3"] and drafting("target-only", args) == ["target-only"]
+    assert drafting("lookup_first", args) == ["lookup_first", "eagle3"]
+    assert drafting("target-only", args) == ["target-only"]
     assert drafter_options("lookup_first", args, "DRAFT") == {"drafter": "eagle3", "tree": "chain", "head": "HEAD"}
     assert drafter_options("draft_model", args, "DRAFT") == {"draft": "DRAFT"}
     assert drafter_options("pard", args, "DRAFT") == {"model": None}

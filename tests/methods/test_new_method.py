@@ -44,7 +44,8 @@ def card_section(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, meth
 
 
 ENTRY = Method(NAME, lambda target, **options: RepeatLast(**options), options="none", bundled=FOLDER,
-               engine_settings=engine_settings, one_hot_drafts=True, bench_rows={ROW: {}}, card=CardSection(card_section))
+               engine_settings=engine_settings, one_hot_drafts=True, bench_rows={ROW: {}},
+               card=CardSection(card_section))
 
 
 @pytest.fixture()
