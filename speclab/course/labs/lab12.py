@@ -262,7 +262,7 @@ def _(f):
 
 @lab.case("q4", "the failing rates in the order of the rows",
           hint="`failing` lists the rates where the canary broke a condition as the rows list them, first row first: "
-               "not sorted, and each rate once (q4's text).")
+               "not sorted, and each rate once. See q4's text above, and the gate of chapter 12.5.")
 def _(f):
     check_rollout(f, rows((4, 200, 30.0), (16, 300, 40.0), (1, 50, 20.0), (8, 250, 35.0)),
                   rows((4, 150, 30.0), (16, 300, 50.0), (1, 50, 30.0), (8, 250, 35.0)),

@@ -94,34 +94,47 @@ def check_block(f, p, q, tokens, u, why="", next_probs=True):
         expect_allclose(probs, expected("next", p, q, weights, want_tau), call + " next_probs", atol=1e-6, why=why)
 
 
-@lab.case("q2", "the longest prefix that passes, not the first refusal", hint=HINT_Q2)
+@lab.case("q2", "the longest prefix that passes, not the first refusal",
+          hint="tau is the longest prefix whose uniform is strictly below its h, even past a refusal: a failed "
+               "test at one position does not end the search, as it would in the token-wise rule. See q2's text "
+               "above, and chapter 13, section 13.1 (Block verification).")
 def _(f):
     # drafts a, b: w = 1, 1/2, 1; h1 = 0, so the token-wise rule would stop at 0; h2 = w2 = 1 keeps both
     check_block(f, P2, Q2, torch.tensor([0, 1]), [0.9, 0.5], next_probs=False,
                 why="the first draft's test fails (u1 = 0.9 >= h1 = 0) but the second passes: both are kept")
 
 
-@lab.case("q2", "the residual, normalised", hint=HINT_Q2)
+@lab.case("q2", "the residual, normalised",
+          hint="With fewer than K drafts kept, the next token comes from max(0, w_tau p_{tau+1} - q_{tau+1}) "
+               "divided by its sum: next_probs sums to 1. See q2's text above, and chapter 13, section 13.1 "
+               "(Block verification).")
 def _(f):
     check_block(f, P2, Q2, torch.tensor([0, 0]), [0.9, 0.9],
                 why="nothing kept: the next token comes from max(0, w0 p1 - q1) normalised, all mass on b")
 
 
-@lab.case("q2", "the last position keeps its weight", hint=HINT_Q2)
+@lab.case("q2", "the last position keeps its weight",
+          hint="At the last position h_K is the block's weight w_K itself, not the last draft's own ratio p/q. "
+               "See q2's text above, and chapter 13, section 13.1 (Block verification).")
 def _(f):
     # drafts a, a: w = 1, 1/2, 1/4; the last draft's own ratio p/q is 1/2, but h2 is the block's weight
     check_block(f, P2, Q2, torch.tensor([0, 0]), [0.9, 0.3],
                 why="h2 = w2 = 1/4, the weight the block has left, and u2 = 0.3 is not below it: nothing is kept")
 
 
-@lab.case("q2", "strictly below", hint=HINT_Q2)
+@lab.case("q2", "strictly below",
+          hint="A prefix is kept only when its uniform is strictly below its h: a uniform equal to h does not "
+               "keep it. See q2's text above, and chapter 13, section 13.1 (Block verification).")
 def _(f):
     # the same block: h2 = w2 = 1/4 exactly (in binary too), and u2 = 1/4 is not below it
     check_block(f, P2, Q2, torch.tensor([0, 0]), [0.9, 0.25],
                 why="u2 = 0.25 is not strictly below h2 = w2 = 0.25, and u1 = 0.9 >= h1: nothing is kept")
 
 
-@lab.case("q2", "after a kept draft, the residual scales p by the weight left", hint=HINT_Q2)
+@lab.case("q2", "after a kept draft, the residual scales p by the weight left",
+          hint="After tau kept drafts the residual is max(0, w_tau p_{tau+1} - q_{tau+1}): the target's row "
+               "scaled by the weight the block has left, not the token-wise max(0, p - q). See q2's text above, "
+               "and chapter 13, section 13.1 (Block verification).")
 def _(f):
     # w1 = (1/4) / (1/2) = 1/2; r1 = mass of max(0, w1 p2 - q2) = [1/8, 0, 0], h1 = (1/8) / (1/8 + 1/2) = 1/5;
     # w2 = h2 = 1/6. u1 = 0.1 passes, u2 = 0.5 does not: tau = 1
@@ -132,7 +145,9 @@ def _(f):
                 "token-wise max(0, p2 - q2) would put 1/4 on token 1, and the output would not be the target's")
 
 
-@lab.case("q2", "below K, h_i comes from the residual mass, not from the weight alone", hint=HINT_Q2)
+@lab.case("q2", "below K, h_i comes from the residual mass, not from the weight alone",
+          hint="For i < K, h_i = r_i / (r_i + 1 - w_i), with r_i the mass of max(0, w_i p_{i+1} - q_{i+1}); only"
+               " h_K is the weight w_K. See q2's text above, and chapter 13, section 13.1 (Block verification).")
 def _(f):
     # the block above: w1 = 1/2 but h1 = r1 / (r1 + 1 - w1) = (1/8) / (5/8) = 1/5; u1 = 0.3 lies between them
     p = torch.tensor([[1 / 4, 1 / 4, 1 / 2], [1 / 2, 1 / 4, 1 / 4], [1 / 3, 1 / 3, 1 / 3]], dtype=torch.float64)
@@ -142,7 +157,10 @@ def _(f):
                 "below w1 = 1/2); u2 = 0.5 is not below h2 = w2 = 1/6: nothing is kept")
 
 
-@lab.case("q2", "all K kept: the next token from the row after the block", hint=HINT_Q2)
+@lab.case("q2", "all K kept: the next token from the row after the block",
+          hint="When all K drafts are kept, the next token comes from p_rows[K], the target's row after the "
+               "whole block (row i of p_rows is p_{i+1}). See q2's text above, and chapter 13, section 13.1 "
+               "(Block verification).")
 def _(f):
     # drafts a, b: w2 = 1, so h2 = 1 and both are kept; the row after the block differs from the rows before
     p = torch.tensor([[1 / 3, 2 / 3], [1 / 3, 2 / 3], [0.9, 0.1]], dtype=torch.float64)
@@ -157,14 +175,19 @@ P_EVEN = torch.tensor([[1 / 2, 1 / 2], [1 / 4, 3 / 4], [0.9, 0.1]], dtype=torch.
 Q_EVEN = torch.tensor([[1 / 4, 3 / 4], [1 / 4, 3 / 4]], dtype=torch.float64)
 
 
-@lab.case("q2", "a zero denominator keeps the prefix", hint=HINT_Q2)
+@lab.case("q2", "a zero denominator keeps the prefix",
+          hint="Where r_i + 1 - w_i is 0, h_i is 1, as q2's text says: the prefix is kept by any uniform below "
+               "1. See q2's text above, and chapter 13, section 13.1 (Block verification).")
 def _(f):
     check_block(f, P_EVEN, Q_EVEN, torch.tensor([0, 1]), [0.5, 1.0], next_probs=False,
                 why="r1 + 1 - w1 = 0 + 1 - 1 = 0, so h1 = 1 and u1 = 0.5 keeps the first draft; a uniform of exactly "
                 "1.0 is not strictly below h2 = w2 = 1: one draft kept")
 
 
-@lab.case("q2", "no residual mass: the target's own row", hint=HINT_Q2)
+@lab.case("q2", "no residual mass: the target's own row",
+          hint="Where max(0, w_tau p_{tau+1} - q_{tau+1}) has no mass, the next token comes from p_{tau+1} "
+               "itself (p_rows[tau]), not from 0 / 0. See q2's text above, and chapter 13, section 13.1 (Block "
+               "verification).")
 def _(f):
     # the draft's row equals the target's: w1 = 1 = h1, and a uniform of exactly 1 is not strictly below it
     p = torch.tensor([[1 / 4, 3 / 4], [1 / 2, 1 / 2]], dtype=torch.float64)
