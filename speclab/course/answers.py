@@ -701,7 +701,7 @@ def _call(channel: _Channel, ns: dict, filenames: set[str], name: str, args: tup
         return ("raised", type(err).__name__, _describe(err, filenames))
     kept = [(i, [to_wire(k) for k, v in _entries(targets[i]) if isinstance(v, torch.Tensor) and was.get(k) is v
                  and v.data_ptr() == memory.get((i, k))])
-            for i, was in given.items()]  # the tensors still there, the very objects the call was given, on their memory
+            for i, was in given.items()]  # still there: the objects given, on their memory
     synced = ([(k, _tensor_to_wire(g.get_state())) for k, g in channel.gens.items()],
               [(i, to_wire(a)) for i, a in enumerate(targets) if isinstance(a, (list, dict))], kept)
     return ("ok", to_wire(result), out.getvalue()[:MAX_PRINTED], synced, grads)
