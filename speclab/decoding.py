@@ -23,7 +23,7 @@ import torch
 from speclab.adaptive import FixedK, check_confidence_threshold, make_schedule
 from speclab.devices import timer
 from speclab.drafting import Draft, Drafter
-from speclab.runner import context_length, runner_for
+from speclab.runner import Runner, context_length, runner_for
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, pick
 from speclab.stats import GenerationResult, GenerationStats, Round
 from speclab.verification import medusa_typical_accept_tree, typical_accept_tree, verify_block, verify_tree
@@ -315,9 +315,9 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     return results(seqs, total["seconds"], batched)
 
 
-def settle(seq: Sequence_, proposal: Draft, logits: torch.Tensor, cached: int, runner, sampling: SamplingParams,
-           generator: torch.Generator | None, acceptance: str, typical_epsilon: float, typical_delta: float
-           ) -> list[int]:
+def settle(seq: Sequence_, proposal: Draft, logits: torch.Tensor, cached: int, runner: Runner,
+           sampling: SamplingParams, generator: torch.Generator | None, acceptance: str, typical_epsilon: float,
+           typical_delta: float) -> list[int]:
     """One sequence's share of a round: the acceptance rule over its N + 1 target rows, its cache cut back
     to the prefix, the pending token and the accepted path, its ids extended by the path and the target's
     own next token, its K schedule told, its trace appended. Returns the accepted path."""

@@ -10,9 +10,11 @@ switches a model to it and runner_for hands every caller the runner its model is
 from __future__ import annotations
 
 import weakref
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 import torch._dynamo
@@ -31,7 +33,69 @@ def context_length(model: torch.nn.Module) -> int | None:
     return getattr(getattr(model, "config", None), "max_position_embeddings", None)
 
 
-class ModelRunner:
+class Runner(Protocol):
+    """What the decode loop and the drafters ask of a model's runner; ModelRunner (transformers' model
+    and DynamicCache, one sequence) and StaticRunner (the fast path's static cache, a batch of
+    sequences) declare it. A row is a sequence's cache row (0 for one prompt); the single-sequence
+    methods (forward, verify_pass, length) act on row 0. Passes append after a row's cached tokens
+    and return logits (n, V); verify passes also the features of `feature_layers` (or None)."""
+
+    model: torch.nn.Module
+    device: torch.device
+    who: str
+    lengths: list[int]  # tokens cached per row
+
+    @property
+    def length(self) -> int:
+        """Tokens cached in row 0."""
+        return self.lengths[0]
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget every cached token."""
+
+    @abstractmethod
+    def forward(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Logits (n, V), or (1, V) with last_only, for the new tokens `ids` (1-D) of row 0."""
+
+    @abstractmethod
+    def forward_rows(self, rows: Sequence[int], ids: Sequence[torch.Tensor], last_only: bool = False
+                     ) -> list[torch.Tensor]:
+        """`forward` for several rows in one pass: logits per row."""
+
+    @abstractmethod
+    def verify_pass(self, ids: torch.Tensor, parents: Sequence[int] | None = None,
+                    feature_layers: Sequence[int] = (), side=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One pass over [pending token, draft nodes (a chain, or a tree by `parents`), side tokens]."""
+
+    @abstractmethod
+    def verify_rows(self, rows: Sequence[int], ids: Sequence[torch.Tensor],
+                    parents: Sequence[Sequence[int] | None] | None = None, feature_layers: Sequence[int] = (),
+                    sides: Sequence | None = None) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """verify_pass for several rows in one pass."""
+
+    @abstractmethod
+    def move_rows(self, sources: Sequence[int], start: int, row: int = 0) -> None:
+        """Copy cache positions `sources` (in order) to positions start, start + 1, ... of `row`."""
+
+    @abstractmethod
+    def rollback(self, length: int, row: int = 0) -> None:
+        """Forget every position of `row` from `length` on."""
+
+    def keep_path(self, cached: int, path: Sequence[int], row: int = 0) -> None:
+        """After a pass over [pending, nodes] appended at position `cached`: keep the prefix, the pending
+        token and the accepted path. A path through the first nodes in order (every chain's) is a
+        prefix of what was appended, so cutting the length does; otherwise the path's positions are moved
+        up to follow the pending token first: a few positions move, not the whole cache."""
+        path = list(path)
+        if path != list(range(len(path))):
+            self.move_rows([cached + 1 + i for i in path], cached + 1, row)
+        self.rollback(cached + 1 + len(path), row)
+
+
+class ModelRunner(Runner):
+    """The Runner of transformers' model on its DynamicCache: one sequence, in row 0."""
+
     def __init__(self, model: torch.nn.Module, who: str = "model"):
         if not callable(getattr(model, "forward", None)) or not hasattr(model, "config"):
             raise TypeError(f"the {who} must be a transformers causal LM (a PreTrainedModel with a config); "
@@ -44,10 +108,6 @@ class ModelRunner:
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
 
-    @property
-    def length(self) -> int:
-        """Tokens held in the cache."""
-        return self.cache.get_seq_length()
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
@@ -105,21 +165,11 @@ class ModelRunner:
 
     @property
     def lengths(self) -> list[int]:
-        return [self.length]
-
-    def keep_path(self, cached: int, path: Sequence[int], row: int = 0) -> None:
-        """After a pass over [pending, nodes] appended at row `cached`: keep the prefix, the pending
-        token and the accepted path. A path through the first nodes in order (every chain's) is a
-        prefix of what was appended, so cropping does; otherwise the path's rows are moved up to
-        follow the pending token, and the rest cropped: a few rows move, not the whole cache."""
-        path = list(path)
-        if path != list(range(len(path))):
-            self.move_rows([cached + 1 + i for i in path], cached + 1)
-        self.rollback(cached + 1 + len(path), row)
+        return [self.cache.get_seq_length()]
 
     @torch.inference_mode()
-    def move_rows(self, sources: Sequence[int], start: int) -> None:
-        """Copy cache rows `sources` (in this order) to rows start, start + 1, ... in every layer."""
+    def move_rows(self, sources: Sequence[int], start: int, row: int = 0) -> None:
+        self.only_row([row])
         src = torch.tensor(list(sources), dtype=torch.long, device=self.device)
         dst = slice(start, start + len(sources))
         for layer in self.cache.layers:
@@ -134,7 +184,6 @@ class ModelRunner:
             layer.values[..., dst, :] = layer.values.index_select(-2, src)
 
     def rollback(self, length: int, row: int = 0) -> None:
-        """Forget every cached position from `length` on."""
         self.only_row([row])
         extra = self.length - length
         if extra > 0:
@@ -316,7 +365,7 @@ def fast_paths(paths: Mapping[torch.nn.Module, FastPath]) -> Iterator[None]:
             use_fast_path(model, path)
 
 
-def runner_for(model: torch.nn.Module, who: str = "model") -> ModelRunner | StaticRunner:
+def runner_for(model: torch.nn.Module, who: str = "model") -> Runner:
     """The runner `model` is set up for: StaticRunner on the fast path, ModelRunner otherwise."""
     path = _FAST_PATHS.get(model)
     return ModelRunner(model, who) if path is None else StaticRunner(model, path, who)
@@ -338,8 +387,8 @@ class Pass:
         return int(self.ids.shape[0])
 
 
-class StaticRunner:
-    """ModelRunner's methods on the fast path: tokens are written to the static cache by position, a
+class StaticRunner(Runner):
+    """The Runner on the fast path: tokens are written to the static cache by position, a
     pass's mask says which slots each row sees, and rolling back sets a length. A verify pass narrower
     than a width measured to cost less (FastPath.set_width_costs) is padded up to it: no real row sees the
     padding rows, their outputs are dropped, and their slots lie past the length.
@@ -352,15 +401,6 @@ class StaticRunner:
         self.model, self.path, self.who = model, path, who
         self.device = model_device(model)
         self.lengths = [0] * path.network.max_batch
-
-    @property
-    def length(self) -> int:
-        """Tokens held in row 0 of the cache (the single-sequence API)."""
-        return self.lengths[0]
-
-    @length.setter
-    def length(self, value: int) -> None:
-        self.lengths[0] = value
 
     def reset(self) -> None:
         self.lengths = [0] * self.path.network.max_batch
@@ -476,13 +516,6 @@ class StaticRunner:
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ModelRunner.verify_pass on the static cache (same rows, masks and positions)."""
         return self.verify_rows([row], [ids], [parents], feature_layers, [side])[0]
-
-    def keep_path(self, cached: int, path: Sequence[int], row: int = 0) -> None:
-        """As ModelRunner.keep_path: a chain's path is already in place; a tree's is moved up first."""
-        path = list(path)
-        if path != list(range(len(path))):
-            self.path.network.move_rows([cached + 1 + i for i in path], cached + 1, row)
-        self.rollback(cached + 1 + len(path), row)
 
     def move_rows(self, sources: Sequence[int], start: int, row: int = 0) -> None:
         self.path.network.move_rows(sources, start, row)

@@ -11,7 +11,7 @@ from speclab import generate, load_pair, speculative_generate
 from speclab.measure.acceptance import chi_square_pvalue
 from speclab.methods import METHODS, load_drafter
 from speclab.methods.draft_model import ModelDrafter
-from speclab.runner import StaticRunner, disable_fast_path, enable_fast_path, fast_path_of
+from speclab.runner import ModelRunner, Runner, StaticRunner, disable_fast_path, enable_fast_path, fast_path_of
 from tests.conftest import DEVICE, tiny_model
 from tests.test_lossless import SETTINGS, exact_joint, sampled_joint
 from tests.test_tree_decoding import RandomTreeDrafter
@@ -24,6 +24,14 @@ def fast_pair(pair):
     enable_fast_path(target, max_len=128), enable_fast_path(draft, max_len=128)
     yield target, draft
     disable_fast_path(target), disable_fast_path(draft)
+
+
+def test_both_runners_declare_one_contract_and_share_keep_path():
+    """ModelRunner and StaticRunner implement every method of speclab.runner.Runner (the decode loop is
+    typed against it), and keeping a round's accepted path is written once, there."""
+    assert not ModelRunner.__abstractmethods__ and not StaticRunner.__abstractmethods__
+    assert ModelRunner.keep_path is Runner.keep_path and StaticRunner.keep_path is Runner.keep_path
+    assert decoding.settle.__annotations__["runner"] in (Runner, "Runner")
 
 
 def test_runner_for_follows_the_switch(pair):

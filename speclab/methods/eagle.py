@@ -522,93 +522,50 @@ class EagleDrafter(ChainDrafter):
         return self.tree == "chain" and self.head.layer_step is not None and \
             all(getattr(type(self), hook) is getattr(EagleDrafter, hook) for hook in ("start", "propose"))
 
+    # Every sequence keeps, by cache row, how many (feature, token) pairs its cache holds from true
+    # features (`pairs`) and the true features handed over since (`pending`). One sequence drafts on the
+    # drafter's own cache (`cache`: compiled beside a compiled target, where the dynamic tree's passes
+    # also run); a batch (chapter 11) on a BatchRowCache, a row a sequence, each step one head pass over
+    # the sequences still drafting, padded to the longest. The chain and its catch-up are one code path.
     def start(self, prompt: torch.Tensor) -> None:
-        self.batch_cache: BatchRowCache | None = None  # set by start_rows for a batch
+        self.batch_cache: BatchRowCache | None = None
         self.fast = self._fast_head()
         self.cache = self.head.drafting_cache() if self.fast is None else self.fast.cache
-        self.true_pairs = 0                          # pairs in the head's cache computed from true features
-        self.pending: list[torch.Tensor] = []        # true features handed over, not yet in the cache
+        self.pairs: dict[int, int] = {0: 0}
+        self.pending: dict[int, list[torch.Tensor]] = {0: []}
         self.forward_calls = 0
 
-    # ------------------------------------------------------------ a batch of sequences (chapter 11): chains
-    # Each sequence keeps the single-sequence bookkeeping (true pairs, pending features) in its own row of
-    # a BatchRowCache; a round's catch-up is one head pass over every drafting sequence (padded to the
-    # longest catch-up), and each draft step one pass over those still drafting. The head runs as it is
-    # (LayerStep), uncompiled, on either path of the target.
     def start_rows(self, rows: list[int], prompts: list[torch.Tensor]) -> None:
         self.start(prompts[0])
-        if rows == [0]:
-            return
-        path = fast_path_of(self.target)
-        capacity = path.network.max_len if path is not None else max(len(p) for p in prompts) + 4096
-        self.fast = None
-        self.batch_cache = BatchRowCache(max(rows) + 1, capacity)
-        self.row_pairs = {row: 0 for row in rows}
-        self.row_pending: dict[int, list[torch.Tensor]] = {row: [] for row in rows}
+        if len(rows) > 1:  # the head runs as it is (LayerStep), uncompiled, on either path of the target
+            path = fast_path_of(self.target)
+            capacity = path.network.max_len if path is not None else max(len(p) for p in prompts) + 4096
+            self.fast = None
+            self.batch_cache = BatchRowCache(max(rows) + 1, capacity)
+        self.pairs = {row: 0 for row in rows}
+        self.pending = {row: [] for row in rows}
+
+    def take_features(self, features: torch.Tensor) -> None:
+        self.pending[0].append(features)
 
     def take_features_rows(self, rows: list[int], features: list[torch.Tensor]) -> None:
-        if self.batch_cache is None:
-            return super().take_features_rows(rows, features)
         for row, f in zip(rows, features):
-            self.row_pending[row].append(f)
+            self.pending[row].append(f)
 
     def propose_rows(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
                      generator: torch.Generator | None = None) -> list[Draft]:
-        if self.batch_cache is None:
+        if self.tree == "dynamic":  # one sequence (check_batch refuses more)
             return super().propose_rows(rows, ids, ks, sampling, generator)
-        return self._chain_rows(rows, ids, [min(k, self.chain_limit or k) for k in ks], sampling, generator)
-
-    def _batch_step(self, rows: list[int], tokens: torch.Tensor, features: torch.Tensor, widths: list[int]
-                    ) -> torch.Tensor:
-        """The head over (B, n) tokens and their features, each row after its own cached pairs: (B, n, H)."""
-        positions, visible = self.batch_cache.begin(rows, tokens.shape[1], tokens.device)
-        self.forward_calls += 1
-        out = self.head(self.embed(tokens), features, self.batch_cache, positions, visible)
-        self.batch_cache.advance(rows, widths)
-        return out
+        return self._chain(rows, ids, ks, sampling, generator)
 
     @torch.inference_mode()
-    def _chain_rows(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
-                    generator: torch.Generator | None) -> list[Draft]:
-        drafts = [Draft(seq.new_empty(0)) for seq in ids]
-        active = [i for i, row in enumerate(rows) if self.row_pending[row] and ks[i] > 0]
-        if not active:
-            return drafts
-        tokens, features = [], []  # catch-up: roll back the guesses, feed the true pairs handed over since
-        for i in active:
-            row = rows[i]
-            self.batch_cache.rollback(row, self.row_pairs[row])
-            fused = self.head.fuse(torch.cat(self.row_pending[row]))
-            tokens.append(ids[i][self.row_pairs[row] + 1:self.row_pairs[row] + 1 + len(fused)])
-            features.append(fused)
-            self.row_pairs[row] += len(fused)
-            self.row_pending[row] = []
-        widths = [len(t) for t in tokens]
-        padded = torch.zeros(len(active), max(widths), dtype=torch.long, device=tokens[0].device)
-        feats = features[0].new_zeros(len(active), max(widths), features[0].shape[-1])
-        for b, (t, f) in enumerate(zip(tokens, features)):
-            padded[b, :len(t)], feats[b, :len(f)] = t, f
-        h = self._batch_step([rows[i] for i in active], padded, feats, widths)
-        h = h[torch.arange(len(active)), torch.tensor(widths) - 1]  # each row's output at its pending token
-        drafted: list[list[torch.Tensor]] = [[] for _ in active]
-        probs: list[list[torch.Tensor]] = [[] for _ in active]
-        live = list(range(len(active)))
-        while live:
-            logits = self._logits(h[live])
-            for j, b in enumerate(live):
-                token, q = pick(logits[j], sampling, generator)
-                drafted[b].append(token)
-                probs[b].append(q)
-                if stops_here(logits[j], self.confidence_threshold):
-                    ks[active[b]] = len(drafted[b])
-            live = [b for b in live if len(drafted[b]) < ks[active[b]]]
-            if live:  # the next step for the sequences still drafting: their own outputs as features
-                step_tokens = torch.stack([drafted[b][-1] for b in live]).view(-1, 1)
-                h[live] = self._batch_step([rows[active[b]] for b in live], step_tokens, h[live][:, None],
-                                           [1] * len(live))[:, 0]
-        for b, i in enumerate(active):
-            drafts[i] = Draft(torch.stack(drafted[b]), None if sampling.greedy else torch.stack(probs[b]))
-        return drafts
+    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        if self.tree == "chain":
+            return self._chain([0], [ids], [k], sampling, generator)[0]
+        if not self.pending[0]:  # a one-token prompt (no feature yet), or a second call without a verify pass
+            return Draft(ids.new_empty(0))
+        return self._dynamic_tree(self._catch_up([0], [ids]), k, ids.device, sampling, generator)
 
     def _fast_head(self) -> FastHeadStep | None:
         """On the target's compiled fast path, the head compiled beside it on a static cache (built once,
@@ -622,51 +579,79 @@ class EagleDrafter(ChainDrafter):
         self.compiled_head.reset()
         return self.compiled_head
 
-    def take_features(self, features: torch.Tensor) -> None:
-        self.pending.append(features)
-
     def _head_step(self, tokens: torch.Tensor, features: torch.Tensor, **extra) -> torch.Tensor:
+        """The head over one sequence's new rows on the drafter's own cache: (n, H)."""
         self.forward_calls += 1
         if self.fast is not None:
             return self.fast.step(self.embed(tokens), features, **extra)
         return self.head(self.embed(tokens), features, self.cache, **extra)
 
+    def _step(self, rows: list[int], tokens: list[torch.Tensor], features: list[torch.Tensor]) -> torch.Tensor:
+        """The head over each row's new tokens (1-D) and their features, after that row's cached pairs:
+        each row's output at its last token (B, H)."""
+        if self.batch_cache is None:
+            return self._head_step(tokens[0], features[0])[-1:]
+        widths = [len(t) for t in tokens]
+        padded = torch.zeros(len(rows), max(widths), dtype=torch.long, device=tokens[0].device)
+        feats = features[0].new_zeros(len(rows), max(widths), features[0].shape[-1])
+        for b, (t, f) in enumerate(zip(tokens, features)):
+            padded[b, :len(t)], feats[b, :len(f)] = t, f
+        positions, visible = self.batch_cache.begin(rows, max(widths), padded.device)
+        self.forward_calls += 1
+        h = self.head(self.embed(padded), feats, self.batch_cache, positions, visible)
+        self.batch_cache.advance(rows, widths)
+        return h[torch.arange(len(rows)), torch.tensor(widths) - 1]
+
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """The draft's logits over the target's vocabulary (refused if the head gives NaN or inf)."""
         return self.head.logits(h, self.lm_head, None if self.fast is None else self.fast.vocab_logits)
 
-    def _catch_up(self, ids: torch.Tensor) -> torch.Tensor:
-        """Roll back the rows computed from guesses, feed the true pairs handed over since, and return
-        the head's output at the pending token (its prediction of the position after it)."""
-        crop = self.cache.get_seq_length() - self.true_pairs
-        if crop > 0:
-            self.cache.crop(-crop)
-        features = self.head.fuse(torch.cat(self.pending))
-        tokens = ids[self.true_pairs + 1:self.true_pairs + 1 + len(features)]
-        h = self._head_step(tokens, features)[-1]
-        self.true_pairs += len(features)
-        self.pending = []
-        return h
+    def _catch_up(self, rows: list[int], ids: list[torch.Tensor]) -> torch.Tensor:
+        """Roll each row's cache back to its true pairs (dropping the rows computed from guesses), feed
+        the true pairs handed over since, and return the head's output at each row's pending token, its
+        prediction of the position after it (B, H)."""
+        tokens, features = [], []
+        for row, seq in zip(rows, ids):
+            if self.batch_cache is not None:
+                self.batch_cache.rollback(row, self.pairs[row])
+            elif self.cache.get_seq_length() > self.pairs[row]:
+                self.cache.crop(self.pairs[row] - self.cache.get_seq_length())
+            fused = self.head.fuse(torch.cat(self.pending[row]))
+            tokens.append(seq[self.pairs[row] + 1:self.pairs[row] + 1 + len(fused)])
+            features.append(fused)
+            self.pairs[row] += len(fused)
+            self.pending[row] = []
+        return self._step(rows, tokens, features)
 
     @torch.inference_mode()
-    def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
-                generator: torch.Generator | None = None) -> Draft:
-        if not self.pending:  # a one-token prompt (no feature yet), or a second call without a verify pass
-            return Draft(ids.new_empty(0))
-        h = self._catch_up(ids)
-        if self.tree == "dynamic":
-            return self._dynamic_tree(h, k, ids.device, sampling, generator)
-        k = min(k, self.chain_limit or k)
-        drafted, probs = [], []
-        for i in range(k):
-            logits = self._logits(h)
-            token, q = pick(logits, sampling, generator)
-            drafted.append(token)
-            probs.append(q)
-            if i + 1 == k or stops_here(logits, self.confidence_threshold):
-                break
-            h = self._head_step(token.view(1), h.view(1, -1))[-1]
-        return Draft(torch.stack(drafted), None if sampling.greedy else torch.stack(probs))
+    def _chain(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
+               generator: torch.Generator | None) -> list[Draft]:
+        """EAGLE-1's chain for each sequence: up to ks[i] tokens (at most chain_limit), each drawn from the
+        head's served distribution and fed back with the head's own output as the next feature."""
+        ks = [min(k, self.chain_limit or k) for k in ks]
+        drafts = [Draft(seq.new_empty(0)) for seq in ids]
+        active = [i for i, row in enumerate(rows) if self.pending[row] and ks[i] > 0]
+        if not active:  # a one-token prompt (no feature yet), or a second call without a verify pass
+            return drafts
+        h = self._catch_up([rows[i] for i in active], [ids[i] for i in active])
+        drafted: list[list[torch.Tensor]] = [[] for _ in active]
+        probs: list[list[torch.Tensor]] = [[] for _ in active]
+        live = list(range(len(active)))
+        while live:
+            logits = self._logits(h[live])
+            for j, b in enumerate(live):
+                token, q = pick(logits[j], sampling, generator)
+                drafted[b].append(token)
+                probs[b].append(q)
+                if stops_here(logits[j], self.confidence_threshold):
+                    ks[active[b]] = len(drafted[b])
+            live = [b for b in live if len(drafted[b]) < ks[active[b]]]
+            if live:  # the next step for the sequences still drafting: their own outputs as features
+                h[live] = self._step([rows[active[b]] for b in live], [drafted[b][-1].view(1) for b in live],
+                                     [h[b:b + 1] for b in live])
+        for b, i in enumerate(active):
+            drafts[i] = Draft(torch.stack(drafted[b]), None if sampling.greedy else torch.stack(probs[b]))
+        return drafts
 
     @property
     def max_depth(self) -> int:
@@ -737,15 +722,15 @@ class EagleDrafter(ChainDrafter):
     def _tree_pass(self, frontier: list[int], tokens: list[int], parents: list[int], row_of: dict[int, int],
                    parent_h: torch.Tensor, device: torch.device) -> torch.Tensor:
         """One head pass over the frontier nodes, appended to the head's cache: each sees the true
-        prefix, its ancestors' rows and itself, at position true_pairs + depth - 1."""
+        prefix, its ancestors' rows and itself, at position pairs[0] + depth - 1."""
         cached = self.cache.get_seq_length()
-        if len(frontier) == 1 and cached - self.true_pairs == node_depth(parents, frontier[0]) - 1:
+        if len(frontier) == 1 and cached - self.pairs[0] == node_depth(parents, frontier[0]) - 1:
             # one node whose ancestors are every row drafted so far (top_k = 1): it sees the whole
             # cache at the next position, a plain step
             row_of[frontier[0]] = cached
             return self._head_step(torch.tensor([tokens[frontier[0]]], device=device), parent_h)
         visible = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
-        visible[:, :self.true_pairs] = True
+        visible[:, :self.pairs[0]] = True
         for i, node in enumerate(frontier):
             ancestor = parents[node]
             while ancestor >= 0:
@@ -753,7 +738,7 @@ class EagleDrafter(ChainDrafter):
                 ancestor = parents[ancestor]
             visible[i, cached + i] = True
             row_of[node] = cached + i
-        positions = torch.tensor([self.true_pairs + node_depth(parents, n) - 1 for n in frontier], device=device)
+        positions = torch.tensor([self.pairs[0] + node_depth(parents, n) - 1 for n in frontier], device=device)
         frontier_tokens = torch.tensor([tokens[n] for n in frontier], device=device)
         return self._head_step(frontier_tokens, parent_h, positions=positions, visible=visible.to(device))
 
