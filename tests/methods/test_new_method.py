@@ -15,6 +15,7 @@ from speclab.measure import bench
 from speclab.methods import REGISTRY, CardSection, Method, load_drafter
 from speclab.methods.engines import Options, Unsupported, no
 from speclab.sampling import SamplingParams
+from speclab.serving import settings
 
 NAME = "repeat_last"
 ROW = "speclab repeat-last"
@@ -77,9 +78,11 @@ def test_the_toy_method_is_a_bench_row(toy, pair, prompt):
 
 
 def test_the_toy_methods_engine_settings_or_why_an_engine_has_none(toy):
-    assert toy.engine_settings("speclab", Options(k=3)) == {"method": NAME, "k": 3}
+    """Through serving's one entry point, as `export --table` and chapter 12 ask for every method's."""
+    assert settings.engine_settings(NAME, "speclab", Options(k=3)).settings == {"method": NAME, "k": 3}
     with pytest.raises(Unsupported, match="vllm: no drafter that repeats the last token"):
-        toy.engine_settings("vllm", Options())
+        settings.engine_settings(NAME, "vllm", Options())
+    assert NAME in [row["method"] for row in settings.mapping_table({NAME: Options()})]
 
 
 def test_generate_and_bench_run_the_toy_method(toy, capsys):
