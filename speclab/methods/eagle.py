@@ -662,6 +662,11 @@ class EagleDrafter(ChainDrafter):
     def own_depth(self) -> int | None:
         return self.max_depth if self.tree == "dynamic" else None
 
+    @property
+    def true_pairs(self) -> int:
+        """How many (feature, token) pairs one sequence's cache holds from true features (chapter 8)."""
+        return self.pairs[0]
+
     def round_settings(self, sampling: SamplingParams) -> dict:
         """The tree settings of a round: `sampled`'s when the round samples and they are set, else the
         drafter's own (top_k, depth, total_tokens, min_confidence)."""
