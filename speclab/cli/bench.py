@@ -12,8 +12,8 @@ import torch
 
 from speclab import theory
 from speclab.cli.main import command_line, command_parser
-from speclab.cli.options import (add_pair_args, add_sampling_args, int_list, layer_skip_setting, load,
-                                 lookahead_setting, prompts_for, require_draft, weights_given)
+from speclab.cli.options import (add_pair_args, add_sampling_args, add_weights_args, int_list, layer_skip_setting,
+                                 load, lookahead_setting, prompts_for, require_draft, weights_given)
 from speclab.devices import cpu_name, gpu_name
 from speclab.measure.bench import (FAST, REFERENCE_METHODS, TARGET_ONLY, bench_methods, default_methods,
                                    draft_model_row, format_table, lesson_methods, model_check, needs_draft_model,
@@ -21,6 +21,7 @@ from speclab.measure.bench import (FAST, REFERENCE_METHODS, TARGET_ONLY, bench_m
 from speclab.measure import batching
 from speclab.measure.profiling import gemv_bandwidth_gbs, matmul_gflops, parameter_bytes
 from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
+from speclab.methods import current_row
 from speclab.methods.ngram import MATCH_CHOICES
 from speclab.runner import FAST_MODES, context_length, enable_fast_path, fast_paths
 
@@ -54,13 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--all", action="store_true", help="every row that fits the target, each method's variants "
                    "and transformers' own target-only too (about 5-6 minutes on 2 CPU cores, against 2 for the "
                    "default)")
-    b.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
-    b.add_argument("--eagle3", default=None, help="EAGLE-3 head directory, for the eagle3 row (default: the one "
-                   "shipped with the bundled target)")
-    b.add_argument("--eagle", default=None, help="EAGLE head directory, for the eagle rows (default: the one shipped "
-                   "with the bundled target)")
-    b.add_argument("--mtp", default=None, help="MTP module directory, for the mtp rows (default: the one shipped with "
-                   "the bundled target)")
+    add_weights_args(b, used="the {name} rows")  # --heads, --eagle, --eagle3, --mtp (Method.weights_flag)
     b.add_argument("--layer-skip", type=layer_skip_setting, nargs="+", default=[(22, True)], metavar="E[+adapter]",
                    help="the layer-skip rows: exit layer, with or without the shipped exit adapter (default "
                    "22+adapter, the fastest in chapter 9's sweep); several give a row each, side by side (a sweep)")
@@ -192,7 +187,7 @@ def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
     trained yet) the rows that draft with one are left out, said above each table, and asking for one by
     --methods is an error that says how to train a draft."""
     if args.methods:
-        methods = tuple(m.strip() for m in args.methods.split(","))
+        methods = tuple(current_row(m.strip()) for m in args.methods.split(","))  # an older record's labels too
         if draft is None and any(needs_draft_model(m) for m in methods):
             require_draft(args, draft, f"the rows {[m for m in methods if needs_draft_model(m)]}")
         return methods

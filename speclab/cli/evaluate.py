@@ -13,9 +13,7 @@ from speclab.cli.options import add_pair_args, int_list, load, prompts_for, requ
 from speclab.devices import cpu_name
 from speclab.measure.acceptance import acceptance_table, format_acceptance_table
 from speclab.measure.lossless import lossless_check
-from speclab.methods import REGISTRY, load_drafter
-from speclab.methods.draft_model import NAME as DRAFT_MODEL
-from speclab.methods.lookup_first import NAME as LOOKUP_FIRST
+from speclab.methods import REGISTRY, draft_model_method, load_drafter
 from speclab.measure.workloads import WORKLOADS
 
 
@@ -30,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--lossless", type=int, metavar="N", help="instead of the table: N sampled decodes (T = 1) of "
                    "two tokens per prompt and method, checked by chi-square against the target, and N with the "
                    "broken rule (residual replaced by p)")
-    e.add_argument("--methods", default=f"{DRAFT_MODEL},eagle3", help="--lossless: the drafters to check "
+    e.add_argument("--methods", default=f"{draft_model_method().name},eagle3", help="--lossless: the drafters to check "
                    "(registry names; those without weights for this target are skipped, said aloud)")
     e.add_argument("--json", help="--lossless: also write the reports here")
     e.add_argument("--prompt-numbers", type=int_list, default=None, metavar="I,J,...",
@@ -58,8 +56,9 @@ def check_lossless(args, target, draft, prompts) -> None:
         if name not in REGISTRY:
             raise SystemExit(f"unknown method {name!r}; choose from {sorted(REGISTRY)}")
         try:  # one drafter for every decode: start() resets it for each, as for a new request
-            # the pair's draft for the draft model, and behind prompt lookup (lookup_first's default drafter)
-            with_draft = name in (DRAFT_MODEL, LOOKUP_FIRST)
+            # the pair's draft for the draft model, and behind a method drafting in front of another
+            # (lookup_first, whose default drafter is the draft model)
+            with_draft = REGISTRY[name].uses_draft_model() or REGISTRY[name].in_front_of is not None
             drafter = load_drafter(name, target, draft=draft) if with_draft else load_drafter(name, target)
         except (OSError, ValueError) as err:
             print(f"{name}: skipped ({err})")

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from speclab.cli.main import command_parser
-from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_args, eagle_tree_setting, load,
-                                 lookahead_setting, require_draft, weights_given)
+from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_args, add_weights_args,
+                                 eagle_tree_setting, load, lookahead_setting, require_draft, weights_given)
 from speclab.decoding import generate, speculative_generate
 from speclab.measure.workloads import encode_chat
 from speclab.methods import REGISTRY, draft_model_method, load_drafter, trained_drafters
@@ -61,10 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{TARGET_ONLY} (older names: {', '.join(older_names())})")
     g.add_argument("--lookahead", type=lookahead_setting, default="4,4,4", metavar="W,N,G",
                    help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
-    g.add_argument("--heads", default=None, help="Medusa heads directory (default: those shipped with the bundled target)")
-    g.add_argument("--eagle", default=None, help="EAGLE head directory (default: the one shipped with the bundled target)")
-    g.add_argument("--eagle3", default=None, help="EAGLE-3 head directory (default: the one shipped with the bundled "
-                   "target)")
+    add_weights_args(g)  # --heads, --eagle, --eagle3, --mtp: each method's weights (Method.weights_flag)
     g.add_argument("--eagle-tree", type=eagle_tree_setting, default={}, metavar="dynamic|chain|TOP_K,DEPTH,TOTAL[,STOP]",
                    help="eagle and eagle3: EAGLE-2's dynamic tree with the settings measured for the head (tree.json; "
                    "the default), EAGLE-1's chain of --k tokens, or a tree of your own: children per node, depth, "
@@ -72,7 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fast", dest="fast_path", nargs="?", const="static", choices=FAST_MODES, default=None,
                    help="run the target and draft on the fast path: a static cache written by position "
                    "('compiled' adds torch.compile); same tokens, chapter 10")
-    g.add_argument("--mtp", default=None, help="MTP module directory (default: the one shipped with the bundled target)")
     g.add_argument("--mtp-tokens", type=int, default=1, help="MTP drafts per round (more chains the module)")
     g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")
     g.add_argument("--exit-adapter", action="store_true", help="layer_skip: with the exit adapter shipped for the "

@@ -1,5 +1,5 @@
-"""What several commands share: the pair's, sampling's and adaptive K's arguments, loading the pair and the
-prompts, the weights directories the flags name, and the parsers of the compound settings (W,N,G;
+"""What several commands share: the pair's, sampling's and adaptive K's arguments, the weights flags (one
+for each registered method with weights), loading the pair and the prompts, and the parsers of the compound settings (W,N,G;
 E+adapter; TOP_K,DEPTH,TOTAL[,STOP]; K,K,...).
 
 No method's name is written in speclab/cli: each method module holds its own (NAME), the registry
@@ -30,6 +30,23 @@ def add_pair_args(p: argparse.ArgumentParser) -> None:
                    "acceptance, never the output")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch (batch-1 decode of small models is often fastest with 1)")
+
+
+def weights_dest(method) -> str:
+    """argparse's dest of a method's weights flag (Method.weights_flag "eagle3": --eagle3, args.eagle3)."""
+    return method.weights_flag.replace("-", "_")
+
+
+def add_weights_args(p: argparse.ArgumentParser, used: str = "--method {name}") -> None:
+    """A flag for each registered method that names its trained weights (Method.weights_flag: --heads,
+    --eagle, --eagle3, --mtp, ...), read from the registry when the parser is built: a method added there
+    gets its flag here. `used` says where the weights are used, "{name}" the method's."""
+    for m in REGISTRY.values():
+        if m.weights_flag:
+            what = m.weights_help or f"{m.name}'s {m.weights}"
+            p.add_argument(f"--{m.weights_flag}", dest=weights_dest(m), default=None,
+                           help=f"{what} directory, for {used.format(name=m.name)} (default: the weights shipped "
+                           "with the target)")
 
 
 def add_adaptive_args(p: argparse.ArgumentParser) -> None:
@@ -83,7 +100,7 @@ def prompts_for(args, tokenizer, workload: str | None = None, num_prompts: int |
 def weights_given(args) -> dict:
     """Method name -> the weights directory its flag names (Method.weights_flag: --heads, --eagle, ...; None:
     the weights shipped with the bundled target)."""
-    return {m.name: getattr(args, m.weights_flag) for m in REGISTRY.values() if m.weights_flag}
+    return {m.name: getattr(args, weights_dest(m)) for m in REGISTRY.values() if m.weights_flag}
 
 
 # ================================================================ compound settings

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from speclab.cli.main import PROG
-from speclab.methods import REGISTRY, Method, draft_model, parallel_draft
+from speclab.methods import Method, draft_model_method
 from speclab.methods.eagle import describe_tree
 from speclab.models import CONVERTED_PAIRS
 from speclab.packaged import ensure_converted
@@ -25,6 +25,7 @@ from speclab.train.medusa import METHOD as MEDUSA
 from speclab.train.mtp import METHOD as MTP
 from speclab.train.mtp import train_mtp
 from speclab.train.pair import PRESETS, install_pair, train_draft, train_pair
+from speclab.train.parallel_draft import METHOD as PARD
 from speclab.train.parallel_draft import PRESETS as PARD_PRESETS
 from speclab.train.parallel_draft import train_parallel_draft
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
@@ -35,7 +36,7 @@ from speclab.train.tuning import CANDIDATES, PROMPTS, choose_eagle_tree
 
 TARGET_HELP = ("target model: a local directory (the bundled one is speclab/pairs/stdlib/target), a hub id, or a "
                "converted pair's name (smollm2)")
-DRAFT = REGISTRY[draft_model.NAME]  # the draft command's registry entry
+DRAFT = draft_model_method()  # the draft command's registry entry
 CONVERSATIONS_HELP = ("chat presets: how many of out/chat_conversations.pt's conversations to train on (the "
                       "target answers any missing, continuing the same stream); without --steps, the preset's steps "
                       "scale with them, so every data point trains the same steps per conversation")
@@ -183,7 +184,7 @@ def add_exit_command(sub) -> None:
 
 
 def add_parallel_draft_command(sub) -> None:
-    m = REGISTRY[parallel_draft.NAME]
+    m = PARD
     cmd = sub.add_parser(m.train, help="adapt a draft model into a parallel draft (PARD: K tokens from one pass "
                          "over mask tokens) for a frozen target (resumable)")
     cmd.add_argument("--target", required=True, help=TARGET_HELP)
@@ -396,7 +397,7 @@ def run_parallel_draft(args) -> None:
     print(f"{args.command}: held-out loss {last['heldout_loss']:.4f}, top-1 agreement with the target by depth "
           f"{last['heldout_top1_by_depth']}, {report['log']['seconds'] / 60:.1f} min")
     if args.install:
-        print(f"installed into {install(args.out, REGISTRY[parallel_draft.NAME].bundled, pair_folder(args))}")
+        print(f"installed into {install(args.out, PARD.bundled, pair_folder(args))}")
 
 
 def resolve_target(args) -> None:

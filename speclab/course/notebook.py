@@ -29,6 +29,7 @@ import torch
 import transformers
 
 import speclab
+from speclab.methods import current_row
 from speclab.devices import cpu_name  # noqa: F401  (the machine line names the CPU; kept importable here)
 from speclab.stats import Round
 from speclab.trees import children
@@ -74,7 +75,21 @@ def read_record(name: str) -> dict:
             path = Path("records") / path.name
     if not path.exists():
         raise FileNotFoundError(f"no record {name!r}: expected book/records/{given.stem}.json in the repository")
-    return json.loads(path.read_text())
+    return current_rows(json.loads(path.read_text()))
+
+
+def current_rows(record):
+    """`record` with each bench row's label (a "method" anywhere in it) as the row is named now: a record
+    written under an older label ("speclab speculative") reads under the registry's ("speclab draft_model",
+    speclab.methods.current_row); every other value as it was."""
+    if isinstance(record, list):
+        return [current_rows(value) for value in record]
+    if not isinstance(record, dict):
+        return record
+    out = {key: current_rows(value) for key, value in record.items()}
+    if isinstance(out.get("method"), str):
+        out["method"] = current_row(out["method"])
+    return out
 
 
 def html_table(rows: list[list], header: list[str], caption: str | None = None, align: str | None = None):

@@ -25,7 +25,7 @@ from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.drafting import Drafter
-from speclab.methods import REGISTRY, by_bench_row, load_drafter
+from speclab.methods import REGISTRY, by_bench_row, current_row, load_drafter
 from speclab.measure import arctic_suffix
 from speclab.measure.profiling import costs_alone, tune_verify_widths
 from speclab.runner import FastPath, disable_fast_path, enable_fast_path, fast_paths, model_device
@@ -43,7 +43,7 @@ LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter
 LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
 ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to grow where drafts are accepted
 FAST = " (fast)"  # a row run on the fast path: "speclab eagle3 (fast)"
-BLOCK = " (block)"  # a chain row verified jointly (block verification): "speclab speculative (block)"
+BLOCK = " (block)"  # a chain row verified jointly (block verification): "speclab draft_model (block)"
 CONFIDENCE_THRESHOLDS = (0.1,)  # the adaptive-confidence rows' stops: 0.1 was the fastest in chapter 9's sweep (transformers' default 0.4 stops this small draft too early)
 ADAPTIVE = ("k_schedule", "confidence_threshold")  # speculative_generate options that make K adaptive
 
@@ -58,29 +58,29 @@ METHODS = bench_methods()  # as the registry stood when the bench was imported
 
 
 def draft_model_row() -> str:
-    """The draft model's own row ("speclab speculative"): the first row of the method that drafts with the
+    """The draft model's own row ("speclab draft_model"): the first row of the method that drafts with the
     pair's draft model; model_check reads it, and run_bench's time_alone times its passes alone."""
     return next(row for m in REGISTRY.values() if m.uses_draft_model() for row in m.bench_rows)
 
 
 def layer_skip_rows(settings) -> dict[str, tuple[int, bool]]:
-    """The layer-skip row name for each (E, adapter): "speclab layer-skip E=12" or "... E=12+adapter"."""
-    return {f"speclab layer-skip E={e}" + ("+adapter" if adapter else ""): (int(e), bool(adapter))
+    """The layer-skip row name for each (E, adapter): "speclab layer_skip E=12" or "... E=12+adapter"."""
+    return {f"speclab layer_skip E={e}" + ("+adapter" if adapter else ""): (int(e), bool(adapter))
             for e, adapter in settings}
 
 
 def confidence_rows(thresholds) -> dict[str, float]:
-    """The confidence-stop row name for each threshold: "speclab adaptive-confidence" for one, and
-    "speclab adaptive-confidence T" for each of several."""
+    """The confidence-stop row name for each threshold: "speclab draft_model adaptive-confidence" for one,
+    and "speclab draft_model adaptive-confidence T" for each of several."""
     thresholds = list(thresholds)
     if len(thresholds) == 1:
-        return {"speclab adaptive-confidence": float(thresholds[0])}
-    return {f"speclab adaptive-confidence {t:g}": float(t) for t in thresholds}
+        return {"speclab draft_model adaptive-confidence": float(thresholds[0])}
+    return {f"speclab draft_model adaptive-confidence {t:g}": float(t) for t in thresholds}
 
 
 def k_sweep_rows(ks) -> dict[str, int]:
-    """The fixed-K draft-model rows of a K sweep: "speclab speculative K=n"."""
-    return {f"speclab speculative K={k}": int(k) for k in ks or ()}
+    """The fixed-K draft-model rows of a K sweep: "speclab draft_model K=n"."""
+    return {f"speclab draft_model K={k}": int(k) for k in ks or ()}
 
 
 def lookahead_rows(settings) -> dict[str, tuple[int, int, int]]:
@@ -93,27 +93,29 @@ def lookahead_rows(settings) -> dict[str, tuple[int, int, int]]:
 
 
 def lookup_rows(choices) -> dict[str, str]:
-    """The prompt-lookup row name for each match rule (methods.ngram.MATCH_CHOICES): "speclab prompt-lookup"
-    for one rule (None: the default), "speclab prompt-lookup RULE" for each of several."""
+    """The prompt-lookup row name for each match rule (methods.ngram.MATCH_CHOICES): "speclab ngram" for one
+    rule (None: the default), "speclab ngram RULE" for each of several."""
     choices = list(choices or [None])
     if len(choices) == 1:
-        return {"speclab prompt-lookup": choices[0]}
-    return {f"speclab prompt-lookup {c}": c for c in choices}
+        return {"speclab ngram": choices[0]}
+    return {f"speclab ngram {c}": c for c in choices}
 
 
 # the bench option that makes the rows of each setting-swept method (sweeps)
-SETTING_OPTIONS = {"speclab layer-skip": "--layer-skip E[+adapter] (run_bench's layer_skip)",
+SETTING_OPTIONS = {"speclab layer_skip": "--layer-skip E[+adapter] (run_bench's layer_skip)",
                    "speclab lookahead": "--lookahead W,N,G (lookahead)",
-                   "speclab prompt-lookup": "--lookup-choose RULE (lookup_choices)",
-                   "speclab speculative": "--k-sweep K,K,... (k_sweep)",
-                   "speclab adaptive-confidence": "--confidence-threshold T (confidence_thresholds)"}
+                   "speclab ngram": "--lookup-choose RULE (lookup_choices)",
+                   "speclab draft_model": "--k-sweep K,K,... (k_sweep)",
+                   "speclab draft_model adaptive-confidence": "--confidence-threshold T (confidence_thresholds)"}
 
 
 def unknown_methods_message(unknown: list[str]) -> str:
     """What to change when `unknown` are not bench methods; a row label of one setting, such as
-    "speclab layer-skip E=8", is named with the method and the option that makes it."""
-    hints = [f"{m!r} is a row of {base!r}: ask for {base!r} and set the row with {option}"
-             for m in unknown for base, option in SETTING_OPTIONS.items() if m.startswith(base + " ")]
+    "speclab layer_skip E=8", is named with the method and the option that makes it."""
+    bases = {m: max((base for base in SETTING_OPTIONS if m.startswith(base + " ")), key=len, default=None)
+             for m in unknown}
+    hints = [f"{m!r} is a row of {base!r}: ask for {base!r} and set the row with {SETTING_OPTIONS[base]}"
+             for m, base in bases.items() if base is not None]
     return (f"unknown method(s) {unknown}; choose from {bench_methods() + REFERENCE_METHODS}"
             + "".join(f"\n{h}" for h in hints))
 
@@ -161,13 +163,14 @@ def sweeps(settings: Settings) -> dict[str, tuple[Setting, ...]]:
     """The rows each setting-swept registered row stands for, in order."""
     return {"speclab lookahead": tuple(Setting(row, dict(window=w, ngram=n, pool=g))
                                        for row, (w, n, g) in lookahead_rows(settings.lookahead).items()),
-            "speclab prompt-lookup": tuple(Setting(row, {} if choose is None else dict(choose=choose))
-                                           for row, choose in lookup_rows(settings.lookup_choices).items()),
-            "speclab layer-skip": tuple(Setting(row, dict(exit_layer=e, adapter=a))
+            "speclab ngram": tuple(Setting(row, {} if choose is None else dict(choose=choose))
+                                   for row, choose in lookup_rows(settings.lookup_choices).items()),
+            "speclab layer_skip": tuple(Setting(row, dict(exit_layer=e, adapter=a))
                                         for row, (e, a) in layer_skip_rows(settings.layer_skip).items()),
-            "speclab adaptive-confidence": tuple(Setting(row, decode=dict(confidence_threshold=t)) for row, t
-                                                 in confidence_rows(settings.confidence_thresholds).items()),
-            "speclab speculative": (Setting("speclab speculative"),
+            "speclab draft_model adaptive-confidence": tuple(
+                Setting(row, decode=dict(confidence_threshold=t))
+                for row, t in confidence_rows(settings.confidence_thresholds).items()),
+            "speclab draft_model": (Setting("speclab draft_model"),
                                     *(Setting(row, k=n) for row, n in k_sweep_rows(settings.k_sweep).items()))}
 
 
@@ -212,7 +215,7 @@ def expand(methods, settings: Settings = Settings()) -> list[tuple[str, Setting]
     swept = sweeps(settings)
     expanded = {s.label: (base, s) for base, settings_ in swept.items() for s in settings_}
     out: dict[str, tuple[str, Setting]] = {}
-    for m in methods:
+    for m in map(current_row, methods):  # a label of an older record's is read as the row's label now
         for base, setting in ([(m, s) for s in swept[m]] if m in swept else [expanded.get(m, (m, Setting(m)))]):
             out[setting.label] = (base, setting)
     return list(out.values())
@@ -426,11 +429,12 @@ class BenchRow:
     @classmethod
     def from_record(cls, record: dict) -> BenchRow:
         """A row of a `bench --json` record, so that a chapter computes ratios and speedup_interval from
-        what was recorded as the bench did. The stats' derived entries (rates, means) are recomputed."""
+        what was recorded as the bench did. The stats' derived entries (rates, means) are recomputed; a row
+        recorded under an older label is read under its label now (methods.current_row)."""
         stats = record.get("stats")
         if stats is not None:
             stats = GenerationStats(**{f.name: stats[f.name] for f in fields(GenerationStats) if f.name in stats})
-        return cls(record["method"], record["new_tokens"], record["seconds"], stats,
+        return cls(current_row(record["method"]), record["new_tokens"], record["seconds"], stats,
                    record.get("matches_target_only"), list(record.get("repeat_seconds", [])),
                    list(record.get("prompt_seconds", [])), record.get("alone_ms"))
 
@@ -617,7 +621,7 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     paths: every speclab row again on those fast paths as "<row> (fast)"; block: every chain row under the
     rejection rule again with block verification as "<row> (block)" (chapter 13); time_alone: the draft
     model's row's passes also timed alone; eos_token_id: stop each prompt there (None: max_new_tokens past it)."""
-    unknown = [m for m in methods if m not in bench_methods() + REFERENCE_METHODS]
+    unknown = [m for m in methods if current_row(m) not in bench_methods() + REFERENCE_METHODS]
     if unknown:
         raise ValueError(unknown_methods_message(unknown))
     the_plan = plan_bench(methods, target, draft, Settings(k=k, **sweeps), weights, block, bool(paths))

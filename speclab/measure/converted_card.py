@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from speclab import packaged
-from speclab.methods import REGISTRY
+from speclab.methods import REGISTRY, current_row, draft_model_method
 from speclab.methods.eagle import NAME3, describe_tree
 from speclab.models import CONVERTED_PAIRS
 
@@ -19,9 +19,10 @@ EAGLE3 = REGISTRY[NAME3]  # the head a converted pair ships: its folder, train c
 # its bench rows with the measured tree and as a chain
 TREE_ROW, CHAIN_ROW = (next(row for row, options in EAGLE3.bench_rows.items() if options == wanted)
                        for wanted in ({}, {"tree": "chain"}))
-ROWS = {"speclab speculative": "distilled draft", TREE_ROW: "EAGLE-3 head", CHAIN_ROW: "EAGLE-3 head, a chain",
-        "speclab adaptive-confidence": "distilled draft, confidence stop",
-        "speclab prompt-lookup": "prompt lookup", "hf assisted": "transformers' assisted generation (the draft)",
+DRAFT_ROW = draft_model_method().row()  # the distilled draft's row; a K sweep's rows are "<it> K=n"
+ROWS = {DRAFT_ROW: "distilled draft", TREE_ROW: "EAGLE-3 head", CHAIN_ROW: "EAGLE-3 head, a chain",
+        draft_model_method().row("adaptive-confidence"): "distilled draft, confidence stop",
+        "speclab ngram": "prompt lookup", "hf assisted": "transformers' assisted generation (the draft)",
         "hf prompt-lookup": "transformers' prompt lookup"}
 
 
@@ -55,9 +56,11 @@ FAST = " (fast)"  # bench --fast's suffix for a row on the fast path (chapter 10
 
 
 def row_label(method: str) -> str:
+    """A bench row's name in the card (a record's older label read as the row's label now)."""
+    method = current_row(method)
     plain = method.removesuffix(FAST)
     label = ROWS.get(plain, plain.removeprefix("speclab "))
-    if plain.startswith("speclab speculative K="):  # a row of a K sweep
+    if plain.startswith(f"{DRAFT_ROW} K="):  # a row of a K sweep
         label = f"distilled draft, K = {plain.rsplit('=', 1)[1]}"
     return label + (", fast path" if method.endswith(FAST) else "")
 
@@ -77,6 +80,8 @@ def category_table(bench: dict, tree: dict | None = None) -> list[str]:
     chat category; on a record with --fast rows, target-only's fast path is shown against its eager one.
     `tree`: the EAGLE-3 head's tree.json, which says what its row drafted."""
     workloads = bench["workloads"] if "workloads" in bench else [bench]
+    # an older record's labels read as the rows' labels now
+    workloads = [{**w, "rows": [{**r, "method": current_row(r["method"])} for r in w["rows"]]} for w in workloads]
     names = [w["workload"].removeprefix("chat-") for w in workloads]
     methods = [r["method"] for r in workloads[0]["rows"] if r["method"] != "speclab target-only"]
     lines = ["| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]

@@ -46,7 +46,12 @@ class CardSection:
 
 @dataclass(frozen=True)
 class Method:
-    """One drafting method as the rest of speclab sees it (load_drafter builds it from this entry)."""
+    """One drafting method as the rest of speclab sees it (load_drafter builds it from this entry).
+
+    Its name is its one name: load_drafter's, generate's --method, its drafter's `name`, its bench rows'. A
+    drafter that runs one of several variants adds it after a space ("eagle tree", "eagle3 chain", "mtp x3",
+    "layer_skip E=4+adapter", "lookup_first draft_model"); a bench row is "speclab <name>[ <variant>]" (bench_row),
+    transformers' and the reference rows under their own engine's prefix ("hf assisted")."""
 
     name: str  # vLLM's name where vLLM has the method: load_drafter's first argument
     load: Callable[..., Drafter]  # load(target, **options) -> Drafter
@@ -74,12 +79,25 @@ class Method:
     flag_names: tuple[str, ...] = ()  # generate's flags (argparse's dests) flag_options reads, beside weights_flag
     # the load option naming another registered method it drafts in front of (generate's --then)
     in_front_of: str | None = None
+    weights_help: str = ""  # what its weights flag names, for --help ("Medusa heads")
+    # its bench rows' older labels -> their labels now: records written before the rename read with them
+    # (current_row; a sweep's setting after the old label is kept: "speclab speculative K=2")
+    older_rows: Mapping[str, str] = field(default_factory=dict)
+
+    def row(self, variant: str = "") -> str:
+        """Its bench row of `variant` ("" : its own row): "speclab eagle tree"."""
+        return bench_row(self.name, variant)
 
     def uses_draft_model(self, row: str | None = None) -> bool:
         """Whether the method (or its bench row `row`) drafts with a draft model: the bench hands those
         rows the pair's draft."""
         return self.weights == "draft" or (row is not None and
                                            self.bench_rows.get(row, {}).get("drafter") == draft_model.NAME)
+
+
+def bench_row(name: str, variant: str = "") -> str:
+    """The bench row of a registered method `name` and one of its variants: "speclab <name>[ <variant>]"."""
+    return f"speclab {name}" + (f" {variant}" if variant else "")
 
 
 def _load_draft_model(target, draft=None, **rest) -> Drafter:
@@ -145,12 +163,18 @@ EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk"
 
 CARD = "speclab.train.card"  # the model card's module, which writes each method's section
 
+R = bench_row  # the registry's rows: R(name, variant)
+
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(draft_model.NAME, _load_draft_model, options="draft= a model or a directory (default: the bundled draft)",
            engine_settings=draft_model.engine_settings, weights="draft", bundled="draft", train="draft",
-           bench_rows={"speclab speculative": {}, "speclab adaptive-heuristic": {}, "speclab adaptive-confidence": {}},
-           decode_options={"speclab adaptive-heuristic": {"k_schedule": "heuristic"}},
-           lesson_rows=("speclab speculative",), older_names=("model",)),
+           bench_rows={R(draft_model.NAME): {}, R(draft_model.NAME, "adaptive-heuristic"): {},
+                       R(draft_model.NAME, "adaptive-confidence"): {}},
+           decode_options={R(draft_model.NAME, "adaptive-heuristic"): {"k_schedule": "heuristic"}},
+           lesson_rows=(R(draft_model.NAME),), older_names=("model",),
+           older_rows={"speclab speculative": R(draft_model.NAME),
+                       "speclab adaptive-heuristic": R(draft_model.NAME, "adaptive-heuristic"),
+                       "speclab adaptive-confidence": R(draft_model.NAME, "adaptive-confidence")}),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
            options="max_ngram=3, min_ngram=1, num_tokens=None (k), choose=\"frequent\"",
            engine_settings=ngram.engine_settings, one_hot_drafts=True, drafts_by_lookup=True,
@@ -158,68 +182,77 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
-           bench_rows={"speclab prompt-lookup": {}}, lesson_rows=("speclab prompt-lookup",),
-           older_names=("prompt-lookup",)),
+           bench_rows={R(ngram.NAME): {}}, lesson_rows=(R(ngram.NAME),),
+           older_names=("prompt-lookup",), older_rows={"speclab prompt-lookup": R(ngram.NAME)}),
     Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
            options="max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0, min_token_prob=0.1, "
                    "tree=False (vLLM's chain; True: the paper's tree)",
            engine_settings=suffix.engine_settings, one_hot_drafts=True, drafts_by_lookup=True,
            aliases={f"suffix_decoding_{name}": (name, 0) for name in  # vLLM's speculative_config keys
                     ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")},
-           bench_rows={"speclab suffix": {}, "speclab suffix-tree": {"tree": True}}),
+           bench_rows={R(suffix.NAME): {}, R(suffix.NAME, "tree"): {"tree": True}},
+           older_rows={"speclab suffix-tree": R(suffix.NAME, "tree")}),
     Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o),
-           options="window=W, ngram=N, pool=G, from_context=True, seed=0", bench_rows={"speclab lookahead": {}},
+           options="window=W, ngram=N, pool=G, from_context=True, seed=0", bench_rows={R(lookahead.NAME): {}},
            engine_settings=lookahead.engine_settings, one_hot_drafts=True,
            flag_options=lambda a: dict(zip(("window", "ngram", "pool"), a.lookahead)), flag_names=("lookahead",)),
     Method(medusa.NAME, medusa.load_medusa,
            options="heads= a directory; tree= \"chain\" or medusa_choices (default: the tree chosen for the heads)",
-           weights="heads", bundled="medusa", train="medusa", weights_flag="heads", engine_settings=medusa.engine_settings,
-           card=CardSection(f"{CARD}:medusa_card", marker="tree.json"),
+           weights="heads", bundled="medusa", train="medusa", weights_flag="heads", weights_help="Medusa heads",
+           engine_settings=medusa.engine_settings, card=CardSection(f"{CARD}:medusa_card", marker="tree.json"),
            # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
-           bench_rows={"speclab medusa": {}, "speclab medusa-chain": {"tree": "chain"}, "speclab medusa-typical": {}},
-           decode_options={"speclab medusa-typical": {"acceptance": "typical-medusa"}},
-           lesson_rows=("speclab medusa",)),
+           bench_rows={R(medusa.NAME): {}, R(medusa.NAME, "chain"): {"tree": "chain"}, R(medusa.NAME, "typical"): {}},
+           decode_options={R(medusa.NAME, "typical"): {"acceptance": "typical-medusa"}},
+           lesson_rows=(R(medusa.NAME),),
+           older_rows={"speclab medusa-chain": R(medusa.NAME, "chain"),
+                       "speclab medusa-typical": R(medusa.NAME, "typical")}),
     Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), options=EAGLE_OPTIONS,
-           aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle", flag_options=lambda a: a.eagle_tree,
-           flag_names=("eagle_tree",),
+           aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle", weights_help="EAGLE head",
+           flag_options=lambda a: a.eagle_tree, flag_names=("eagle_tree",),
            bundled="eagle", on_target=True, train="eagle", engine_settings=eagle.engine_settings_for(1),
            card=CardSection(f"{CARD}:eagle_card"),
            # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree
            # with two or more children a node, and EAGLE-1's own chain
-           bench_rows={"speclab eagle": {}, "speclab eagle-tree": {"settings": "fastest-tree"},
-                       "speclab eagle-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle",)),
+           bench_rows={R(eagle.NAME): {}, R(eagle.NAME, "tree"): {"settings": "fastest-tree"},
+                       R(eagle.NAME, "chain"): {"tree": "chain"}}, lesson_rows=(R(eagle.NAME),),
+           older_rows={"speclab eagle-tree": R(eagle.NAME, "tree"), "speclab eagle-chain": R(eagle.NAME, "chain")}),
     Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), options=EAGLE_OPTIONS,
-           aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle3", flag_options=lambda a: a.eagle_tree,
-           flag_names=("eagle_tree",),
+           aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle3", weights_help="EAGLE-3 head",
+           flag_options=lambda a: a.eagle_tree, flag_names=("eagle_tree",),
            bundled="eagle3", on_target=True, train="eagle3", engine_settings=eagle.engine_settings_for(3),
            card=CardSection(f"{CARD}:eagle3_card"),
-           bench_rows={"speclab eagle3": {}, "speclab eagle3-tree": {"settings": "fastest-tree"},
-                       "speclab eagle3-chain": {"tree": "chain"}}, lesson_rows=("speclab eagle3",)),
+           bench_rows={R(eagle.NAME3): {}, R(eagle.NAME3, "tree"): {"settings": "fastest-tree"},
+                       R(eagle.NAME3, "chain"): {"tree": "chain"}}, lesson_rows=(R(eagle.NAME3),),
+           older_rows={"speclab eagle3-tree": R(eagle.NAME3, "tree"), "speclab eagle3-chain": R(eagle.NAME3, "chain")}),
     Method(mtp.NAME, mtp.load_mtp, options="module= a directory; num_tokens=1 (drafts a round; more chains it)",
            aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
-           on_target=True, train="mtp", weights_flag="mtp", engine_settings=mtp.engine_settings, flag_options=lambda a: dict(num_tokens=a.mtp_tokens),
+           on_target=True, train="mtp", weights_flag="mtp", weights_help="MTP module",
+           engine_settings=mtp.engine_settings, flag_options=lambda a: dict(num_tokens=a.mtp_tokens),
            flag_names=("mtp_tokens",),
            card=CardSection(f"{CARD}:mtp_card"),
            # chained as deep as the round's K
-           bench_rows={"speclab mtp": {}, "speclab mtp-chain": {"num_tokens": 64}}),
+           bench_rows={R(mtp.NAME): {}, R(mtp.NAME, "chain"): {"num_tokens": 64}},
+           older_rows={"speclab mtp-chain": R(mtp.NAME, "chain")}),
     Method(layer_skip.NAME, _load_layer_skip,
            options="exit_layer=E (1..L-1); adapter=False (no new weights), True (those shipped) or a directory",
            bundled="exit", on_target=True, train="exit", engine_settings=layer_skip.engine_settings,
            card=CardSection(f"{CARD}:exit_card"),
            flag_options=lambda a: dict(exit_layer=a.exit_layer, adapter=a.exit_adapter),
            flag_names=("exit_layer", "exit_adapter"),
-           bench_rows={"speclab layer-skip": {}}),
+           bench_rows={R(layer_skip.NAME): {}}, older_rows={"speclab layer-skip": R(layer_skip.NAME)}),
     Method(parallel_draft.NAME, _load_parallel_draft, options="model= a parallel draft or its directory",
            weights="model", bundled="pard", train="pard", engine_settings=parallel_draft.engine_settings,
            card=CardSection(f"{CARD}:pard_card"),
-           bench_rows={"speclab pard": {}}),
+           bench_rows={R(parallel_draft.NAME): {}}),
     # no weights of its own: the drafter behind lookup loads (or is handed) its own
     Method(lookup_first.NAME, _load_lookup_first,
            options="min_ngram=2, max_ngram=3; drafter= a method's name (default draft_model), loaded with the "
                    "remaining options",
            engine_settings=lambda engine, o: _lookup_first_settings(engine, o), in_front_of="drafter",
-           bench_rows={"speclab lookup-then-draft": {"drafter": draft_model.NAME},
-                       "speclab lookup-then-eagle3": {"drafter": eagle.NAME3}}),
+           bench_rows={R(lookup_first.NAME, draft_model.NAME): {"drafter": draft_model.NAME},
+                       R(lookup_first.NAME, eagle.NAME3): {"drafter": eagle.NAME3}},
+           older_rows={"speclab lookup-then-draft": R(lookup_first.NAME, draft_model.NAME),
+                       "speclab lookup-then-eagle3": R(lookup_first.NAME, eagle.NAME3)}),
 )}
 METHODS = tuple(REGISTRY)  # vLLM's names where vLLM has the method
 
@@ -229,6 +262,16 @@ def method(name: str) -> Method:
     if name not in REGISTRY:
         raise ValueError(f"unknown drafting method {name!r}; choose from {METHODS}")
     return REGISTRY[name]
+
+
+def current_row(label: str) -> str:
+    """A bench row's label now, for one a record wrote under an older name (Method.older_rows), what follows
+    the old label kept: "speclab speculative K=2 (block)" -> "speclab draft_model K=2 (block)"."""
+    for m in REGISTRY.values():
+        for old, new in m.older_rows.items():
+            if label == old or label.startswith(old + " "):
+                return new + label[len(old):]
+    return label
 
 
 def by_bench_row(row: str) -> Method | None:
@@ -316,5 +359,6 @@ def load_drafter(method_name: str, target: torch.nn.Module | None = None, **opti
     return m.load(target, **options)
 
 
-__all__ = ["METHODS", "REGISTRY", "CardSection", "Method", "by_bench_row", "bundled_weights", "draft_model_method",
-           "drafter_for_model", "load_drafter", "method", "rename_aliases", "shipped_weights", "trained_drafters"]
+__all__ = ["METHODS", "REGISTRY", "CardSection", "Method", "bench_row", "by_bench_row", "bundled_weights",
+           "current_row", "draft_model_method", "drafter_for_model", "load_drafter", "method", "rename_aliases",
+           "shipped_weights", "trained_drafters"]

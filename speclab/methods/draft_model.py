@@ -26,7 +26,7 @@ class ModelDrafter(ChainDrafter):
     still drafting.
     """
 
-    name = "draft model"
+    name = NAME
 
     @property
     def batched(self) -> bool:
@@ -47,7 +47,7 @@ class ModelDrafter(ChainDrafter):
         self.prefill_rows([0], [prompt])
 
     def start_rows(self, rows: list[int], prompts: list[torch.Tensor]) -> None:
-        if rows == [0]:
+        if rows == [0]:  # through start(), which a subclass may override (see batched): same tokens
             self.start(prompts[0])
         else:
             self.prefill_rows(rows, prompts)
@@ -73,7 +73,7 @@ class ModelDrafter(ChainDrafter):
 
     def propose_rows(self, rows: list[int], ids: list[torch.Tensor], ks: list[int], sampling: SamplingParams,
                      generator: torch.Generator | None = None) -> list[Draft]:
-        if rows == [0]:
+        if rows == [0]:  # through propose(), which a subclass may override (see batched): same tokens
             return [self.propose(ids[0], ks[0], sampling, generator)]
         return self.draft_rows(rows, ids, ks, sampling, generator)
 
@@ -103,7 +103,7 @@ class ModelDrafter(ChainDrafter):
         self.roll_back([0], [ids])
 
     def update_rows(self, rows: list[int], ids: list[torch.Tensor], num_accepted: list[int]) -> None:
-        if rows == [0]:
+        if rows == [0]:  # through update(), which a subclass may override (see batched): same tokens
             self.update(ids[0], num_accepted[0])
         else:
             self.roll_back(rows, ids)

@@ -78,7 +78,7 @@ class LayerSkipDrafter(ModelDrafter):
     def __init__(self, target: nn.Module, exit_layer: int, adapter: ExitAdapter | None = None):
         super().__init__(early_exit_model(target, exit_layer, adapter))
         self.target, self.exit_layer = target, exit_layer
-        self.name = f"layer skip E={exit_layer}" + (" + adapter" if adapter is not None else "")
+        self.name = f"{NAME} E={exit_layer}" + ("+adapter" if adapter is not None else "")
         self.view_paths: dict[tuple, FastPath] = {}  # the view's fast path for each mode and shape, built once
 
     def follow_target(self) -> None:

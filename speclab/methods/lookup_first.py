@@ -41,7 +41,7 @@ class LookupFirstDrafter(Drafter):
                              f"eagle, mtp, medusa, layer_skip, pard); got {type(drafter).__name__}")
         self.lookup = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
         self.drafter = drafter
-        self.name = f"prompt lookup, else {drafter.name}"
+        self.name = f"{NAME} {drafter.name}"
         self.feature_layers = drafter.feature_layers
         self.sources: dict[int, list[str]] = {}
 

@@ -103,7 +103,7 @@ class MedusaDrafter(Drafter):
     point mass and the rule stays lossless when sampling. The hidden state comes from the verification
     pass (take_features): the heads never run the target themselves."""
 
-    name = "medusa"
+    name = NAME
     feature_layers = (-1,)
 
     def __init__(self, heads: torch.nn.Module, tree: str | list = "chain"):
@@ -128,6 +128,7 @@ class MedusaDrafter(Drafter):
             raise ValueError(f"the tree is {max(self.node_depths)} deep but there are only {self.heads.num_heads} "
                              "heads (one per depth); drop the deeper choices")
         self.is_chain = is_chain(self.parents)
+        self.name = f"{NAME} chain" if self.is_chain else f"{NAME} tree"
         self.top = max(self.ranks) + 1
         self._depth_index = torch.tensor([d - 1 for d in self.node_depths], device=self.device)
         self._rank_index = torch.tensor(self.ranks, device=self.device)

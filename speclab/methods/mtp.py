@@ -63,7 +63,7 @@ class MtpDrafter(EagleDrafter):
             raise ValueError(f"num_tokens (MTP drafts per round) must be an integer >= 1, got {num_tokens!r}")
         super().__init__(module, target, tree="chain")
         self.num_tokens = self.chain_limit = num_tokens
-        self.name = "mtp" if num_tokens == 1 else f"mtp x{num_tokens}"
+        self.name = NAME if num_tokens == 1 else f"{NAME} x{num_tokens}"
 
 
 def load_mtp(target: nn.Module, module: str | Path | MtpModule, num_tokens: int = 1) -> MtpDrafter:

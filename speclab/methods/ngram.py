@@ -75,7 +75,7 @@ class PromptLookupDrafter(Drafter):
     (lookup_continuation; chapter 6 compares the rules on its workloads). transformers' and vLLM's names
     for the same knobs are the registry's aliases (speclab.methods.REGISTRY)."""
 
-    name = "prompt lookup"
+    name = NAME
     batched = True  # no state between rounds: each sequence's proposal reads only its own ids
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int | None = None,

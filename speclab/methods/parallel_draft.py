@@ -38,7 +38,7 @@ def mask_token_id(model: torch.nn.Module) -> int:
 class ParallelDrafter(Drafter):
     """A PARD-style draft model: K drafts from one pass over the new tokens and K - 1 mask tokens."""
 
-    name = "parallel draft"
+    name = NAME
 
     def __init__(self, model: torch.nn.Module, vocab_size: int):
         self.model = model

@@ -156,7 +156,7 @@ class SuffixDrafter(Drafter):
     forget_requests empties the global tree.
     """
 
-    name = "suffix decoding"
+    name = NAME
 
     def __init__(self, max_tree_depth: int = 24, max_cached_requests: int = 10000, max_spec_factor: float = 1.0,
                  min_token_prob: float = 0.1, tree: bool = False):
@@ -168,6 +168,7 @@ class SuffixDrafter(Drafter):
             raise ValueError(f"min_token_prob must be in [0, 1], got {min_token_prob!r}")
         self.max_tree_depth, self.max_cached_requests = max_tree_depth, max_cached_requests
         self.max_spec_factor, self.min_token_prob, self.tree = max_spec_factor, min_token_prob, tree
+        self.name = f"{NAME} tree" if tree else NAME
         self.global_tree = SuffixTrie(max_tree_depth)
         self.cached: deque[tuple[int, list[int]]] = deque()  # (request number, its output)
         self.requests = 0

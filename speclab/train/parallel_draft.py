@@ -19,12 +19,15 @@ import torch
 from transformers import PreTrainedModel
 
 from speclab.artifacts import record_target
+from speclab.methods import REGISTRY
 from speclab.methods.parallel_draft import MASK_KEY, NAME
 from speclab.models import BUNDLED_DIR, load_model
 from speclab.train.data import check_resumed_rows, choose_preset, hardware
 from speclab.train.eagle import soft_cross_entropy
 from speclab.train.frozen import frozen_start
 from speclab.train.loop import train_loop
+
+METHOD = REGISTRY[NAME]  # the method's name, and its folder beside the bundled target
 
 
 @dataclass
@@ -156,17 +159,17 @@ def train_parallel_draft(target_dir: str | Path, out: Path, preset: str = "stdli
         entry = {"step": step, "heldout_loss": round(sum(losses) / len(losses), 4), "heldout_top1_by_depth": top1}
         return entry, f"held-out loss {entry['heldout_loss']:.4f}, top-1 agreement by depth {top1}"
 
-    ckpt = out / f"{NAME}.ckpt"
-    log = train_loop(NAME, draft, opt, m.steps, step_fn, ckpt_file=ckpt, key="draft",
+    ckpt = out / f"{METHOD.name}.ckpt"
+    log = train_loop(METHOD.name, draft, opt, m.steps, step_fn, ckpt_file=ckpt, key="draft",
                      log={"evals": [], "seconds": 0.0, "feature_seconds": features["seconds"],
                           "rows": features["rows"]},
                      schedule=m, device=dev, evaluate=evaluate, eval_every=m.eval_every, evaluate_first=True,
                      clip=m.clip, deadline=start.deadline, stop_after_steps=stop_after_steps,
                      check_resume=lambda saved: check_resumed_rows(saved, features, ckpt))
-    report = {"method": NAME, "preset": asdict(m), "draft_from": str(draft_dir), "target_from": str(target_dir),
+    report = {"method": METHOD.name, "preset": asdict(m), "draft_from": str(draft_dir), "target_from": str(target_dir),
               "mask_token_id": mask, "device": str(dev), "hardware": hardware(dev), "torch": torch.__version__,
               "seed": seed, "training_rows": features["rows"], "log": log}
-    folder = out / NAME
+    folder = out / METHOD.bundled
     draft.eval().to(torch.float16).save_pretrained(folder)  # half precision, as the bundled draft ships
     record_target(folder, target)
     (folder / "record.json").write_text(json.dumps(report, indent=1))

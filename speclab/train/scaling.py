@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from speclab.devices import pick_device
+from speclab.methods import draft_model_method
 from speclab.train.data import hardware, scaled_steps
 from speclab.train.eagle import EAGLE_PRESETS, train_eagle
 from speclab.train.eagle import METHODS as EAGLE
@@ -76,7 +77,8 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
             "draft": {"steps": last_draft["step"], "heldout_top1": last_draft["heldout_top1"],
                       "train_minutes": round(draft["log"]["seconds"] / 60, 1)},
             "bench": (f"python -m speclab bench --pair {pair} --workload chat --num-prompts 2 --max-new-tokens 64 "
-                      "--methods 'speclab target-only,speclab speculative,speclab eagle3,speclab eagle3-chain' "
+                      f"--methods 'speclab target-only,{draft_model_method().row()},{EAGLE[3].row()},"
+                      f"{EAGLE[3].row('chain')}' "
                       f"--k-sweep 1,2,3,4 --{EAGLE[3].weights_flag} {head_dir} --draft {point / 'draft'} "
                       f"--fast static --json {point / 'bench.json'}")}
 

@@ -41,7 +41,7 @@ def test_generate_and_bench_on_a_local_pair(micro, tmp_path, capsys):
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--json", str(tmp_path / "bench.json")])
     table = capsys.readouterr().out
-    for method in ("target-only", "speculative", "hf assisted", "hf prompt-lookup"):  # speclab's rows unprefixed
+    for method in ("target-only", "draft_model", "hf assisted", "hf prompt-lookup"):  # speclab's rows unprefixed
         assert f"\n{method} " in table
     assert "target torch.float32, draft torch.float16" in table  # the CPU default
     record = json.loads((tmp_path / "bench.json").read_text())
@@ -54,7 +54,7 @@ def test_generate_and_bench_on_a_local_pair(micro, tmp_path, capsys):
     assert "speculative (lookahead)" in capsys.readouterr().out
     main(["bench", "--workload", "edit,quote",  # the bundled pair: the copying prompts need its 1024 positions
           "--num-prompts", "1", "--max-new-tokens", "6", "--device", "cpu", "--repeats", "1", "--lookahead", "2,2,1",
-          "3,3,3", "--methods", "speclab target-only,speclab lookahead,speclab prompt-lookup", "--lookup-k", "6",
+          "3,3,3", "--methods", "speclab target-only,speclab lookahead,speclab ngram", "--lookup-k", "6",
           "--json", str(tmp_path / "two.json")])
     table = capsys.readouterr().out
     assert "1 edit prompts" in table and "1 quote prompts" in table and "\nlookahead 3,3,3" in table
@@ -70,21 +70,21 @@ def test_bench_fast_runs_every_speclab_row_on_both_paths(micro, tmp_path, capsys
     capsys.readouterr()
     main(["bench", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--fast",
-          "--methods", "speclab target-only,speclab speculative,speclab prompt-lookup,hf assisted",
+          "--methods", "speclab target-only,speclab draft_model,speclab ngram,hf assisted",
           "--json", str(tmp_path / "fast.json")])
     out = capsys.readouterr().out
     assert "fast path (static): verify pass ms by width 1:" in out and "on the fast path" in out
     record = json.loads((tmp_path / "fast.json").read_text())
     rows = {r["method"]: r for r in record["rows"]}
-    assert set(rows) == {"speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf assisted",
-                         "speclab target-only (fast)", "speclab speculative (fast)", "speclab prompt-lookup (fast)"}
+    assert set(rows) == {"speclab target-only", "speclab draft_model", "speclab ngram", "hf assisted",
+                         "speclab target-only (fast)", "speclab draft_model (fast)", "speclab ngram (fast)"}
     assert all(rows[m]["matches_target_only"] for m in rows if m.endswith("(fast)") and "target-only" not in m)
     assert record["fast"] == "static" and "model_check" in record["fast_path"]
     assert "in the loop against alone: verify pass" in out
     for check in (record, record["fast_path"]):  # the loop's ms over the same passes timed alone beside it
         assert check["loop_over_alone"]["verify pass"] == pytest.approx(
             check["loop_ms"]["verify pass"] / check["alone_ms"]["verify pass"])
-    assert rows["speclab speculative (fast)"]["alone_ms"]["draft step"] > 0
+    assert rows["speclab draft_model (fast)"]["alone_ms"]["draft step"] > 0
     assert sorted(map(int, record["fast_path"]["width_ms"])) == list(range(1, 10))
     main(["generate", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--fast"])
@@ -162,7 +162,7 @@ def test_bench_stop_at_eos_stops_at_the_tokenizers_eos_and_says_so(micro, tmp_pa
     capsys.readouterr()
     common = ["bench", "--pair", str(micro / "target"), "--draft", str(micro / "draft"), "--prompt", "import os\n",
               "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1",
-              "--methods", "speclab target-only,speclab speculative"]
+              "--methods", "speclab target-only,speclab draft_model"]
     main(common + ["--stop-at-eos", "--json", str(tmp_path / "eos.json")])
     out = capsys.readouterr().out
     assert "at most 8 new tokens (stops at EOS)" in out
@@ -193,47 +193,47 @@ def test_generate_and_bench_run_medusa_and_eagle_with_a_heads_directory(micro, t
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "layer_skip", "--exit-layer", "1",
           "--k-schedule", "heuristic", "--confidence-threshold", "0.5"])
-    assert "speculative (layer skip E=1), heuristic K, confidence stop 0.5" in capsys.readouterr().out
+    assert "speculative (layer_skip E=1), heuristic K, confidence stop 0.5" in capsys.readouterr().out
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle3", "--eagle3", str(tmp_path / "eagle3")])
-    assert "speculative (eagle-3)" in capsys.readouterr().out
+    assert "speculative (eagle3 tree)" in capsys.readouterr().out
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"),
           "--prompt", "import os\nimport os\n", "--max-new-tokens", "8", "--device", "cpu", "--method", "lookup_first",
           "--then", "eagle3", "--eagle3", str(tmp_path / "eagle3"), "--eagle-tree", "chain", "--k", "2"])
-    assert "speculative (prompt lookup, else eagle-3 chain)" in capsys.readouterr().out
+    assert "speculative (lookup_first eagle3 chain)" in capsys.readouterr().out
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "lookup_first", "--k", "2"])
-    assert "speculative (prompt lookup, else draft model)" in capsys.readouterr().out
+    assert "speculative (lookup_first draft_model)" in capsys.readouterr().out
     eagle = ["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
              "--max-new-tokens", "8", "--device", "cpu", "--method", "eagle", "--eagle", str(tmp_path / "eagle")]
     main(eagle)
     printed = capsys.readouterr().out
-    assert "speculative (eagle-2)" in printed and "K=6:" in printed  # the tree's own depth, not K = 4
+    assert "speculative (eagle tree)" in printed and "K=6:" in printed  # the tree's own depth, not K = 4
     main(eagle + ["--k", "3"])
     assert "K=3:" in capsys.readouterr().out  # an explicit --k caps the depth
     main(eagle + ["--eagle-tree", "chain"])
     printed = capsys.readouterr().out
-    assert "speculative (eagle)" in printed and "K=4:" in printed
+    assert "speculative (eagle chain)" in printed and "K=4:" in printed
     main(eagle + ["--eagle-tree", "1,5,5,0.5"])
-    assert "speculative (eagle-2)" in (printed := capsys.readouterr().out) and "K=5:" in printed
+    assert "speculative (eagle tree)" in (printed := capsys.readouterr().out) and "K=5:" in printed
     for bad in (["--eagle-tree", "1,5"], ["--eagle-tree", "tree"], ["--eagle-tree", "1,5,5", "--method", "medusa"]):
         with pytest.raises(SystemExit):
             main(eagle + bad)
     main(["generate", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--method", "medusa", "--heads", str(tmp_path / "heads")])
-    assert "speculative (medusa)" in capsys.readouterr().out
+    assert "speculative (medusa chain)" in capsys.readouterr().out  # heads without a tree.json
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--heads", str(tmp_path / "heads"),
           "--eagle", str(tmp_path / "eagle"), "--eagle3", str(tmp_path / "eagle3"), "--all"])
     table = capsys.readouterr().out
-    assert "\nmedusa " in table and "\nmedusa-chain" in table
-    assert "\neagle " in table and "\neagle-chain" in table and "\neagle3 " in table and "\neagle3-chain" in table
+    assert "\nmedusa " in table and "\nmedusa chain" in table
+    assert "\neagle " in table and "\neagle chain" in table and "\neagle3 " in table and "\neagle3 chain" in table
     main(["bench", "--pair", str(out / "target"), "--draft", str(out / "draft"), "--prompt", "import os\n",
           "--max-new-tokens", "8", "--device", "cpu", "--repeats", "1", "--all"])
     table = capsys.readouterr().out
     assert "medusa" not in table and "eagle" not in table  # no heads for this target: the rows are left out
-    assert "mtp" not in table and "layer-skip" not in table  # nor an MTP module, nor exit adapters
-    assert "\nadaptive-heuristic" in table and "\nadaptive-confidence" in table
+    assert "mtp" not in table and "layer_skip" not in table  # nor an MTP module, nor exit adapters
+    assert "\ndraft_model adaptive-heuristic" in table and "\ndraft_model adaptive-confidence" in table
 
 
 def test_workloads_shows_each_set(capsys):
@@ -251,11 +251,11 @@ def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs
           "--device", "cpu", "--repeats", "1", "--layer-skip", "1", "--all"])
     table = capsys.readouterr().out
     assert "1 chat-qa prompts" in table and "draft none" in table
-    assert "no draft model for this pair: left out speclab speculative" in table and "hf assisted" in table
-    assert "\nprompt-lookup " in table and "\nlayer-skip E=1 " in table and "\nspeculative " not in table
-    for command in (["bench", "--methods", "speclab target-only,speclab speculative"], ["evaluate"],
+    assert "no draft model for this pair: left out speclab draft_model" in table and "hf assisted" in table
+    assert "\nngram " in table and "\nlayer_skip E=1 " in table and "\ndraft_model " not in table
+    for command in (["bench", "--methods", "speclab target-only,speclab draft_model"], ["evaluate"],
                     ["generate", "--prompt", "w1 w2"], ["generate", "--prompt", "w1 w2", "--method", "lookup_first"],
-                    ["bench", "--methods", "speclab target-only,speclab lookup-then-draft"]):
+                    ["bench", "--methods", "speclab target-only,speclab lookup_first draft_model"]):
         with pytest.raises(SystemExit, match="needs a draft model: the smollm2 pair has no draft yet.*train shared-draft"):
             main([*command, "--pair", "smollm2", "--device", "cpu"])
     main(["profile", "--pair", "smollm2", "--device", "cpu"])  # the target alone
@@ -265,7 +265,7 @@ def test_the_smollm2_pair_runs_every_command_without_a_draft_and_says_what_needs
     assert [int(r[0]) for r in rows] == [1, 2, 4, 8, 16, 32, 64] and all(r[2] == "-" for r in rows)
     main(["generate", "--pair", "smollm2", "--method", "ngram", "--prompt", "w1 w2 w1 w2", "--max-new-tokens", "4",
           "--device", "cpu"])
-    assert "speculative (prompt lookup)" in capsys.readouterr().out
+    assert "speculative (ngram)" in capsys.readouterr().out
     main(["generate", "--pair", "smollm2", "--method", "target-only", "--chat", "--prompt", "w1 w2",
           "--max-new-tokens", "4", "--device", "cpu"])
     assert capsys.readouterr().out.startswith("<user> w1 w2 <assistant>")  # the stand-in's chat template

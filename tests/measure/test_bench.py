@@ -11,7 +11,7 @@ from speclab.stats import GenerationStats
 
 def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
     target, draft = pair
-    methods = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf target-only")
+    methods = ("speclab target-only", "speclab draft_model", "speclab ngram", "hf target-only")
     rows = run_bench(target, draft, [prompt, prompt[:5]], k=3, max_new_tokens=12, methods=methods, repeats=3)
     assert [r.method for r in rows] == list(methods)
     for r in rows:
@@ -27,7 +27,7 @@ def test_bench_rows_report_outputs_acceptance_and_phase_times(pair, prompt):
 
 
 def test_a_recorded_row_reads_back_as_the_row_the_bench_measured(pair, prompt):
-    methods = ("speclab target-only", "speclab speculative", "hf target-only")
+    methods = ("speclab target-only", "speclab draft_model", "hf target-only")
     rows = run_bench(*pair, [prompt, prompt[:5]], k=3, max_new_tokens=8, methods=methods, repeats=1)
     back = [BenchRow.from_record(json.loads(json.dumps(r.to_record()))) for r in rows]  # as a book record holds it
     assert format_table(back) == format_table(rows)
@@ -83,7 +83,7 @@ def test_with_an_eos_token_every_row_stops_there_and_keeps_it(pair, prompt):
     greedy = generate(target, prompt, max_new_tokens=12).tokens.tolist()
     stop = greedy[4]
     ends = greedy.index(stop) + 1  # the first time the target emits it
-    methods = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "hf target-only",
+    methods = ("speclab target-only", "speclab draft_model", "speclab ngram", "hf target-only",
                "hf assisted")
     paths = bench.prepare_fast_paths(target, draft, "static", max_width=4)
     rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, warmup=False,
@@ -111,12 +111,12 @@ def test_the_warm_up_decodes_the_longest_prompt_in_full_on_the_fast_path(pair, p
     monkeypatch.setattr(bench, "decode_row", spy)
     target, draft = pair
     paths = bench.prepare_fast_paths(target, draft, "static", max_width=4)
-    methods = ("speclab target-only", "speclab speculative")
+    methods = ("speclab target-only", "speclab draft_model")
     run_bench(target, draft, [prompt[:5], prompt], k=3, max_new_tokens=10, methods=methods, paths=paths)
     warm = calls[:4]
-    assert warm == [("speclab target-only", 5, 10, False), ("speclab speculative", 5, 10, False),
+    assert warm == [("speclab target-only", 5, 10, False), ("speclab draft_model", 5, 10, False),
                     ("speclab target-only (fast)", len(prompt), 10, True),
-                    ("speclab speculative (fast)", len(prompt), 10, True)]
+                    ("speclab draft_model (fast)", len(prompt), 10, True)]
 
 
 def test_the_speedup_interval_is_a_bootstrap_over_prompts():
@@ -148,8 +148,8 @@ def test_bench_refuses_an_unknown_method(pair, prompt):
     with pytest.raises(ValueError, match="unknown method"):
         run_bench(*pair, [prompt], methods=("speclab target-only", "vllm"))
     # a row label of one setting names the method and the option that makes the row
-    with pytest.raises(ValueError, match="'speclab layer-skip E=8' is a row of 'speclab layer-skip'.*--layer-skip"):
-        run_bench(*pair, [prompt], methods=("speclab target-only", "speclab layer-skip E=8"))
+    with pytest.raises(ValueError, match="'speclab layer_skip E=8' is a row of 'speclab layer_skip'.*--layer-skip"):
+        run_bench(*pair, [prompt], methods=("speclab target-only", "speclab layer_skip E=8"))
 
 
 def test_model_check_puts_costs_in_target_token_units():
@@ -203,27 +203,27 @@ def test_combined_stats_sum_runs_and_refuse_mixed_methods():
 
 def test_lookahead_settings_become_rows_side_by_side(pair, prompt):
     from speclab.measure.bench import expand_methods
-    methods = ("speclab target-only", "speclab lookahead", "speclab prompt-lookup", "hf prompt-lookup")
+    methods = ("speclab target-only", "speclab lookahead", "speclab ngram", "hf prompt-lookup")
     assert expand_methods(methods, [(4, 4, 4)]) == methods
     settings = [(2, 2, 1), (3, 3, 2)]
     rows = run_bench(*pair, [prompt], k=3, max_new_tokens=10, methods=methods, lookahead=settings, lookup_k=5,
                      warmup=False)
     names = [r.method for r in rows]
     assert names == ["speclab target-only", "speclab lookahead 2,2,1", "speclab lookahead 3,3,2",
-                     "speclab prompt-lookup", "hf prompt-lookup"]
+                     "speclab ngram", "hf prompt-lookup"]
     by_name = {r.method: r for r in rows}
-    assert by_name["speclab prompt-lookup"].stats.k == 5 and by_name["speclab lookahead 2,2,1"].stats.k == 3
+    assert by_name["speclab ngram"].stats.k == 5 and by_name["speclab lookahead 2,2,1"].stats.k == 3
     wide, narrow = by_name["speclab lookahead 3,3,2"].stats, by_name["speclab lookahead 2,2,1"].stats
     assert wide.verified_positions / wide.rounds > narrow.verified_positions / narrow.rounds  # a wider window
     assert all(r.matches_target_only for r in rows[1:])
 
 
 def test_prompt_lookup_rules_become_rows_side_by_side(pair, prompt):
-    methods = ("speclab target-only", "speclab prompt-lookup", "hf prompt-lookup")
+    methods = ("speclab target-only", "speclab ngram", "hf prompt-lookup")
     rows = run_bench(*pair, [prompt], k=3, max_new_tokens=10, methods=methods, lookup_k=6, warmup=False,
                      lookup_choices=["latest", "frequent"])
-    assert [r.method for r in rows] == ["speclab target-only", "speclab prompt-lookup latest",
-                                        "speclab prompt-lookup frequent", "hf prompt-lookup"]
+    assert [r.method for r in rows] == ["speclab target-only", "speclab ngram latest",
+                                        "speclab ngram frequent", "hf prompt-lookup"]
     assert rows[1].stats.k == rows[2].stats.k == 6 and all(r.matches_target_only for r in rows[1:])
     table = format_table(rows).splitlines()[:len(rows) + 1]  # the header and the rows, above the legend
     assert len({len(line) for line in table}) == 1, "a long row name pushed its columns out of line"
@@ -233,25 +233,27 @@ def test_k_sweep_adaptive_k_layer_skip_and_mtp_rows_side_by_side(pair, prompt, t
     from speclab.methods.mtp import MtpModule
     target, draft = pair
     MtpModule.for_target(target).save(tmp_path / "mtp")
-    methods = ("speclab target-only", "speclab speculative", "speclab adaptive-heuristic",
-               "speclab adaptive-confidence", "speclab mtp", "speclab mtp-chain", "speclab layer-skip")
+    methods = ("speclab target-only", "speclab draft_model", "speclab draft_model adaptive-heuristic",
+               "speclab draft_model adaptive-confidence", "speclab mtp", "speclab mtp chain", "speclab layer_skip")
     rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, warmup=False,
                      k_sweep=[1, 5], layer_skip=[(1, False)], weights={"mtp": tmp_path / "mtp"},
                      confidence_thresholds=[0.5])
     by_name = {r.method: r for r in rows}
-    assert list(by_name) == ["speclab target-only", "speclab speculative", "speclab speculative K=1",
-                             "speclab speculative K=5", "speclab adaptive-heuristic", "speclab adaptive-confidence",
-                             "speclab mtp", "speclab mtp-chain", "speclab layer-skip E=1"]
-    assert by_name["speclab speculative K=1"].stats.k == 1 and by_name["speclab speculative K=5"].stats.k == 5
-    assert by_name["speclab adaptive-heuristic"].stats.k == 5  # the sweep's largest K is the upper bound
-    assert "heuristic K" in by_name["speclab adaptive-heuristic"].stats.method
-    assert "confidence stop 0.5" in by_name["speclab adaptive-confidence"].stats.method
+    assert list(by_name) == ["speclab target-only", "speclab draft_model", "speclab draft_model K=1",
+                             "speclab draft_model K=5", "speclab draft_model adaptive-heuristic",
+                             "speclab draft_model adaptive-confidence", "speclab mtp", "speclab mtp chain",
+                             "speclab layer_skip E=1"]
+    assert by_name["speclab draft_model K=1"].stats.k == 1 and by_name["speclab draft_model K=5"].stats.k == 5
+    assert by_name["speclab draft_model adaptive-heuristic"].stats.k == 5  # the sweep's largest K is the upper bound
+    assert "heuristic K" in by_name["speclab draft_model adaptive-heuristic"].stats.method
+    assert "confidence stop 0.5" in by_name["speclab draft_model adaptive-confidence"].stats.method
     assert by_name["speclab mtp"].stats.drafted <= by_name["speclab mtp"].stats.rounds  # one token a round
     rows = run_bench(target, draft, [prompt], k=3, max_new_tokens=8, warmup=False, confidence_thresholds=[0.2, 0.6],
-                     methods=("speclab target-only", "speclab adaptive-confidence"))
-    assert [r.method for r in rows][1:] == ["speclab adaptive-confidence 0.2", "speclab adaptive-confidence 0.6"]
+                     methods=("speclab target-only", "speclab draft_model adaptive-confidence"))
+    assert [r.method for r in rows][1:] == ["speclab draft_model adaptive-confidence 0.2",
+                                            "speclab draft_model adaptive-confidence 0.6"]
     assert "confidence stop 0.6" in rows[2].stats.method
-    assert by_name["speclab mtp-chain"].stats.drafted > by_name["speclab mtp-chain"].stats.rounds
+    assert by_name["speclab mtp chain"].stats.drafted > by_name["speclab mtp chain"].stats.rounds
     assert all(r.matches_target_only for r in rows[1:])
 
 
@@ -262,7 +264,7 @@ def test_a_lossy_row_decodes_with_its_rule_and_the_table_says_so(pair, prompt, t
     from speclab.methods.medusa import MedusaHeads
     target, draft = pair
     MedusaHeads.for_target(target, num_heads=2).save(tmp_path / "heads")
-    methods = ("speclab target-only", "speclab medusa", "speclab medusa-typical")
+    methods = ("speclab target-only", "speclab medusa", "speclab medusa typical")
     weights = {"medusa": tmp_path / "heads"}
     greedy = run_bench(target, draft, [prompt], k=2, max_new_tokens=8, methods=methods, warmup=False,
                        weights=weights)
@@ -271,24 +273,24 @@ def test_a_lossy_row_decodes_with_its_rule_and_the_table_says_so(pair, prompt, t
     sampled = run_bench(target, draft, [prompt], k=2, max_new_tokens=8, methods=methods, warmup=False,
                         weights=weights, temperature=1.0)
     table = format_table(sampled).splitlines()
-    assert table[3].startswith("medusa-typical*") and not table[2].startswith("medusa*")
+    assert table[3].startswith("medusa typical*") and not table[2].startswith("medusa*")
     assert any(line.startswith("*: not lossless") for line in table)
     assert "*" not in format_table(sampled[:2])  # no mark, no legend line, where every row is lossless
 
 
 def test_block_rows_run_every_chain_row_again_with_block_verification(pair, prompt):
     target, draft = pair
-    methods = ("speclab target-only", "speclab speculative", "speclab prompt-lookup", "speclab lookahead")
+    methods = ("speclab target-only", "speclab draft_model", "speclab ngram", "speclab lookahead")
     greedy = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods, repeats=1, block=True)
     names = [r.method for r in greedy]
-    assert names == [*methods, "speclab speculative (block)", "speclab prompt-lookup (block)"]  # lookahead: a tree
+    assert names == [*methods, "speclab draft_model (block)", "speclab ngram (block)"]  # lookahead: a tree
     by = {r.method: r for r in greedy}
-    assert by["speclab speculative (block)"].matches_target_only  # greedy: the same longest match
-    assert by["speclab speculative (block)"].stats.method.endswith("block verification")
-    assert by["speclab speculative (block)"].stats.accepted == by["speclab speculative"].stats.accepted
+    assert by["speclab draft_model (block)"].matches_target_only  # greedy: the same longest match
+    assert by["speclab draft_model (block)"].stats.method.endswith("block verification")
+    assert by["speclab draft_model (block)"].stats.accepted == by["speclab draft_model"].stats.accepted
     sampled = run_bench(target, draft, [prompt], k=3, max_new_tokens=12, methods=methods[:2], repeats=1,
                         temperature=1.0, block=True)
-    assert [r.method for r in sampled] == [*methods[:2], "speclab speculative (block)"]
+    assert [r.method for r in sampled] == [*methods[:2], "speclab draft_model (block)"]
     assert sampled[2].stats.lossless and sampled[2].new_tokens == 12
 
 
@@ -299,7 +301,7 @@ def test_suffix_rows_forget_earlier_requests_before_each_pass_over_the_prompts(p
     forgotten = []
     original = SuffixDrafter.forget_requests
     monkeypatch.setattr(SuffixDrafter, "forget_requests", lambda self: (forgotten.append(1), original(self)))
-    methods = ("speclab target-only", "speclab suffix", "speclab suffix-tree")
+    methods = ("speclab target-only", "speclab suffix", "speclab suffix tree")
     rows = run_bench(*pair, [prompt, prompt[:5]], k=3, max_new_tokens=8, methods=methods, repeats=2)
     assert all(r.matches_target_only for r in rows[1:])
     assert len(forgotten) == 2 * 2  # two suffix rows, two passes; the first pass's call forgets the warm-up too
@@ -327,7 +329,7 @@ def test_the_draft_models_passes_are_timed_alone_beside_the_loop_prompt_by_promp
                 "draft step after a target pass": 0.2}
 
     monkeypatch.setattr(bench, "costs_alone", fake_alone)
-    methods = ("speclab target-only", "speclab speculative")
+    methods = ("speclab target-only", "speclab draft_model")
     prompts = [prompt, prompt[:5]]
     rows = run_bench(*pair, prompts, k=3, max_new_tokens=6, methods=methods, repeats=2, warmup=False,
                      time_alone=True)
@@ -358,7 +360,7 @@ def test_a_row_derived_from_a_drafter_that_learns_from_requests_gets_its_own(pai
         return fast_path_of(target) is not None
 
     monkeypatch.setattr(bench, "decode_row", spy)
-    methods = ("speclab target-only", "speclab suffix", "speclab prompt-lookup")
+    methods = ("speclab target-only", "speclab suffix", "speclab ngram")
     paths = bench.prepare_fast_paths(target, draft, "static", max_width=4)
     rows = run_bench(target, draft, [prompt, prompt[:5]], k=3, max_new_tokens=8, methods=methods, repeats=1,
                      block=True, paths=paths)
@@ -366,7 +368,7 @@ def test_a_row_derived_from_a_drafter_that_learns_from_requests_gets_its_own(pai
     suffix = [used[key] for key in used if key[0].startswith("speclab suffix")]
     assert len(suffix) == 2 and all(len(ids) == 1 for ids in suffix)  # eager and fast, one drafter each
     assert len(set().union(*suffix)) == 2
-    lookup = [used[key] for key in used if key[0].startswith("speclab prompt-lookup")]
+    lookup = [used[key] for key in used if key[0].startswith("speclab ngram")]
     assert len(lookup) == 4 and len(set().union(*lookup)) == 1
 
 
@@ -397,30 +399,31 @@ def test_the_bench_is_a_plan_of_rows_as_data():
     """A row says what decodes it, with which options and K, on which path; its label is only its name."""
     from speclab.measure.bench import Row, Settings, plan, variants
     settings = Settings(k=3, lookup_k=6, k_sweep=[1, 5], lookahead=[(2, 2, 1), (3, 3, 2)])
-    rows = {r.label: r for r in plan(("speclab target-only", "speclab speculative", "speclab adaptive-heuristic",
-                                      "speclab prompt-lookup", "speclab lookahead", "speclab medusa-typical",
+    rows = {r.label: r for r in plan(("speclab target-only", "speclab draft_model",
+                                      "speclab draft_model adaptive-heuristic", "speclab ngram", "speclab lookahead", "speclab medusa typical",
                                       "hf assisted", "hf prompt-lookup"), settings)}
-    assert list(rows) == ["speclab target-only", "speclab speculative", "speclab speculative K=1",
-                          "speclab speculative K=5", "speclab adaptive-heuristic", "speclab prompt-lookup",
-                          "speclab lookahead 2,2,1", "speclab lookahead 3,3,2", "speclab medusa-typical", "hf assisted",
+    assert list(rows) == ["speclab target-only", "speclab draft_model", "speclab draft_model K=1",
+                          "speclab draft_model K=5", "speclab draft_model adaptive-heuristic", "speclab ngram",
+                          "speclab lookahead 2,2,1", "speclab lookahead 3,3,2", "speclab medusa typical", "hf assisted",
                           "hf prompt-lookup"]
     assert rows["speclab target-only"] == Row("speclab target-only", base="speclab target-only", k=3)
-    assert rows["speclab speculative"].alone and not rows["speclab speculative K=5"].alone
-    assert (rows["speclab speculative K=5"].k, rows["speclab adaptive-heuristic"].k) == (5, 5)  # the sweep's largest
-    assert rows["speclab adaptive-heuristic"].decode == {"k_schedule": "heuristic"}
-    assert rows["speclab prompt-lookup"].k == rows["hf prompt-lookup"].k == 6  # lookups take lookup_k
+    assert rows["speclab draft_model"].alone and not rows["speclab draft_model K=5"].alone
+    # the sweep's largest
+    assert (rows["speclab draft_model K=5"].k, rows["speclab draft_model adaptive-heuristic"].k) == (5, 5)
+    assert rows["speclab draft_model adaptive-heuristic"].decode == {"k_schedule": "heuristic"}
+    assert rows["speclab ngram"].k == rows["hf prompt-lookup"].k == 6  # lookups take lookup_k
     assert rows["speclab lookahead 3,3,2"].load == dict(window=3, ngram=3, pool=2)
     assert rows["speclab lookahead 3,3,2"].base == "speclab lookahead"
-    assert rows["speclab medusa-typical"].decode == {"acceptance": "typical-medusa"}
+    assert rows["speclab medusa typical"].decode == {"acceptance": "typical-medusa"}
     assert rows["hf assisted"].engine == "transformers" and rows["hf assisted"].needs_draft_model
-    chain = rows["speclab speculative"]
+    chain = rows["speclab draft_model"]
     both = variants((rows["speclab target-only"], chain), {chain.label: torch.nn.Linear(1, 1)}, block=True, fast=True)
     assert [(r.label, r.fast, r.of, r.decode.get("acceptance")) for r in both] == [
-        ("speclab target-only", False, None, None), ("speclab speculative", False, None, None),
-        ("speclab speculative (block)", False, "speclab speculative", "block"),
+        ("speclab target-only", False, None, None), ("speclab draft_model", False, None, None),
+        ("speclab draft_model (block)", False, "speclab draft_model", "block"),
         ("speclab target-only (fast)", True, "speclab target-only", None),
-        ("speclab speculative (fast)", True, "speclab speculative", None),
-        ("speclab speculative (block) (fast)", True, "speclab speculative", "block")]
+        ("speclab draft_model (fast)", True, "speclab draft_model", None),
+        ("speclab draft_model (block) (fast)", True, "speclab draft_model", "block")]
     assert [r.alone for r in both] == [False, True, False, False, True, False]
     with pytest.raises(ValueError, match="unknown method"):
         plan(("speclab nothing",))

@@ -10,15 +10,15 @@ def bench_row(method: str, tokens_per_s: float, alpha: float | None = None) -> d
 def test_fast_rows_are_divided_by_the_fast_target_only():
     workload = {"workload": "chat-qa", "max_new_tokens": 64, "k": 2, "temperature": 0.0, "repeats": 3, "cpu": "CPU",
                 "threads": 2, "torch": "2", "rows": [
-                    bench_row("speclab target-only", 10.0), bench_row("speclab speculative", 8.0, 0.3),
-                    bench_row("speclab eagle3-chain", 9.0, 0.4), bench_row("speclab target-only (fast)", 30.0),
-                    bench_row("speclab speculative (fast)", 33.0, 0.3)]}
+                    bench_row("speclab target-only", 10.0), bench_row("speclab draft_model", 8.0, 0.3),
+                    bench_row("speclab eagle3 chain", 9.0, 0.4), bench_row("speclab target-only (fast)", 30.0),
+                    bench_row("speclab draft_model (fast)", 33.0, 0.3)]}
     lines = category_table({"workloads": [workload]})
     assert "| distilled draft | 0.80x, α 0.30 |" in lines
     assert "| distilled draft, fast path | 1.10x, α 0.30 |" in lines  # 33 / 30, not 33 / 10
     assert "| target-only, fast path over eager | 3.00x |" in lines
     assert "| EAGLE-3 head, a chain | 0.90x, α 0.40 |" in lines
-    assert row_label("speclab speculative K=1") == "distilled draft, K = 1"
+    assert row_label("speclab draft_model K=1") == "distilled draft, K = 1"
     assert "the median of 3 repeats" in lines[-1] and "drafts K tokens in a row" in lines[-1]
 
 

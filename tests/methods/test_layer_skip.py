@@ -110,7 +110,7 @@ def test_train_exit_micro_writes_adapters_that_load(tmp_path):
     assert all(0 <= entry["top1_adapter"] <= 1 for entry in report["layers"].values())
     target = load_model(BUNDLED_DIR / "target", "cpu", torch.float32)
     drafter = load_drafter("layer_skip", target, exit_layer=12, adapter=tmp_path / "exit")
-    assert drafter.name == "layer skip E=12 + adapter"
+    assert drafter.name == "layer_skip E=12+adapter"
     again = train_exit(BUNDLED_DIR / "target", tmp_path, [3, 12], preset="micro")  # resumes: nothing retrained
     assert again["layers"] == report["layers"]
 

@@ -23,9 +23,9 @@ PROMPT = torch.tensor([5, 17, 42, 8, 23, 61, 7, 30, 5, 17, 42, 9, 11, 5, 17])
 
 
 def drafters(target, draft):
-    return {"draft model": lambda: ModelDrafter(draft),
-            "eagle-3 chain": lambda: EagleDrafter(random_head3(target), target, tree="chain"),
-            "eagle-3 tree": lambda: EagleDrafter(random_head3(target), target, top_k=2, depth=3, total_tokens=6)}
+    return {"draft_model": lambda: ModelDrafter(draft),
+            "eagle3 chain": lambda: EagleDrafter(random_head3(target), target, tree="chain"),
+            "eagle3 tree": lambda: EagleDrafter(random_head3(target), target, top_k=2, depth=3, total_tokens=6)}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def models():
     return tiny_model("llama", layers=4, seed=0), tiny_model("llama", layers=1, seed=1)
 
 
-@pytest.mark.parametrize("inner", ["draft model", "eagle-3 chain", "eagle-3 tree"])
+@pytest.mark.parametrize("inner", ["draft_model", "eagle3 chain", "eagle3 tree"])
 @pytest.mark.parametrize("min_ngram", [1, 2])
 def test_greedy_output_equals_target_only(models, inner, min_ngram):
     target, draft = models
@@ -53,7 +53,7 @@ def prefixes(prompt: torch.Tensor, trace) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("inner", ["draft model", "eagle-3 chain"])
+@pytest.mark.parametrize("inner", ["draft_model", "eagle3 chain"])
 def test_lookup_drafts_where_the_tail_repeats_and_the_drafter_keeps_up_elsewhere(models, inner):
     """Each round is lookup's proposal where the sequence's last 2-3 tokens occurred before; every other
     round is what the drafter proposes for that sequence when started afresh on it: the rounds lookup
@@ -146,10 +146,10 @@ def test_load_drafter_and_the_bench_rows_build_it(models):
     target, draft = models
     drafter = load_drafter(NAME, target, drafter="draft_model", draft=draft, min_ngram=1)
     assert isinstance(drafter, LookupFirstDrafter) and drafter.drafter.model is draft
-    assert drafter.lookup.min_ngram == 1 and drafter.name == "prompt lookup, else draft model"
+    assert drafter.lookup.min_ngram == 1 and drafter.name == "lookup_first draft_model"
     rows = REGISTRY[NAME].bench_rows
-    assert rows["speclab lookup-then-draft"] == {"drafter": "draft_model"}
-    assert drafter_for("speclab lookup-then-draft", {}, target, draft).drafter.model is draft  # the pair's draft
+    assert rows["speclab lookup_first draft_model"] == {"drafter": "draft_model"}
+    assert drafter_for("speclab lookup_first draft_model", {}, target, draft).drafter.model is draft  # the pair's draft
 
 
 def test_bad_input_is_refused_with_what_to_do(models):

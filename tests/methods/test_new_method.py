@@ -2,8 +2,10 @@
 registered for these tests only, runs everywhere speclab runs a method with nothing else edited: loaded
 by name, in the decode loop, `python -m speclab generate --method`, a bench row (the plan, `python -m
 speclab bench --methods`), its engine settings or the reason an engine has none, and its section of the
-model card; and it is gone after."""
+model card; and it is gone after. Given weights (Method.weights_flag), it gets its command-line flag too."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,13 +14,13 @@ from speclab.cli.main import main
 from speclab.decoding import generate, speculative_generate
 from speclab.drafting import Draft, Drafter
 from speclab.measure import bench
-from speclab.methods import REGISTRY, CardSection, Method, load_drafter
+from speclab.methods import REGISTRY, CardSection, Method, bench_row, load_drafter
 from speclab.methods.engines import Options, Unsupported, no
 from speclab.sampling import SamplingParams
 from speclab.serving import settings
 
 NAME = "repeat_last"
-ROW = "speclab repeat-last"
+ROW = bench_row(NAME)  # "speclab repeat_last"
 FOLDER = "repeat"  # where its (pretend) weights ship in a pair's folder: the card's --only name
 HEADING = "## Repeat-last drafting"
 
@@ -26,8 +28,11 @@ HEADING = "## Repeat-last drafting"
 class RepeatLast(Drafter):
     """Drafts the sequence's last token k times: right wherever the text repeats a token."""
 
-    name = "repeat last"
+    name = NAME
     batched = True  # no state between rounds
+
+    def __init__(self, table=None):
+        self.table = table  # its (pretend) weights' directory, when the entry says it has weights
 
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
@@ -88,11 +93,11 @@ def test_the_toy_methods_engine_settings_or_why_an_engine_has_none(toy):
 def test_generate_and_bench_run_the_toy_method(toy, capsys):
     """The commands on the bundled pair, in this process."""
     main(["generate", "def f(x):", "--method", NAME, "--max-new-tokens", "4", "--device", "cpu"])
-    assert "speculative (repeat last)" in capsys.readouterr().out
+    assert f"speculative ({NAME})" in capsys.readouterr().out
     main(["bench", "--prompt", "def f(x):", "--max-new-tokens", "4", "--repeats", "1", "--device", "cpu",
           "--methods", f"{bench.TARGET_ONLY},{ROW}"])
     table = capsys.readouterr().out
-    assert "\nrepeat-last " in table and "\ntarget-only " in table
+    assert f"\n{NAME} " in table and "\ntarget-only " in table
 
 
 def test_the_toy_methods_section_of_the_model_card(toy, tmp_path, capsys):
@@ -104,3 +109,23 @@ def test_the_toy_methods_section_of_the_model_card(toy, tmp_path, capsys):
           "--out", str(out)])
     card = out.read_text()
     assert "## Another section\n\nkept" in card and f"{HEADING}\n\n{NAME} drafts the last token 2 x 8." in card
+
+
+def test_a_method_with_weights_gets_its_flag(monkeypatch, tmp_path, capsys):
+    """Its weights option and flag in the entry (Method.weights, weights_flag) are all it takes: generate and
+    bench offer --repeat-table, and generate hands the directory to its load function."""
+    loaded = []
+    entry = replace(ENTRY, weights="table", weights_flag="repeat-table", weights_help="repeat-last table",
+                    load=lambda target, **options: loaded.append(options) or RepeatLast(**options))
+    monkeypatch.setitem(REGISTRY, NAME, entry)
+    for command in ("generate", "bench"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "--repeat-table REPEAT_TABLE" in capsys.readouterr().out
+    main(["generate", "def f(x):", "--method", NAME, "--repeat-table", str(tmp_path), "--max-new-tokens", "4",
+          "--device", "cpu"])
+    assert loaded == [{"table": str(tmp_path)}] and f"speculative ({NAME})" in capsys.readouterr().out
+    monkeypatch.undo()
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "--repeat-table" not in capsys.readouterr().out  # gone with its entry

@@ -20,21 +20,22 @@ import speclab
 import speclab.measure.bench
 from speclab import theory
 from speclab.course.notebook import html_table, read_record
+from speclab.methods import current_row
 
 WIDTH = 7.5    # inches: the book's 780-pixel column
 FONT = 9       # points: the smallest text a figure uses
 
 # what a method of part II needs trained before it can draft for the bundled target
 TRAINED = {
-    "speclab speculative": "draft model", "speclab adaptive-heuristic": "draft model",
-    "speclab adaptive-confidence": "draft model", "hf assisted": "draft model",
-    "speclab prompt-lookup": "nothing", "hf prompt-lookup": "nothing",
+    "speclab draft_model": "draft model", "speclab draft_model adaptive-heuristic": "draft model",
+    "speclab draft_model adaptive-confidence": "draft model", "hf assisted": "draft model",
+    "speclab ngram": "nothing", "hf prompt-lookup": "nothing",
     "speclab lookahead": "nothing", "speclab medusa": "Medusa heads",
-    "speclab medusa-chain": "Medusa heads", "speclab medusa-typical": "Medusa heads",
-    "speclab eagle": "EAGLE-1 head", "speclab eagle-tree": "EAGLE-1 head",
-    "speclab eagle-chain": "EAGLE-1 head", "speclab eagle3": "EAGLE-3 head",
-    "speclab eagle3-tree": "EAGLE-3 head", "speclab mtp": "MTP module",
-    "speclab mtp-chain": "MTP module"}
+    "speclab medusa chain": "Medusa heads", "speclab medusa typical": "Medusa heads",
+    "speclab eagle": "EAGLE-1 head", "speclab eagle tree": "EAGLE-1 head",
+    "speclab eagle chain": "EAGLE-1 head", "speclab eagle3": "EAGLE-3 head",
+    "speclab eagle3 tree": "EAGLE-3 head", "speclab mtp": "MTP module",
+    "speclab mtp chain": "MTP module"}
 
 
 def read_json(path) -> dict:
@@ -77,7 +78,7 @@ def layer_skip_table(layers: int, name: str = "09_layer_skip.json") -> tuple[dic
     unit = base["stats"]["target_s"] / base["stats"]["rounds"]     # one decode step (s)
     table = {}
     for method, r in rows.items():
-        m = re.fullmatch(r"speclab layer-skip E=(\d+)(\+adapter)?", method)
+        m = re.fullmatch(r"speclab layer_skip E=(\d+)(\+adapter)?", method)
         if m is None:
             continue
         st, e = r["stats"], int(m.group(1))
@@ -164,13 +165,13 @@ def adaptive_speeds(adaptive: dict) -> tuple[dict, dict, dict, dict]:
         base = rows["speclab target-only"]
         assert all(r["matches_target_only"] in (None, True) for r in rows.values())
         x = {name: r["tokens_per_s"] / base["tokens_per_s"] for name, r in rows.items()}
-        fixed[workload] = {summary["k"]: x["speclab speculative"]}
+        fixed[workload] = {summary["k"]: x["speclab draft_model"]}
         fixed[workload].update({int(n.split("=")[1]): v for n, v in x.items()
-                                if n.startswith("speclab speculative K=")})
+                                if n.startswith("speclab draft_model K=")})
         conf[workload] = {float(n.split()[-1]): v for n, v in x.items()
-                          if n.startswith("speclab adaptive-confidence ")}
-        heur[workload] = x["speclab adaptive-heuristic"]
-        alpha[workload] = rows["speclab speculative"]["stats"]["alpha"]
+                          if n.startswith("speclab draft_model adaptive-confidence ")}
+        heur[workload] = x["speclab draft_model adaptive-heuristic"]
+        alpha[workload] = rows["speclab draft_model"]["stats"]["alpha"]
     return fixed, conf, heur, alpha
 
 
@@ -292,7 +293,7 @@ def part2_rows(target: torch.nn.Module, drafters: dict, greedy: dict, sampled_ro
     for m, r in greedy["code"][1].items():
         st, s_st = r["stats"], sampled_rows[m]["stats"]
         trained = TRAINED.get(m, "-")
-        if m.startswith("speclab layer-skip"):
+        if m.startswith("speclab layer_skip"):
             trained = "exit adapter" if m.endswith("+adapter") else "nothing"
         weights, stored = added_weights(drafters.get(m), target)
         rows[m] = dict(x={col: speed[col][m] for col in columns},
@@ -364,6 +365,7 @@ def by_category(record: dict) -> dict[tuple[str, str], tuple[float, float | None
 def category_html(record: dict, speeds: dict, labels: dict[str, str]):
     """A chat record as HTML: a row per category, target-only's tokens/s, then each labelled method's
     speed over it."""
+    labels = {current_row(m): label for m, label in labels.items()}  # an older label names the row too
     body = []
     for w, (_, rows_w) in record.items():
         c = w.removeprefix("chat-")

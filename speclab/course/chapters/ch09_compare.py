@@ -16,6 +16,7 @@ from IPython.display import HTML
 from matplotlib.figure import Figure
 
 from speclab.course.notebook import output_html
+from speclab.methods import current_row
 
 WIDTH = 7.5    # inches: the book's 780-pixel column
 FONT = 9       # points: the smallest text a figure uses
@@ -32,6 +33,7 @@ def category_figure(speeds: dict[tuple[str, str], tuple], labels: dict[str, str]
     """One row per category (the record's order, top down), one marker per labelled method at its
     speed over target-only (the first element of each value of `speeds`, as ch09.by_category returns
     it), and a line at 1: where a method sits left of the line, it lost to the target alone."""
+    labels = {current_row(m): label for m, label in labels.items()}  # an older label names the row too
     if len(labels) > len(MARKS):
         raise ValueError(f"at most {len(MARKS)} methods a figure, got {len(labels)}")
     cats = categories_of(speeds)

@@ -15,14 +15,15 @@ import matplotlib.pyplot as plt
 
 from speclab.fast_model import rotate_half
 from speclab.measure.bench import BenchRow, round_costs
+from speclab.methods import current_row
 
 PARTS = ("matrix products", "attention", "generated kernels", "other operators", "framework")
 
 
 def speclab_rows(record: dict) -> dict[str, BenchRow]:
     """A bench record's speclab rows by method name without the "speclab " prefix (eager and "(fast)")."""
-    return {r["method"].removeprefix("speclab "): BenchRow.from_record(r)
-            for r in record["rows"] if r["method"].startswith("speclab ")}
+    rows = map(BenchRow.from_record, record["rows"])  # labels as the rows are named now
+    return {row.method.removeprefix("speclab "): row for row in rows if row.method.startswith("speclab ")}
 
 
 def step_bars(rows: dict[str, tuple[dict, float]], floor: float | None = None) -> Figure:
@@ -128,12 +129,13 @@ def by_category(workloads: list[dict], methods: tuple[str, ...]) -> dict[str, di
     acceptance ("alpha", where that row exists), the mean answer length ("tokens") and whether every
     drafting row's greedy output equals target-only's ("same": a list of booleans)."""
     out = {}
+    now = {m: current_row("speclab " + m).removeprefix("speclab ") for m in methods}  # an older label names it too
     for w in workloads:
         rows = speclab_rows(w)
         be, bf = rows["target-only"], rows["target-only (fast)"]
-        ratios = {m: (rows[m + " (fast)"].tokens_per_s / bf.tokens_per_s, rows[m].tokens_per_s / be.tokens_per_s)
-                  for m in methods}
-        draft = rows.get("speculative (fast)")
+        ratios = {m: (rows[now[m] + " (fast)"].tokens_per_s / bf.tokens_per_s,
+                      rows[now[m]].tokens_per_s / be.tokens_per_s) for m in methods}
+        draft = rows.get("draft_model (fast)")
         out[w["workload"].removeprefix("chat-")] = dict(
             fast_x=bf.tokens_per_s / be.tokens_per_s, ratios=ratios,
             alpha=draft.alpha if draft is not None else None,

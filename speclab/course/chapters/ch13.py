@@ -6,6 +6,7 @@ import matplotlib.pyplot as plt
 
 from speclab.course.notebook import read_record
 from speclab.measure.bench import BenchRow
+from speclab.methods import current_row
 
 
 def workloads(name: str) -> list[dict]:
@@ -28,7 +29,8 @@ def record_line(name: str, workloads: dict | list[dict]) -> str:
 def bench_table(workload: dict, names: list[str] | None = None) -> tuple[str, dict[str, dict]]:
     """A workload's rows (all, or those in `names`) as text: tokens/s, speedup over target-only, tokens a
     round and drafting ms a round; and the same numbers by method name (speedup, tpr, draft_ms, same)."""
-    rows = {r["method"]: BenchRow.from_record(r) for r in workload["rows"]}
+    rows = {row.method: row for row in map(BenchRow.from_record, workload["rows"])}
+    names = None if names is None else [current_row(n) for n in names]  # an older label names the row too
     base = rows["speclab target-only"].tokens_per_s
     lines = [f"{'method':22} {'tok/s':>6} {'speedup':>8} {'tok/round':>10} {'draft ms/round':>15}"]
     out: dict[str, dict] = {}
