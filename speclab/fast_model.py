@@ -65,11 +65,9 @@ def looped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
                      scale: float | None = None) -> torch.Tensor:
     """Attention of a few rows, q (..., heads, n, d), over the cache's keys and values (..., kv_heads, end, d),
     sees (..., n, end) bool (the leading dims: a batch of sequences, or none), written as multiplies and sums
-    (in float32) that inductor turns into one loop each, as `FastLlama.linear` does for products. torch's CPU
-    attention kernel costs more than the arithmetic at these sizes: on the bundled pair (3 heads of 64, 256
-    slots, 2 threads, compiled), ~50 us more a layer for a 5-row verify pass in float32, ~100 us more for one
-    row in float16. Query heads are grouped under the key/value head they share (grouped-query attention),
-    so nothing is repeated."""
+    (in float32) that inductor turns into one loop each, as `FastLlama.linear` does for products: at these
+    sizes torch's CPU attention kernel costs more than the arithmetic (chapter 10). Query heads
+    are grouped under the key/value head they share (grouped-query attention), so nothing is repeated."""
     *batch, heads, n, d = q.shape
     kv_heads, end = keys.shape[-3], keys.shape[-2]
     group = heads // kv_heads
@@ -81,6 +79,29 @@ def looped_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     weights = torch.softmax(scores, dim=-1).view(*batch, kv_heads, group * n, end, 1)
     o = (weights * values.unsqueeze(-3).float()).sum(-2)  # (..., kv_heads, group * n, d)
     return o.view(*batch, heads, n, d).to(values.dtype)
+
+
+def write_slots(cache_keys: torch.Tensor, cache_values: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                slots: torch.Tensor, end: int, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write k and v (B, kv_heads, n, d) into a cache's buffers (rows, kv_heads, capacity, d) at `slots`
+    (B, n) of each sequence's row, and return those rows' keys and values up to slot `end`. rows None:
+    sequences 0 .. B - 1, read as views (one sequence: row 0, written in place by index_copy_, what
+    torch.compile keeps in place); else those rows, gathered. FastLlama's cache and the drafting heads'
+    (speclab.methods.layer_step.RowCache) are written and read by this one rule."""
+    batch = k.shape[0]
+    if rows is None and batch == 1:
+        own_keys, own_values = (cache_keys, cache_values) if cache_keys.shape[0] == 1 else \
+            (cache_keys[:1], cache_values[:1])
+        own_keys.index_copy_(2, slots[0], k)
+        own_values.index_copy_(2, slots[0], v)
+        return own_keys[:, :, :end], own_values[:, :, :end]
+    row = (torch.arange(batch, device=k.device) if rows is None else rows).view(batch, 1)
+    cache_keys[row, :, slots] = k.transpose(1, 2)
+    cache_values[row, :, slots] = v.transpose(1, 2)
+    if rows is None:  # the first B rows: a view
+        return cache_keys[:batch, :, :end], cache_values[:batch, :, :end]
+    # some rows (a batch's finished sequences left out): gathered, up to `end` only
+    return cache_keys[:, :, :end].index_select(0, rows), cache_values[:, :, :end].index_select(0, rows)
 
 
 class LayerWeights(NamedTuple):
@@ -266,21 +287,7 @@ class FastLlama(torch.nn.Module):
         """Write k and v (B, kv_heads, n, d) to the layer's cache at `slots` of each sequence's row, and
         attend q (B, heads, n, d) over the slots up to `end` that `mask` lets each row see."""
         batch, n = q.shape[0], q.shape[2]
-        if rows is None and batch == 1:  # one sequence in row 0: written by position, in place
-            own_keys, own_values = (layer.keys, layer.values) if self.max_batch == 1 else \
-                (layer.keys[:1], layer.values[:1])
-            own_keys.index_copy_(2, slots[0], k)
-            own_values.index_copy_(2, slots[0], v)
-            keys, values = own_keys[:, :, :end], own_values[:, :, :end]
-        else:  # each sequence's tokens to its own row and slots
-            row = (torch.arange(batch, device=q.device) if rows is None else rows).view(batch, 1)
-            layer.keys[row, :, slots] = k.transpose(1, 2)
-            layer.values[row, :, slots] = v.transpose(1, 2)
-            if rows is None:  # the first B rows: a view
-                keys, values = layer.keys[:batch, :, :end], layer.values[:batch, :, :end]
-            else:  # some rows (the batch's finished sequences left out): gathered, up to `end` only
-                keys = layer.keys[:, :, :end].index_select(0, rows)
-                values = layer.values[:, :, :end].index_select(0, rows)
+        keys, values = write_slots(layer.keys, layer.values, k, v, slots, end, rows)
         if batch * n <= self.gemv_rows:
             return looped_attention(q, keys, values, mask[:, 0])
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=self.heads != self.kv_heads)

@@ -5,7 +5,8 @@ a tree pass the accepted path is not a suffix of what was appended, so keep_path
 behind the pending token (trees.kept_positions), then crops. DynamicCache.crop takes a negative count of
 tokens to drop in transformers 5 (the absolute length raises there). The fast path (chapter 10) is a second
 runner with the same methods, StaticRunner (speclab.fast_model, optionally compiled): enable_fast_path
-switches a model to it and runner_for hands every caller the runner its model is set up for.
+builds a model's FastPath and keeps it on the model (fast_path_of reads it), and runner_for hands every
+caller the runner its model is set up for.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import wraps
 from typing import Protocol
 
 import torch
@@ -257,8 +259,12 @@ class FastPath:
         self.pad_to = {w: min((v for v in ms if v == w or (v > w and ms[v] < PAD_GAIN * ms[w])),
                               key=lambda v: (ms[v], v)) for w in ms}
 
+    def __deepcopy__(self, memo: dict) -> None:
+        """A copy of a model is not on its original's fast path (that network reads the original's weights)."""
+        return None
 
-_FAST_PATHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> FastPath
+
+FAST_PATH_ATTRIBUTE = "speclab_fast_path"  # where a model keeps its FastPath (use_fast_path sets it)
 
 
 FAST_MODES = ("static", "compiled")
@@ -269,7 +275,7 @@ COMPILED_MAX_WIDTH = 64  # wider passes (prefills) run the same network uncompil
 # the widths compiled verify passes run at (padded up): every chain up to K = 7, and steps beyond, so a tree
 # or a lookahead window of any size reuses one of a few graphs instead of compiling its own (~30 s each here)
 COMPILED_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)
-COMPILED_GRAPHS = 256  # the compiled graphs dynamo may keep for FastLlama.forward
+COMPILED_GRAPHS = 256  # the graphs dynamo may keep a compiled function (compile_for_fast_path)
 # compiled on a CPU, passes of at most this many rows multiply as generated loops, not MKL calls
 # (FastLlama.linear): where loops timed faster than GEMM on the bundled target's and SmolLM2's shapes
 COMPILED_CPU_GEMV_ROWS = 8
@@ -320,17 +326,28 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
     step, bucket = network.forward, 1
     if mode == "compiled":  # fixed shapes: attention reads whole buckets of the cache, masked
         on_gpu = model_device(model).type == "cuda"
-        # one graph per width, bucket and output kind, for the target and the draft alike (one code object):
-        # more than torch's default of 8, and past the limit an error, never a silent fall back to eager
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, COMPILED_GRAPHS)
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
-        step = torch.compile(network.forward, mode="reduce-overhead" if on_gpu else None, dynamic=False,
-                             options=None if on_gpu else dict(COMPILED_CPU_OPTIONS))
+        step = compile_for_fast_path(network.forward, mode="reduce-overhead" if on_gpu else None,
+                                     options=None if on_gpu else dict(COMPILED_CPU_OPTIONS))
         bucket = max_len if on_gpu else COMPILED_CPU_BUCKET
         network.gemv_rows = 0 if on_gpu else COMPILED_CPU_GEMV_ROWS
     path = FastPath(network, step, mode == "compiled", bucket)
-    _FAST_PATHS[model] = path
+    use_fast_path(model, path)
     return path
+
+
+def compile_for_fast_path(fn: Callable, **options) -> Callable:
+    """torch.compile(fn, dynamic=False, **options), each call run under the fast path's dynamo settings:
+    one graph per width, bucket and output kind, for the target and the draft alike (one code object),
+    so up to COMPILED_GRAPHS of them where torch keeps 8, and past that an error, never a silent fall
+    back to eager. The settings hold during these calls only: the process's dynamo config is left alone."""
+    compiled = torch.compile(fn, dynamic=False, **options)
+
+    @wraps(fn)
+    def call(*args, **kwargs):
+        limit = max(torch._dynamo.config.recompile_limit, COMPILED_GRAPHS)
+        with torch._dynamo.config.patch(recompile_limit=limit, fail_on_recompile_limit_hit=True):
+            return compiled(*args, **kwargs)
+    return call
 
 
 def disable_fast_path(model: torch.nn.Module) -> None:
@@ -339,7 +356,8 @@ def disable_fast_path(model: torch.nn.Module) -> None:
 
 
 def fast_path_of(model: torch.nn.Module) -> FastPath | None:
-    return _FAST_PATHS.get(model)
+    """The fast path `model` runs on, None on the eager path."""
+    return getattr(model, FAST_PATH_ATTRIBUTE, None)
 
 
 def use_fast_path(model: torch.nn.Module, path: FastPath | None) -> None:
@@ -347,17 +365,18 @@ def use_fast_path(model: torch.nn.Module, path: FastPath | None) -> None:
     without rebuilding or recompiling anything: how a drafter whose network is its own (layer skipping's
     view of the target) follows the target's path from one sequence to the next."""
     if path is None:
-        _FAST_PATHS.pop(model, None)
+        model.__dict__.pop(FAST_PATH_ATTRIBUTE, None)
     else:
-        _FAST_PATHS[model] = path
+        setattr(model, FAST_PATH_ATTRIBUTE, path)
 
 
 @contextmanager
 def fast_paths(paths: Mapping[torch.nn.Module, FastPath]) -> Iterator[None]:
     """Inside the block the models of `paths` run on those fast paths (built once by enable_fast_path and
     kept): how the bench runs every method on both paths in one process without rebuilding anything."""
-    before = {model: _FAST_PATHS.get(model) for model in paths}
-    _FAST_PATHS.update(paths)
+    before = {model: fast_path_of(model) for model in paths}
+    for model, path in paths.items():
+        use_fast_path(model, path)
     try:
         yield
     finally:
@@ -367,7 +386,7 @@ def fast_paths(paths: Mapping[torch.nn.Module, FastPath]) -> Iterator[None]:
 
 def runner_for(model: torch.nn.Module, who: str = "model") -> Runner:
     """The runner `model` is set up for: StaticRunner on the fast path, ModelRunner otherwise."""
-    path = _FAST_PATHS.get(model)
+    path = fast_path_of(model)
     return ModelRunner(model, who) if path is None else StaticRunner(model, path, who)
 
 

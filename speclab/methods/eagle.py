@@ -26,7 +26,7 @@ from speclab.adaptive import stops_here
 from speclab.drafting import ChainDrafter, Draft
 from speclab.artifacts import check_fits, fingerprint, load_weights, save_weights
 from speclab.devices import draft_dtype, linear
-from speclab.methods.layer_step import BatchRowCache, FastHeadStep, LayerStep, RowCache
+from speclab.methods.layer_step import FastHeadStep, LayerStep, RowCache
 from speclab.sampling import SamplingParams, check_finite, pick, sample
 from speclab.runner import fast_path_of
 from speclab.methods.engines import Options, by_batch, no, tree_is
@@ -122,13 +122,15 @@ class FeatureHead(nn.Module):
         return self.__dict__["_layer_step"]
 
     def new_cache(self) -> DynamicCache:
-        """A cache that concatenates (training's unrolled passes: autograd keeps every step's keys)."""
+        """A cache that concatenates: training's unrolled passes (autograd keeps every step's keys, where
+        a RowCache would overwrite them in place) and the layers LayerStep does not cover (the model's
+        forward takes transformers' caches)."""
         return DynamicCache(config=self.layer_config)
 
-    def drafting_cache(self) -> RowCache | DynamicCache:
-        """The cache a drafter keeps for the head: written by position (RowCache) where LayerStep runs
-        the layer, transformers' DynamicCache where the model's forward must."""
-        return RowCache() if self.layer_step is not None else self.new_cache()
+    def drafting_cache(self, rows: int = 1) -> RowCache | DynamicCache:
+        """The cache a drafter keeps for the head, a row per sequence: written by position (RowCache) where
+        LayerStep runs the layer; transformers' DynamicCache (one sequence) where the model's forward must."""
+        return RowCache(rows) if self.layer_step is not None else self.new_cache()
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """The first step's feature from what the target hands over (len(feature_layers) * H wide)."""
@@ -495,10 +497,7 @@ class EagleDrafter(ChainDrafter):
         self.sampled = sampled
         self.head, self.tree = head, tree
         self.feature_layers = head.feature_layers
-        if head.version == 1:
-            self.name = "eagle-2" if tree == "dynamic" else "eagle"
-        else:
-            self.name = "eagle-3" if tree == "dynamic" else "eagle-3 chain"
+        self.name = (NAME if head.version == 1 else NAME3) + (" tree" if tree == "dynamic" else " chain")
         self.target = target
         self.embed = target.get_input_embeddings()
         self.lm_head = target.get_output_embeddings()
@@ -517,18 +516,17 @@ class EagleDrafter(ChainDrafter):
 
     @property
     def batched(self) -> bool:
-        """A chain drafts batches (each sequence its row of a BatchRowCache), where LayerStep runs the head's
+        """A chain drafts batches (each sequence its row of a RowCache), where LayerStep runs the head's
         layer; EAGLE-2's dynamic tree drafts one sequence at a time."""
         return self.tree == "chain" and self.head.layer_step is not None and \
             all(getattr(type(self), hook) is getattr(EagleDrafter, hook) for hook in ("start", "propose"))
 
     # Every sequence keeps, by cache row, how many (feature, token) pairs its cache holds from true
-    # features (`pairs`) and the true features handed over since (`pending`). One sequence drafts on the
-    # drafter's own cache (`cache`: compiled beside a compiled target, where the dynamic tree's passes
-    # also run); a batch (chapter 11) on a BatchRowCache, a row a sequence, each step one head pass over
-    # the sequences still drafting, padded to the longest. The chain and its catch-up are one code path.
+    # features (`pairs`) and the true features handed over since (`pending`). The head's cache (`cache`)
+    # holds a row a sequence: one for one sequence (compiled beside a compiled target, where the dynamic
+    # tree's passes also run), a row each for a batch (chapter 11), each step one head pass over the
+    # sequences still drafting, padded to the longest. The chain and its catch-up are one code path.
     def start(self, prompt: torch.Tensor) -> None:
-        self.batch_cache: BatchRowCache | None = None
         self.fast = self._fast_head()
         self.cache = self.head.drafting_cache() if self.fast is None else self.fast.cache
         self.pairs: dict[int, int] = {0: 0}
@@ -538,10 +536,7 @@ class EagleDrafter(ChainDrafter):
     def start_rows(self, rows: list[int], prompts: list[torch.Tensor]) -> None:
         self.start(prompts[0])
         if len(rows) > 1:  # the head runs as it is (LayerStep), uncompiled, on either path of the target
-            path = fast_path_of(self.target)
-            capacity = path.network.max_len if path is not None else max(len(p) for p in prompts) + 4096
-            self.fast = None
-            self.batch_cache = BatchRowCache(max(rows) + 1, capacity)
+            self.fast, self.cache = None, self.head.drafting_cache(max(rows) + 1)
         self.pairs = {row: 0 for row in rows}
         self.pending = {row: [] for row in rows}
 
@@ -579,27 +574,32 @@ class EagleDrafter(ChainDrafter):
         self.compiled_head.reset()
         return self.compiled_head
 
-    def _head_step(self, tokens: torch.Tensor, features: torch.Tensor, **extra) -> torch.Tensor:
-        """The head over one sequence's new rows on the drafter's own cache: (n, H)."""
+    def _head_step(self, rows: list[int], tokens: torch.Tensor, features: torch.Tensor, widths: list[int] | None = None,
+                   positions: torch.Tensor | None = None, visible: torch.Tensor | None = None) -> torch.Tensor:
+        """The head over new tokens (B, n) of cache `rows` and their features (B, n, F), each row after its
+        cached pairs, its first widths[b] tokens real (default all): (B, n, H). positions (n,) and visible
+        (n, cached + n): a tree level's, one sequence's."""
         self.forward_calls += 1
-        if self.fast is not None:
-            return self.fast.step(self.embed(tokens), features, **extra)
-        return self.head(self.embed(tokens), features, self.cache, **extra)
+        embeds = self.embed(tokens)
+        if self.fast is not None:  # compiled beside a compiled target: one sequence
+            return self.fast.step(embeds[0], features[0], positions, visible)[None]
+        if not isinstance(self.cache, RowCache):  # the model's own layer, on a DynamicCache: appended
+            return self.head(embeds, features, self.cache, positions, visible)
+        slots, sees = self.cache.begin(rows, tokens.shape[1], tokens.device)
+        h = self.head(embeds, features, self.cache, slots if positions is None else positions,
+                      sees if visible is None else visible)
+        self.cache.advance(rows, widths or [tokens.shape[1]] * len(rows))
+        return h
 
     def _step(self, rows: list[int], tokens: list[torch.Tensor], features: list[torch.Tensor]) -> torch.Tensor:
-        """The head over each row's new tokens (1-D) and their features, after that row's cached pairs:
-        each row's output at its last token (B, H)."""
-        if self.batch_cache is None:
-            return self._head_step(tokens[0], features[0])[-1:]
+        """The head over each row's new tokens (1-D) and their features, after that row's cached pairs,
+        padded to the widest: each row's output at its last token (B, H)."""
         widths = [len(t) for t in tokens]
         padded = torch.zeros(len(rows), max(widths), dtype=torch.long, device=tokens[0].device)
         feats = features[0].new_zeros(len(rows), max(widths), features[0].shape[-1])
         for b, (t, f) in enumerate(zip(tokens, features)):
             padded[b, :len(t)], feats[b, :len(f)] = t, f
-        positions, visible = self.batch_cache.begin(rows, max(widths), padded.device)
-        self.forward_calls += 1
-        h = self.head(self.embed(padded), feats, self.batch_cache, positions, visible)
-        self.batch_cache.advance(rows, widths)
+        h = self._head_step(rows, padded, feats, widths)
         return h[torch.arange(len(rows)), torch.tensor(widths) - 1]
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
@@ -612,9 +612,9 @@ class EagleDrafter(ChainDrafter):
         prediction of the position after it (B, H)."""
         tokens, features = [], []
         for row, seq in zip(rows, ids):
-            if self.batch_cache is not None:
-                self.batch_cache.rollback(row, self.pairs[row])
-            elif self.cache.get_seq_length() > self.pairs[row]:
+            if isinstance(self.cache, RowCache):
+                self.cache.rollback(row, self.pairs[row])
+            elif self.cache.get_seq_length() > self.pairs[row]:  # a DynamicCache (one sequence)
                 self.cache.crop(self.pairs[row] - self.cache.get_seq_length())
             fused = self.head.fuse(torch.cat(self.pending[row]))
             tokens.append(seq[self.pairs[row] + 1:self.pairs[row] + 1 + len(fused)])
@@ -733,7 +733,7 @@ class EagleDrafter(ChainDrafter):
             # one node whose ancestors are every row drafted so far (top_k = 1): it sees the whole
             # cache at the next position, a plain step
             row_of[frontier[0]] = cached
-            return self._head_step(torch.tensor([tokens[frontier[0]]], device=device), parent_h)
+            return self._head_step([0], torch.tensor([[tokens[frontier[0]]]], device=device), parent_h[None])[0]
         visible = torch.zeros(len(frontier), cached + len(frontier), dtype=torch.bool)
         visible[:, :self.pairs[0]] = True
         for i, node in enumerate(frontier):
@@ -745,7 +745,8 @@ class EagleDrafter(ChainDrafter):
             row_of[node] = cached + i
         positions = torch.tensor([self.pairs[0] + node_depth(parents, n) - 1 for n in frontier], device=device)
         frontier_tokens = torch.tensor([tokens[n] for n in frontier], device=device)
-        return self._head_step(frontier_tokens, parent_h, positions=positions, visible=visible.to(device))
+        return self._head_step([0], frontier_tokens[None], parent_h[None], positions=positions,
+                               visible=visible.to(device))[0]
 
 
 def fastest_tree(measured: dict) -> dict:

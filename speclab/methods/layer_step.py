@@ -6,9 +6,9 @@ for the target's network and the heads'), on stacked weights rebuilt whenever a 
 the layer's biases and Qwen3's q/k norms where it has them; LayerStep.supports says
 whether a layer is one of the kinds it was checked against (SUPPORTED; tests/methods/test_layer_step.py),
 and any other layer keeps the model's forward. RowCache is its KV cache written by position (gpt-fast's
-static cache): rolling back is a change of length, with no copy per step. On the compiled fast path
-(chapter 10) FastHeadStep runs the head under torch.compile on a SlotCache at the target's graph widths;
-the EAGLE drafter switches to it when its target runs compiled.
+static cache), a row per sequence: rolling back is a change of length, with no copy per step. On the
+compiled fast path (chapter 10) FastHeadStep runs the head under torch.compile on a RowCache of fixed
+capacity at the target's graph widths; the EAGLE drafter switches to it when its target runs compiled.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from speclab.devices import linear
-from speclab.fast_model import LayerWeights, decoder_layer, looped_attention
+from speclab.fast_model import LayerWeights, decoder_layer, looped_attention, write_slots
 from speclab.runner import (COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_CPU_OPTIONS, COMPILED_MAX_WIDTH,
-                            graph_width, read_end)
+                            compile_for_fast_path, graph_width, read_end)
 
 # Decoder layers whose forward LayerStep reproduces (same norms, attention and MLP; Qwen2 adds q/k/v
 # biases, Qwen3 per-head q/k norms, both covered).
@@ -30,43 +30,97 @@ FIXED_ROPE = ("default", "linear", "llama3", "yarn")
 
 
 class RowCache:
-    """Keys and values of `layers` decoder layers, for rows appended in order and rolled back by
-    length; the three methods LayerStep and the EAGLE drafter call (`update`, `get_seq_length`,
-    `crop`) mean what DynamicCache's do. Buffers start at `capacity` rows and double when full."""
+    """A drafting layer's KV cache (an EAGLE head's, an MTP module's): per layer one (rows, kv_heads,
+    capacity, head_dim) buffer pair, a row per sequence with its own length (one sequence: one row),
+    written and read by the fast path's rule (speclab.fast_model.write_slots) and rolled back by length.
+    Its buffers double when full, or with `fixed` keep their capacity and are read in whole `bucket`s
+    (the compiled head's static cache: fixed shapes). Training's unrolled passes and layers LayerStep
+    does not cover keep transformers' DynamicCache (FeatureHead.new_cache)."""
 
-    def __init__(self, layers: int = 1, capacity: int = 256):
+    def __init__(self, rows: int = 1, capacity: int = 256, layers: int = 1, fixed: bool = False, bucket: int = 1):
         self.keys: list[torch.Tensor | None] = [None] * layers
         self.values: list[torch.Tensor | None] = [None] * layers
-        self.lengths = [0] * layers
-        self.capacity = capacity
+        self.lengths = [0] * rows
+        self.capacity, self.fixed, self.bucket = capacity, fixed, bucket
+        self.step: tuple[torch.Tensor | None, torch.Tensor, int] | None = None  # (rows, slots, end) being written
+        self.end = 0  # the slots the step reads (its last slot rounded up to a bucket)
+        self.appending = False
+
+    @property
+    def length(self) -> int:
+        """Row 0's length: one sequence's."""
+        return self.lengths[0]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.lengths[layer_idx]
+        """Row 0's length (DynamicCache's method, for one sequence)."""
+        return self.lengths[0]
 
     def crop(self, drop: int) -> None:
-        """Forget the last -drop rows (a negative count, as DynamicCache.crop takes in transformers 5)."""
+        """Forget row 0's last -drop positions (a negative count, as DynamicCache.crop takes in transformers 5)."""
         if drop > 0:
             raise ValueError(f"crop takes a negative count of rows to drop, got {drop}")
-        self.lengths = [max(0, length + drop) for length in self.lengths]
+        self.lengths[0] = max(0, self.lengths[0] + drop)
+
+    def rollback(self, row: int, length: int) -> None:
+        self.lengths[row] = min(self.lengths[row], length)
+
+    def reset(self) -> None:
+        self.lengths = [0] * len(self.lengths)
+        self.step, self.appending = None, False
+
+    def begin(self, rows: list[int], width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Start a step feeding each of `rows` `width` tokens (the widest row's; shorter rows padded) at its
+        next slots. Returns the slots (B, width), which are the tokens' positions, and what each token sees:
+        (B, 1, width, end) bool, causal in each row; None in a cache of one row, where that is the causal
+        mask over the whole row (LayerStep builds it)."""
+        starts = torch.tensor([self.lengths[r] for r in rows], device=device)
+        slots = starts[:, None] + torch.arange(width, device=device)
+        end = int(starts.max()) + width
+        if self.fixed and end > self.capacity:
+            raise ValueError(f"the head's cache holds {self.capacity} positions and this step needs {end}: ask "
+                             "for fewer tokens, or a larger max_len on the target's fast path")
+        self.end = read_end(end, self.bucket, self.capacity) if self.fixed else end
+        if len(self.lengths) == 1:  # one sequence: written in place, read as a view (write_slots)
+            self.step = (None, slots, self.end)
+            return slots, None
+        self.step = (torch.tensor(rows, device=device), slots, self.end)
+        visible = torch.arange(self.end, device=device)[None, None, :] <= slots[:, :, None]
+        return slots, visible[:, None]
+
+    def advance(self, rows: list[int], widths: list[int]) -> None:
+        """End the step: each row's real (unpadded) tokens join its length."""
+        for row, width in zip(rows, widths):
+            self.lengths[row] += width
+        self.step = None
+
+    def allocate(self, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device, size: int) -> None:
+        """Buffers of `size` slots for every layer (zeros: a batch reads other rows' unused slots, masked),
+        keeping what the old ones held."""
+        for layer in range(len(self.keys)):
+            for held in (self.keys, self.values):
+                grown = torch.zeros(len(self.lengths), kv_heads, size, head_dim, dtype=dtype, device=device)
+                if held[layer] is not None:
+                    kept = min(size, held[layer].shape[2])
+                    grown[:, :, :kept] = held[layer][:, :, :kept]
+                held[layer] = grown
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new rows (1, kv_heads, n, head_dim) after the layer's rows and return views of
-        all of them."""
-        start = self.lengths[layer_idx]
-        end = start + keys.shape[-2]
+        """Write a layer's keys and values (B, kv_heads, n, head_dim) at the step's slots and return its
+        rows' keys and values up to the step's end. With no step begun (DynamicCache's contract), the n
+        rows are appended to row 0."""
+        if self.step is None:
+            self.begin([0], keys.shape[-2], keys.device)
+            self.appending = True
         held = self.keys[layer_idx]
-        if held is None or held.shape[-2] < end or held.dtype != keys.dtype or held.device != keys.device:
-            size = max(self.capacity, 2 * end)
-            grown_k, grown_v = keys.new_empty(*keys.shape[:-2], size, keys.shape[-1]), values.new_empty(
-                *values.shape[:-2], size, values.shape[-1])
-            if held is not None and start:
-                grown_k[..., :start, :] = held[..., :start, :]
-                grown_v[..., :start, :] = self.values[layer_idx][..., :start, :]
-            self.keys[layer_idx], self.values[layer_idx] = grown_k, grown_v
-        self.keys[layer_idx][..., start:end, :] = keys
-        self.values[layer_idx][..., start:end, :] = values
-        self.lengths[layer_idx] = end
-        return self.keys[layer_idx][..., :end, :], self.values[layer_idx][..., :end, :]
+        if held is None or held.shape[2] < self.end or held.dtype != keys.dtype or held.device != keys.device:
+            size = self.capacity if self.fixed else max(self.capacity, 2 * self.end)
+            self.allocate(keys.shape[1], keys.shape[-1], keys.dtype, keys.device, size)
+        rows, slots, end = self.step
+        out = write_slots(self.keys[layer_idx], self.values[layer_idx], keys, values, slots, end, rows)
+        if self.appending and layer_idx == len(self.keys) - 1:
+            self.appending = False
+            self.advance([0], [keys.shape[-2]])
+        return out
 
 
 class LayerStep:
@@ -191,88 +245,13 @@ class LayerStep:
         return x[0] if single else x
 
 
-class BatchRowCache:
-    """The head's cache for a batch of sequences (chapter 11): per layer one preallocated (rows, kv_heads,
-    capacity, head_dim) buffer pair, a row per sequence with its own length. `begin(rows, width)` names
-    the rows the next step feeds, each `width` tokens (padded to the widest), and returns their positions
-    and what each token sees; `update` (what LayerStep calls) writes them by position and returns those
-    rows' keys and values up to the furthest slot in use; `advance` counts each row's real tokens in."""
-
-    def __init__(self, rows: int, capacity: int, layers: int = 1):
-        self.keys: list[torch.Tensor | None] = [None] * layers
-        self.values: list[torch.Tensor | None] = [None] * layers
-        self.lengths = [0] * rows
-        self.capacity = capacity
-        self.step: tuple[torch.Tensor, torch.Tensor, int] | None = None
-
-    def begin(self, rows: list[int], width: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(positions (B, width): each row's next slots, visible (B, 1, width, end) bool: causal in each row)."""
-        starts = torch.tensor([self.lengths[r] for r in rows], device=device)
-        slots = starts[:, None] + torch.arange(width, device=device)
-        end = int(starts.max()) + width
-        if end > self.capacity:
-            raise ValueError(f"the head's batch cache holds {self.capacity} positions and this step needs {end}: "
-                             "ask for fewer tokens, or a larger max_len on the target's fast path")
-        self.step = (torch.tensor(rows, device=device), slots, end)
-        visible = torch.arange(end, device=device)[None, None, :] <= slots[:, :, None]
-        return slots, visible[:, None]
-
-    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rows, slots, end = self.step
-        if self.keys[layer_idx] is None:
-            shape = (len(self.lengths), keys.shape[1], self.capacity, keys.shape[-1])
-            self.keys[layer_idx] = keys.new_zeros(shape)
-            self.values[layer_idx] = values.new_zeros(shape)
-        self.keys[layer_idx][rows[:, None], :, slots] = keys.transpose(1, 2)
-        self.values[layer_idx][rows[:, None], :, slots] = values.transpose(1, 2)
-        return (self.keys[layer_idx][:, :, :end].index_select(0, rows),
-                self.values[layer_idx][:, :, :end].index_select(0, rows))
-
-    def advance(self, rows: list[int], widths: list[int]) -> None:
-        for row, width in zip(rows, widths):
-            self.lengths[row] += width
-
-    def rollback(self, row: int, length: int) -> None:
-        self.lengths[row] = min(self.lengths[row], length)
-
-
-class SlotCache:
-    """The head's cache on the compiled fast path (FastHeadStep): one preallocated (1, kv_heads, max_len,
-    head_dim) buffer pair per layer, a step's rows written at the `slots` it names (index_copy_, in
-    place under torch.compile) and read up to `end` (a whole bucket, masked: fixed shapes), rolled back
-    by length. The same three methods as RowCache, so the drafter cannot tell them apart."""
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, max_len: int, dtype: torch.dtype,
-                 device: torch.device):
-        shape = (1, kv_heads, max_len, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.max_len, self.length, self.end = max_len, 0, max_len
-        self.slots = torch.zeros(0, dtype=torch.long, device=device)
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.length
-
-    def crop(self, drop: int) -> None:
-        """Forget the last -drop rows (a negative count, as RowCache.crop)."""
-        if drop > 0:
-            raise ValueError(f"crop takes a negative count of rows to drop, got {drop}")
-        self.length = max(0, self.length + drop)
-
-    def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        self.keys[layer_idx].index_copy_(2, self.slots, keys)
-        self.values[layer_idx].index_copy_(2, self.slots, values)
-        return self.keys[layer_idx][:, :, :self.end], self.values[layer_idx][:, :, :self.end]
-
-
 class FastHeadStep:
     """A drafting head (EAGLE-1, EAGLE-3, MTP) on the compiled fast path: its forward and its logits
-    under torch.compile, on a SlotCache. Each step's rows are padded to one of the widths the target's
-    passes use (speclab.runner.COMPILED_WIDTHS) and its cache read to a whole bucket, so a few graphs
-    serve every chain step, catch-up and tree level. The padding rows see only themselves and are
-    written past the length, where nothing reads them. `step(embeds, features, positions, visible)`
-    means what head(embeds, features, cache, positions, visible) does, on `cache`. On a CPU, steps of a
-    few rows attend as generated loops, as the target's do (speclab.fast_model.looped_attention)."""
+    under torch.compile, on a RowCache of fixed capacity. Each step's rows are padded to one of the
+    widths the target's passes use (speclab.runner.COMPILED_WIDTHS) and its cache read to a whole bucket,
+    so a few graphs serve every chain step, catch-up and tree level; the padding rows see only themselves
+    and are written past the length. On a CPU, steps of a few rows attend as generated loops, as the
+    target's do (speclab.fast_model.looped_attention)."""
 
     def __init__(self, head: nn.Module, max_len: int):
         step = head.layer_step
@@ -285,27 +264,24 @@ class FastHeadStep:
         step.freeze(max_len, like)  # frozen only during this class's steps: the eager paths see the head as it is
         self.looped_rows = COMPILED_CPU_GEMV_ROWS if on_cpu else 0
         self.layer_step, self.head, self.max_len = step, head, max_len
-        self.bucket = COMPILED_CPU_BUCKET if on_cpu else max_len
-        self.cache = SlotCache(1, step.kv_heads, step.head_dim, max_len, like.dtype, like.device)
+        self.cache = RowCache(capacity=max_len, fixed=True, bucket=COMPILED_CPU_BUCKET if on_cpu else max_len)
+        self.cache.allocate(step.kv_heads, step.head_dim, like.dtype, like.device, max_len)  # never in a graph
         # on a CPU the target's inductor options (speclab.runner.COMPILED_CPU_OPTIONS)
         options = dict(COMPILED_CPU_OPTIONS) if on_cpu else None
-        self.forward = torch.compile(head.forward, dynamic=False, options=options)
-        self.vocab_logits = torch.compile(head.vocab_logits, dynamic=False, options=options)
+        self.forward = compile_for_fast_path(head.forward, options=options)
+        self.vocab_logits = compile_for_fast_path(head.vocab_logits, options=options)
 
     def reset(self) -> None:
-        self.cache.length = 0
+        self.cache.reset()
 
     def step(self, embeds: torch.Tensor, features: torch.Tensor, positions: torch.Tensor | None = None,
              visible: torch.Tensor | None = None) -> torch.Tensor:
+        """What head(embeds, features, cache, positions, visible) does for one sequence's new rows (n, H), on
+        the compiled head's own cache."""
         n, cached = embeds.shape[0], self.cache.length
         width = graph_width(n)
-        end = cached + width
-        if end > self.max_len:
-            raise ValueError(f"the {self.head.name} head's static cache holds {self.max_len} positions and this step "
-                             f"needs {end}: enable the target's fast path with a larger max_len, or ask for fewer "
-                             "tokens")
-        read = read_end(end, self.bucket, self.max_len)
-        device = embeds.device
+        self.cache.begin([0], width, embeds.device)
+        read, device = self.cache.end, embeds.device
         sees = torch.zeros(width, read, dtype=torch.bool, device=device)
         if visible is None:  # causal: every cached row, and the new rows up to itself
             sees[:n, :cached] = True
@@ -319,7 +295,6 @@ class FastHeadStep:
             embeds = torch.cat([embeds, embeds.new_zeros(width - n, embeds.shape[1])])
             features = torch.cat([features, features.new_zeros(width - n, features.shape[1])])
             positions = torch.cat([positions, positions[-1:].expand(width - n)])
-        self.cache.slots, self.cache.end = torch.arange(cached, end, device=device), read
         forward = self.forward if n <= COMPILED_MAX_WIDTH else self.head.forward  # the prompt's catch-up: eager
         self.layer_step.frozen, self.layer_step.looped_rows = True, self.looped_rows
         try:
@@ -327,5 +302,5 @@ class FastHeadStep:
                 h = forward(embeds, features, self.cache, positions, sees)
         finally:
             self.layer_step.frozen, self.layer_step.looped_rows = False, 0
-        self.cache.length = cached + n
+        self.cache.advance([0], [n])
         return h[:n]
