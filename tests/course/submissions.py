@@ -173,11 +173,13 @@ def borrowing(lab: str, name: str, nb=None):
     return before_score(stub(lab) if nb is None else nb, f"from speclab.course.labs.{lab} import expected as {name}")
 
 
-def looping(lab: str, names: list[str]):
-    """The solved lab with an endless loop in each function of `names`."""
+def looping(lab: str, names: list[str], waiting: bool = False):
+    """The solved lab with an endless loop in each function of `names`: a CPU-bound `while True: pass`, or with
+    `waiting` one that never returns and sleeps (as an answer stuck waiting would), burning no CPU while each
+    limit runs out."""
     nb = solved(lab)
     for name in names:
-        replaced(nb, name, "while True:\n    pass")
+        replaced(nb, name, "import time\nwhile True:\n    time.sleep(0.01)" if waiting else "while True:\n    pass")
     return nb
 
 
@@ -223,8 +225,12 @@ def attacks() -> dict[str, tuple]:
             # worker fewer): an answer that writes its inputs everywhere, and an ungraded cell that never ends
             "lab09_leak_demo_loop.ipynb": (demo_loop("lab09", leaky("lab09", "next_k")),
                                            "solved; next_k writes its inputs everywhere; an ungraded cell loops forever"),
-            "lab09_loop_two.ipynb": (looping("lab09", ["draft_with_stop", "best_plan"]),
-                                     "solved; q2 and q4 loop (and so do the demo cells that call them)")}
+            # loops that sleep: the grader stops them as it stops a spinning one (the same case limit, the same
+            # interrupt), without burning the suite's CPU for a minute of limits; spinning answers and cells are stopped
+            # by the judge (test_judge.py), in a check (test_a_case_that_runs_too_long_is_stopped), in a demo cell
+            # (lab09_leak_demo_loop's) and by the notebook's timeout (test_a_submission_that_never_ends...)
+            "lab09_loop_two.ipynb": (looping("lab09", ["draft_with_stop", "best_plan"], waiting=True),
+                                     "solved; q2 and q4 never return (and so do the demo cells that call them)")}
 
 
 if __name__ == "__main__":

@@ -346,14 +346,15 @@ def test_a_submission_that_never_ends_is_stopped_and_scores_0(tmp_path):
 def test_every_limit_is_stretched_by_the_hosts_load(tmp_path, monkeypatch):
     """Issue 63: solved lab 12 once scored 13.5% on a busy 2-core host, its answers out of time. The grader measures
     the host's load before each submission and stretches the notebook's, each cell's and each case's limit by it:
-    here a load of 2 (as measured) turns a 3 s notebook limit into 6 s, and the CSV says so."""
+    here a load of 2 (as measured) turns a 3 s notebook limit into 6 s, and the CSV says so. The notebook waits
+    forever without spinning (a spinning one is stopped the same way in the test above): 6 s of CPU fewer."""
     factor = grading.load_factor(0.05)
     assert 1.0 <= factor <= grading.MAX_LOAD_FACTOR
     monkeypatch.setattr(grading, "load_factor", lambda: 2.0)
     subs = tmp_path / "submissions"
     subs.mkdir()
     nb = new_notebook(cells=[new_code_cell('from speclab.checks import Lab\nlab = Lab("lab04")'),
-                             new_code_cell("while True:\n    pass")])
+                             new_code_cell("import time\nwhile True:\n    time.sleep(0.01)")])
     nbformat.write(nb, subs / "loop.ipynb")
     grade_folder(subs, tmp_path / "scores.csv", timeout=3, cell_timeout=100)
     row = next(csv.DictReader((tmp_path / "scores.csv").open()))
@@ -478,6 +479,9 @@ def test_score_does_not_wait_again_for_a_function_that_ran_out_of_time(capsys):
 
 # ---------------------------------------------------------------- one submission against the others (issue 63)
 AFTER = "c_stub_reader_borrowed.ipynb"  # graded after the logger and the hook
+# The lab and answer they go after: lab 10, whose kernel, judge and answer worker import torch alone (lab 9's processes
+# import the bundled models' code, ~4 s of CPU each, three a submission); the attacks name no lab of their own.
+FENCED = ("lab10", "write_kv")
 
 
 @pytest.fixture(scope="module")
@@ -495,16 +499,17 @@ def fenced(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fenced")
     subs = tmp / "submissions"
     subs.mkdir()
-    notebooks = {"a_logger.ipynb": submissions.tmp_logger("lab09", "next_k"),
-                 "b_hook.ipynb": submissions.site_hook("lab09"),
+    lab, name = FENCED
+    notebooks = {"a_logger.ipynb": submissions.tmp_logger(lab, name),
+                 "b_hook.ipynb": submissions.site_hook(lab),
                  # the stubs, a reader of the scratch folders, and the checks' recorded values as an answer
-                 AFTER: submissions.borrowing("lab09", "next_k", submissions.tmp_reader("lab09"))}
+                 AFTER: submissions.borrowing(lab, name, submissions.tmp_reader(lab))}
     for name, nb in notebooks.items():
         nbformat.write(nb, subs / name)
     previous = os.environ.get("SPECLAB_GRADING_DIR")
     os.environ["SPECLAB_GRADING_DIR"] = str(tmp / "grading")
     try:
-        cell_s, case_s = ATTACK_LIMITS["lab09"]
+        cell_s, case_s = ATTACK_LIMITS["lab09"]  # lab 10's honest cells and cases take well under lab 9's limits
         grade_folder(subs, tmp / "scores.csv", jobs=1, executed_dir=tmp / "executed", cell_timeout=cell_s,
                      case_limit=case_s, scale_to_load=False)
     finally:
@@ -545,10 +550,12 @@ def test_a_submission_reads_nothing_another_left_in_the_scratch_folders(fenced):
 
 
 def test_a_borrowed_answer_is_flagged_in_the_csv_and_the_feedback(fenced):
-    """The issue's learner took `reference_next_k` from the public checks; they hold no reference now, only the
-    values recorded on their own cases, which are no answer (q1 scores nothing) and are flagged all the same."""
+    """The issue's learner took `reference_next_k` from lab 9's public checks; they hold no reference now, only the
+    values recorded on their own cases (here lab 10's), which are no answer (q1 scores nothing) and are flagged
+    all the same."""
     rows, tmp = fenced
-    flag = "q1: `next_k` is imported from speclab.course.labs.lab09.expected"
+    lab, name = FENCED
+    flag = f"q1: `{name}` is imported from speclab.course.labs.{lab}.expected"
     assert flag in rows[AFTER]["flags"] and rows[AFTER]["q1"] == "0.00"
     assert flag in (tmp / "executed" / AFTER).read_text()
     assert not any(r["flags"] for name, r in rows.items() if name != AFTER)
