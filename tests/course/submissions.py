@@ -220,18 +220,20 @@ def folder(dest: Path) -> dict[str, str]:
 
 
 def attacks() -> dict[str, tuple]:
-    return {"lab09_cheat.ipynb": (cheat("lab09"), "stubs + the monkeypatch cheat"),
+    # On lab 10: its kernel, judge and answer worker import torch alone (a graded solved lab 10, ~10 CPU-s; lab 9's
+    # import the bundled models' code and run them, ~26), and its q6 hands the answer a function of the judge's
+    # (target_ms), as lab 9's checks do. The judge alone meets the lab 9 cheat and spinning answers in test_judge.py.
+    return {"lab10_cheat.ipynb": (cheat("lab10"), "stubs + the monkeypatch cheat"),
             # two attacks on a solved lab that score 100 all the same, in one submission (one kernel, judge and answer
             # worker fewer): an answer that writes its inputs everywhere, and an ungraded cell that never ends
-            "lab09_leak_demo_loop.ipynb": (demo_loop("lab09", leaky("lab09", "next_k")),
-                                           "solved; next_k writes its inputs everywhere; an ungraded cell loops forever"),
+            "lab10_leak_demo_loop.ipynb": (demo_loop("lab10", leaky("lab10", "rollback")),
+                                           "solved; rollback writes its inputs everywhere; a demo cell never ends"),
             # loops that sleep: the grader stops them as it stops a spinning one (the same case limit, the same
             # interrupt), without burning the suite's CPU for a minute of limits; spinning answers and cells are stopped
             # by the judge (test_judge.py), in a check (test_a_case_that_runs_too_long_is_stopped), in a demo cell
-            # (lab09_leak_demo_loop's) and by the notebook's timeout (test_a_submission_that_never_ends...)
-            "lab09_loop_two.ipynb": (looping("lab09", ["draft_with_stop", "best_plan"], waiting=True),
-                                     "solved; q2 and q4 never return (and so do the demo cells that call them)")}
-
+            # (lab10_leak_demo_loop's) and by the notebook's timeout (test_a_submission_that_never_ends...)
+            "lab10_loop_two.ipynb": (looping("lab10", ["pass_ms", "max_paying_k"], waiting=True),
+                                     "solved; q5 and q6 never return (and so does the demo cell that calls them)")}
 
 if __name__ == "__main__":
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "submissions")

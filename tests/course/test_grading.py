@@ -374,11 +374,12 @@ def test_the_command_line(tmp_path, capsys):
 
 # ---------------------------------------------------------------- the attacks of issue 34, through the whole grader
 # The attacks' limits, per lab: (cell, case). A cell's are shorter than the grader's default (30 s), so the loops
-# the attacks bring burn less of the suite's time, and still well above the slowest honest cell of lab 9 (2.1 s
-# alone, here). Its case limit sits below its cell limit, so a looping public check ends at the case limit and the
-# learner's score() does not wait on it again. Every attack is on lab 9: one folder, graded two at a time.
-ATTACK_LIMITS = {"lab09": (12, 8)}
-LEAK_LOOP = "lab09_leak_demo_loop.ipynb"  # the leaking answer and the endless ungraded cell, in one submission
+# the attacks bring burn less of the suite's time, and still well above any honest cell of lab 10 (its whole learner
+# version runs in under 5 s under nbval). Its case limit sits below its cell limit, so a looping public check ends at
+# the case limit and the learner's score() does not wait on it again. Every attack is on lab 10 (submissions.attacks
+# says why): one folder, graded two at a time.
+ATTACK_LIMITS = {"lab10": (12, 8)}
+LEAK_LOOP = "lab10_leak_demo_loop.ipynb"  # the leaking answer and the endless ungraded cell, in one submission
 
 
 @pytest.fixture(scope="module")
@@ -406,21 +407,21 @@ def feedback_of(executed: Path, name: str) -> str:
 
 def test_the_monkeypatch_cheat_scores_0(attacked):
     rows, executed = attacked
-    assert rows["lab09_cheat.ipynb"]["percent"] == "0", rows["lab09_cheat.ipynb"]
-    assert "Total: 0.00 of 9 points" in feedback_of(executed, "lab09_cheat.ipynb")
+    assert rows["lab10_cheat.ipynb"]["percent"] == "0", rows["lab10_cheat.ipynb"]
+    assert "Total: 0.00 of 9 points" in feedback_of(executed, "lab10_cheat.ipynb")
 
 
 def test_nothing_the_learners_code_writes_during_hidden_checks_reaches_the_feedback(attacked, capsys):
-    """next_k writes every argument it gets to fd 1 and 2, sys.__stdout__, stderr, print, display and files.
+    """rollback writes every argument it gets to fd 1 and 2, sys.__stdout__, stderr, print, display and files.
     Every such line in the returned notebook must come from a public check the learner ran themselves."""
     rows, executed = attacked
     assert rows[LEAK_LOOP]["percent"] == "100", rows[LEAK_LOOP]
-    public_calls, solution = set(), solved_answers("lab09", keep=True)["next_k"]
+    public_calls, solution = set(), solved_answers("lab10", keep=True)["rollback"]
 
-    def next_k(*args, **kwargs):
+    def rollback(*args, **kwargs):
         public_calls.add(submissions.LEAK + repr((args, kwargs)))
         return solution(*args, **kwargs)
-    Lab("lab09").check("q1", {"next_k": next_k})  # the public checks, as the learner ran them
+    Lab("lab10").check("q3", {"rollback": rollback})  # the public checks, as the learner ran them
     text = "\n".join(strings(json.loads((executed / LEAK_LOOP).read_text())))
     leaked = set(re.findall(re.escape(submissions.LEAK) + r"\(\([^()]*\), \{[^{}]*\}\)", text))  # one call's arguments
     assert leaked and leaked <= {c for c in public_calls}, sorted(leaked - public_calls)[:5]
@@ -428,21 +429,21 @@ def test_nothing_the_learners_code_writes_during_hidden_checks_reaches_the_feedb
 
 def test_two_looping_answers_cost_their_questions_only_within_the_notebook_timeout(attacked):
     rows, executed = attacked
-    row = rows["lab09_loop_two.ipynb"]
-    assert (row["q1"], row["q2"], row["q3"], row["q4"]) == ("2.00", "0.00", "2.00", "0.00"), row
-    assert row["status"] == "ok (out of time: q2, q4)" and float(row["seconds"]) < 300, row
-    feedback = feedback_of(executed, "lab09_loop_two.ipynb")
-    for head in ("✗ q2 · draft_with_stop", "✗ q4 · best_plan"):
+    row = rows["lab10_loop_two.ipynb"]
+    assert [row[f"q{i}"] for i in range(1, 7)] == ["2.00", "1.00", "1.00", "2.00", "0.00", "0.00"], row
+    assert row["status"] == "ok (out of time: q5, q6)" and float(row["seconds"]) < 300, row
+    feedback = feedback_of(executed, "lab10_loop_two.ipynb")
+    for head in ("✗ q5 · pass_ms", "✗ q6 · max_paying_k"):
         answer = feedback.split(head)[1].split("\n✓")[0].split("\n✗")[0]
-        assert f"took longer than {ATTACK_LIMITS['lab09'][1]:g} s" in answer, feedback
-    assert "was interrupted" in feedback  # the demo cells that call them
+        assert f"took longer than {ATTACK_LIMITS['lab10'][1]:g} s" in answer, feedback
+    assert "was interrupted" in feedback  # the demo cell that calls them
     # the notebook's own checks ran under the grader's case limit too: each ended there, and score() did not
     # wait for the looping functions again
-    nb = nbformat.read(executed / "lab09_loop_two.ipynb", as_version=4)
+    nb = nbformat.read(executed / "lab10_loop_two.ipynb", as_version=4)
     said = {c.source: "".join(o.get("text", "") for o in c.outputs) for c in nb.cells if c.cell_type == "code"}
-    for qid in ("q2", "q4"):
-        assert f"took longer than {ATTACK_LIMITS['lab09'][1]:g} s" in said[f'check("{qid}")'], said[f'check("{qid}")']
-    assert "Total: 4.00 of 9 points" in said["score()"], said["score()"]
+    for qid in ("q5", "q6"):
+        assert f"took longer than {ATTACK_LIMITS['lab10'][1]:g} s" in said[f'check("{qid}")'], said[f'check("{qid}")']
+    assert "Total: 6.00 of 9 points" in said["score()"], said["score()"]
 
 
 def test_an_endless_ungraded_cell_is_interrupted_and_costs_nothing(attacked):
@@ -451,7 +452,7 @@ def test_an_endless_ungraded_cell_is_interrupted_and_costs_nothing(attacked):
     assert row["percent"] == "100" and row["status"] == "ok", row
     nb = nbformat.read(executed / LEAK_LOOP, as_version=4)
     assert nb.cells[-3].source.startswith("while True:") and "CellTimeout" in str(nb.cells[-3].outputs)
-    assert f"ran longer than {ATTACK_LIMITS['lab09'][0]} s and was interrupted" in feedback_of(executed, LEAK_LOOP)
+    assert f"ran longer than {ATTACK_LIMITS['lab10'][0]} s and was interrupted" in feedback_of(executed, LEAK_LOOP)
     score_cell = nb.cells[-2]  # the learner's score() ran after the interrupted cell
     assert score_cell.source == "score()" and "Total:" in "".join(o.get("text", "") for o in score_cell.outputs)
 
@@ -509,7 +510,7 @@ def fenced(tmp_path_factory):
     previous = os.environ.get("SPECLAB_GRADING_DIR")
     os.environ["SPECLAB_GRADING_DIR"] = str(tmp / "grading")
     try:
-        cell_s, case_s = ATTACK_LIMITS["lab09"]  # lab 10's honest cells and cases take well under lab 9's limits
+        cell_s, case_s = ATTACK_LIMITS["lab10"]
         grade_folder(subs, tmp / "scores.csv", jobs=1, executed_dir=tmp / "executed", cell_timeout=cell_s,
                      case_limit=case_s, scale_to_load=False)
     finally:
