@@ -11,7 +11,7 @@ from speclab.course.chapters import ch09, ch09_compare  # noqa: E402
 
 def test_category_figure_draws_every_method_in_every_category():
     speeds = ch09.by_category(ch09.bench_rows("smollm2_lookup_first.json"))
-    labels = {"speclab eagle3": "EAGLE-3", "speclab lookup-then-eagle3": "lookup, then EAGLE-3"}
+    labels = {"speclab eagle3": "EAGLE-3", "speclab lookup_first eagle3": "lookup, then EAGLE-3"}
     fig = ch09_compare.category_figure(speeds, labels)
     assert isinstance(fig, Figure) and fig.get_figwidth() == ch09_compare.WIDTH
     ax = fig.axes[0]

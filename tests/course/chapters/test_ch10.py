@@ -10,9 +10,9 @@ from speclab.course.notebook import read_record  # noqa: E402
 def test_path_table_pairs_every_method_with_its_fast_row():
     bench = read_record("10_bench_compiled")
     ratios, rows, header = ch10.path_table(bench)
-    assert "speculative" in ratios and "target-only" not in ratios
+    assert "draft_model" in ratios and "target-only" not in ratios
     assert len(rows) == len(ratios) and all(len(r) == len(header) for r in rows)
-    e, f = ratios["speculative"]
+    e, f = ratios["draft_model"]
     assert 0 < e and 0 < f
 
 
