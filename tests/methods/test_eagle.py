@@ -548,7 +548,7 @@ def test_eagle3_heads_are_refused_for_other_targets_and_as_eagle1(tmp_path):
     target = tiny_model("llama", layers=4, seed=0)
     EagleHead.for_target(target, version=3).save(tmp_path / "eagle3")
     EagleHead.for_target(target).save(tmp_path / "eagle1")
-    assert load_drafter("eagle3", target, head=tmp_path / "eagle3").name == "eagle-3"
+    assert load_drafter("eagle3", target, head=tmp_path / "eagle3").name == "eagle3 tree"
     with pytest.raises(ValueError, match="EAGLE-3 head, not an EAGLE-1") as error:
         load_drafter("eagle", target, head=tmp_path / "eagle3")
     assert "load_drafter('eagle3'" in str(error.value)

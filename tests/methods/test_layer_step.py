@@ -190,9 +190,9 @@ def test_the_drafter_keeps_a_row_cache_where_the_step_runs_and_a_dynamic_cache_o
 
 @pytest.mark.parametrize("version", [3])  # EAGLE-1's head (version 1) passes too; left out of CI's budget
 def test_heads_on_the_compiled_fast_path_draft_what_they_draft_eagerly(version):
-    """FastHeadStep: the head compiled beside the compiled target, on a SlotCache, its steps padded to a few
-    widths, gives every round the drafts the eager head gives (EAGLE-2's trees: masks, catch-ups, rollbacks;
-    EAGLE-3 with a draft vocabulary), and the target-only tokens."""
+    """FastHeadStep: the head compiled beside the compiled target, on a RowCache of fixed capacity, its
+    steps padded to a few widths, gives every round the drafts the eager head gives (EAGLE-2's trees:
+    masks, catch-ups, rollbacks; EAGLE-3 with a draft vocabulary), and the target-only tokens."""
     from speclab import generate, speculative_generate
     from speclab.methods.eagle import EagleDrafter
     from speclab.runner import disable_fast_path, enable_fast_path
