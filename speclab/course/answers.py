@@ -1,31 +1,16 @@
 """Learner answers in a process of their own, called from a process that judges them and runs no learner code.
 
-The grader runs every check (public and hidden) in a *judge* process that never executes a line of a
-submission. A case still calls the learner's function as before, `f(args)`, but `f` is a `RemoteAnswer`:
-the call goes to an *answer worker*, a separate Python process that ran the definitions taken from the
-learner's notebook (imports, functions, classes, call-free assignments: `definitions`), and what the
-learner's function returned comes back. Whatever the learner's code patches (the checks, speclab, torch)
-it patches in the worker; the judge's checks, helpers and references are never reachable from it.
+The grader's judge process runs every check (public and hidden) and never executes a line of a submission. A
+case still calls the learner's function, `f(args)`, but `f` is a `RemoteAnswer`: the call goes to an *answer
+worker*, a separate process that ran only the notebook's definitions (`definitions`: imports, functions,
+classes, call-free assignments), and the result comes back. Whatever the learner's code patches (the checks,
+speclab, torch), it patches in the worker; the judge's checks, helpers and references never reach it.
 
-The two directions are not alike, because only one side is trusted:
-
-- judge -> worker: pickle (the worker may unpickle what the judge wrote). What a case passes and keeps
-  watching is not copied: functions (lab 9's `next_logits`) and the case's own objects (lab 2's counting
-  `ModelRunner`, the forward hook that counts lab 2's target passes) stay in the judge, and the worker gets
-  a handle whose calls come back to the judge. Generators are copied and their final state comes back; so
-  does the final content of a list or dict argument (lab 6 changes its `pool` in place). A tensor such an
-  argument holds that is still the same object on the same memory after the call (written in place: lab 10's
-  static cache) is written back into the judge's own tensor, so a case sees the object it passed; one the
-  learner's code put in its place, or moved to new memory (`set_`, `.data =`), arrives as a new tensor, as
-  it would in the notebook.
-- worker -> judge: plain data only, in a pickle that the judge reads with an unpickler refusing every
-  global, so nothing a worker sends can make the judge run code. Tensors travel as (dtype, shape, bytes);
-  a 0-dim result that carries a gradient comes with its gradient in each argument, rebuilt in the judge
-  as a tensor with the same value and the same gradient; any other object arrives as a description.
-
-The worker's standard streams go nowhere: what a learner's function prints (through `print`) travels back
-with its result for the public checks' "Your code printed"; what it writes otherwise (`os.write(1, ...)`,
-files) never reaches the judge's output.
+Only the judge is trusted, so the two directions differ: the judge pickles to the worker, keeping what a case
+watches on its side (`_JudgePickler`); the worker sends plain data only, read with an unpickler that refuses
+every global (`to_wire`, `plain_loads`). The worker's standard streams go nowhere: what a learner's function
+prints comes back with its result (the public checks' "Your code printed"). labs/instructors.md says what
+this defends against and what it does not.
 """
 from __future__ import annotations
 
@@ -167,7 +152,10 @@ def plain_loads(data: bytes) -> Any:
 
 
 def to_wire(x: Any, depth: int = 0) -> Any:
-    """A value as plain data: scalars as they are, containers tagged (every tuple on the wire is a tag)."""
+    """A value as plain data: scalars as they are, containers tagged (every tuple on the wire is a tag).
+    worker -> judge: tensors travel as (dtype, shape, bytes); a 0-dim result that carries a gradient comes with
+    its gradient in each argument, rebuilt in the judge with the same value and gradient; any other object
+    arrives as a description."""
     if depth > 60:
         return ("o", "a structure nested too deep", "")
     if x is None or type(x) in (bool, int, float, str, bytes):
@@ -312,6 +300,15 @@ def _is_case_function(obj: Any) -> bool:
 
 
 class _JudgePickler(pickle.Pickler):
+    """judge -> worker (the worker may unpickle what the judge wrote). What a case passes and keeps watching is
+    not copied: functions (lab 9's `next_logits`) and the case's own objects (lab 2's counting `ModelRunner`, its
+    forward hook) stay in the judge, and the worker gets a handle whose calls come back to the judge. Generators
+    are copied and their final state comes back; so does the final content of a list or dict argument (lab 6
+    changes its `pool` in place). A tensor such an argument holds that is still the same object on the same
+    memory after the call (written in place: lab 10's static cache) is written back into the judge's own
+    tensor; one the learner's code replaced or moved (`set_`, `.data =`) arrives as a new tensor, as it would
+    in the notebook."""
+
     def __init__(self, file, process: AnswerProcess):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.process = process

@@ -1,21 +1,15 @@
 """Lab checks: what a learner calls in a lab, and what the check cases of a lab are written with.
 
-For learners: `lab = Lab("lab01")`, then `check("q1")` (or `check(my_function)`) after each question. It
-runs that question's checks against the names the notebook defined, prints a pass or the first failing
-case in words with a hint, never raises, and returns a `CheckResult`. `score()` prints the whole lab.
-In a learner notebook the checks are the public ones, read from `speclab/course/labs/labNN.py`; the grade also
-counts hidden checks of the same ideas, which are not shipped.
+For learners: `lab = Lab("lab01")`, then `check("q1")` (or `check(my_function)`) after each question: it runs
+that question's public checks (`speclab/course/labs/labNN.py`) and prints a pass or the first failing case in
+words with a hint, never raising; `score()` prints the whole lab. The grade also counts hidden checks.
 
-For lab authors: a test cell (or a public-check file) declares questions with `lab.question` and registers
-cases with `@lab.case`. A case receives the learner's answer and calls `expect(condition, message)` or one
-of the helpers (`expect_equal`, `expect_close`, `expect_allclose`, `expect_distribution`), with a message
-that says what happened in the learner's terms (`show`, `unfinished`). Each case runs with its own seed,
-with what the learner's code prints captured, and under a time limit. What a case compares with comes from
-`lab.expected(name, ...)` (`Expected`): the references stay in the source's hidden cells, and the public
-checks get the values they gave on the public cases, so no public check hands out a ready-made answer.
-
-The instructor's tools live elsewhere: `speclab.course.labbuild` writes the learner versions and public-check
-files from the sources, and `speclab.course.grading` grades a folder of submissions.
+For lab authors: a test cell declares questions with `lab.question` and registers cases with `@lab.case`; a
+case calls `expect(condition, message)` or a helper (`expect_equal`, `expect_close`, `expect_allclose`,
+`expect_distribution`) with a message in the learner's terms (`show`, `unfinished`). Each case runs with its
+own seed, its prints captured, under a time limit. What it compares with comes from `lab.expected(name, ...)`
+(`Expected`): references stay in hidden cells, and public checks get only the values they gave on the public
+cases. `speclab.course.labbuild` writes the learner versions; `speclab.course.grading` grades submissions.
 """
 from __future__ import annotations
 

@@ -1,27 +1,16 @@
 """Grading a folder of submitted lab notebooks, for instructors; and the labs command line.
 
-`python -m speclab labs grade SUBMISSIONS --out scores.csv --timeout 300` (or `python -m speclab.grading
-grade ...`) grades each submitted notebook in three steps:
+`python -m speclab labs grade SUBMISSIONS --out scores.csv --timeout 300` grades each notebook in three steps:
+(1) it runs the notebook in its own kernel, temporary directory and process group, without network and,
+where the machine allows it, in a sandbox (`SANDBOX`), each cell limited by `--cell-timeout`: this run gives
+only the learner's outputs for the feedback; (2) a judge process (`speclab.course.judge`), which runs no
+learner code, runs every public and hidden check from `labs/source/labNN.ipynb`, calling the learner's
+functions in an answer worker (`speclab.course.answers`), each case limited by `--case-timeout`; (3) it
+writes a CSV row per notebook and, with `--executed DIR`, a feedback notebook.
 
-1. it runs the notebook top to bottom in its own kernel, temporary directory and process group, with no
-   network and, where the machine allows it, a sandbox: every file system read-only but the submission's
-   own folder (its TMPDIR, wiped after it) and a /dev/shm of its own (`SANDBOX`). Each cell is interrupted after
-   `--cell-timeout` seconds and the notebook goes on, the whole is killed after `--timeout`. This run only gives the learner's own outputs
-   for the feedback notebook; no check of the grader's runs in it.
-2. a judge process (`speclab.course.judge`), which runs no learner code, runs every public and hidden check
-   (read from the instructor source, `labs/source/labNN.ipynb`); the learner's functions run in a separate
-   answer worker (`speclab.course.answers`) that executed the notebook's definitions, and only plain data
-   crosses back. Each case has `--case-timeout` seconds.
-3. it writes one CSV row per notebook and, with `--executed DIR`, a feedback notebook for every readable
-   submission (timed out or not): the learner's cells with the outputs of their run, then one cell with the
-   judge's feedback text: per question, what passed and the first failing public check; hidden checks only
-   counted.
-
-Its sandbox fences a submission's writes, not its reads: run it on a machine (or container) you can throw away
-(labs/instructors.md says what it does and does not defend against).
-
-`python -m speclab labs build` writes the learner versions (see `speclab.course.labbuild`); the checks a learner
-runs, and that cases are written with, are in `speclab.course.checks`.
+The sandbox fences writes, not reads: grade on a machine you can throw away. labs/instructors.md says each
+step in full and what the grader does and does not defend against. `python -m speclab labs build` writes the
+learner versions (`speclab.course.labbuild`); the checks are in `speclab.course.checks`.
 """
 from __future__ import annotations
 

@@ -1,23 +1,16 @@
 """Lab sources to learner versions, for lab authors and instructors.
 
-One source per lab, `labs/source/labNN.ipynb`, holds the solutions and every test. Markers live in the
-*text* of ordinary cells (never in notebook or cell metadata, which Colab and other editors drop),
-using otter-grader's words so that a later move to otter stays cheap:
+One source per lab, `labs/source/labNN.ipynb`, holds the solutions and every test. Markers live in the *text*
+of ordinary cells (Colab and other editors drop notebook and cell metadata), in otter-grader's words so that a
+move to otter stays cheap: `# BEGIN SOLUTION` ... `# END SOLUTION`, `# SOLUTION`, `# TESTS q1`, `# HIDDEN
+TESTS q1`, `## Ignore ##`, `# NBVAL_CHECK_OUTPUT` (labs/instructors.md's table says what each does).
 
-    # BEGIN SOLUTION ... # END SOLUTION   the lines between become `# YOUR CODE HERE` and `...`
-    x = 0.5  # SOLUTION                   the right-hand side becomes `...`
-    # TESTS q1          (first line)      a cell of public checks: learners can read them
-    # HIDDEN TESTS q1   (first line)      a cell of hidden checks: only the grader runs them
-    ## Ignore ##        (first line)      an instructor-only cell
-    # NBVAL_CHECK_OUTPUT                  kept in the source, dropped from the learner version
-
-`build` (`python -m speclab labs build`, or `python -m speclab.grading build`) writes the learner version
-`labs/labNN.ipynb` (solutions stubbed, test cells removed, outputs cleared, stable cell ids) and
-`speclab/course/labs/labNN.py` (the public checks, shipped in the package so that `pip install speclab` brings
-them to Colab). The hidden checks are never shipped: the grader (`speclab.course.grading`) reads them from the
-source notebook. Nor are the references the checks compare with: they live in hidden cells
-(`lab.expected.use(name=reference_...)`), and `build` runs the public cases on the solutions to record what
-each reference returned there, into `speclab/course/labs/labNN_expected.py` (`speclab.checks.Expected`). `stale` says which generated files differ from a fresh build (CI checks it is empty).
+`build` (`python -m speclab labs build`) writes the learner version `labs/labNN.ipynb` (solutions stubbed,
+test cells removed, outputs cleared, stable cell ids), the public checks `speclab/course/labs/labNN.py`
+(shipped in the package, so `pip install speclab` brings them to Colab), and `labNN_expected.py`: what each
+reference (`lab.expected.use(name=reference_...)`, in a hidden cell) returned on the public cases
+(`speclab.checks.Expected`). Hidden checks and references are never shipped: the grader reads them from the
+source. `stale` says which generated files differ from a fresh build (CI checks it is empty).
 """
 from __future__ import annotations
 

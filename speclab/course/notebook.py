@@ -1,20 +1,9 @@
 """What the course's notebooks share besides the teaching: which machine produced a timing, numbers
-glued into the book's prose, captioned figures and wide tables, the book's records read, a decode trace
-drawn token by token (round by round, or as running text coloured by who produced each token), and
-token trees drawn.
+glued into the book's prose, captioned figures (`figure`) and wide tables, the book's records read, a
+decode trace drawn token by token (round by round, or as running text coloured by who produced each
+token), and token trees drawn.
 
     from speclab.course.notebook import figure, glue, html_table, machine, read_record
-
-A figure is drawn in a cell tagged `remove-output` (and `hide-input` when its code is plumbing) that ends
-in `figure("fig-name", fig)`; the prose shows it numbered and captioned with
-
-    ```{glue:figure} fig-name
-    :name: fig-name
-    :alt: what the figure shows, in words
-
-    Caption: what to see in it.
-    ```
-and refers to it as {numref}`fig-name`. In Jupyter or Colab the figure shows under its cell as usual.
 """
 from __future__ import annotations
 
@@ -49,7 +38,17 @@ def glue(name: str, value, display: bool = True) -> None:
 
 def figure(name: str, fig) -> None:
     """Show a matplotlib figure under its cell and glue it as `name` for a ``{glue:figure}`` caption in the
-    book (module docstring); the figure is closed so that the inline backend does not draw it twice."""
+    book; the figure is closed so that the inline backend does not draw it twice. In Jupyter or Colab it
+    shows under its cell as usual. Draw it in a cell tagged `remove-output` (and `hide-input` when its code
+    is plumbing) ending in `figure("fig-name", fig)`; the prose shows it numbered and captioned with
+
+        ```{glue:figure} fig-name
+        :name: fig-name
+        :alt: what the figure shows, in words
+
+        Caption: what to see in it.
+        ```
+    and refers to it as {numref}`fig-name`."""
 
     try:
         from myst_nb import glue as myst_glue

@@ -1,19 +1,14 @@
 """Everyday chat requests for distilling a chat target's drafter: word lists written here for speclab, and
 passages the target writes itself.
 
-Why not only templates over the standard library (speclab.train.chat_data.instructions): a draft trained
-on the target's answers to those (Python reference prose to summarise, docstrings to translate, functions
-to explain) agreed with the target on 39% of held-out positions but on 29% of the bench's chat answers,
-and a draft retrained on twice the rows moved its held-out agreement to 50% and its bench acceptance not at
-all: more of the same fits the training requests, not a user's. These requests are about everyday
-matters, as users' are (Spec-Bench's categories, Xia et al. 2024), in forms no bench prompt uses.
-
-What the target writes here is material, not answers: four- or five-sentence passages on a topic
-(news, emails, notices; greedy, so each kind-and-topic prompt gives one passage) to summarise or to answer
-a question from, and its translations of their sentences, to translate back. SmolLM2-135M cannot write
-good requests itself (asked for a question it often answers one), so the requests' forms are written
-here; their material is its own prose, as a user's document would be someone's prose. None shares a
-60-character stretch with a bench prompt (chat_data.check_disjoint).
+Why not only templates over the standard library (speclab.train.chat_data.instructions): a draft trained on
+the target's answers to those fits those requests, not a user's, and more of them did not move its bench
+acceptance. These requests are about everyday matters, as users' are (Spec-Bench's categories, Xia et al.
+2024), in forms no bench prompt uses. What the target writes is material, not answers: short passages on a
+topic (news, emails, notices; greedy) to summarise or answer a question from, and its translations of their
+sentences, to translate back. SmolLM2-135M cannot write good requests itself (asked for a question it often
+answers one), so the forms are written here. None shares a 60-character stretch with a bench prompt
+(chat_data.check_disjoint).
 
     requests = everyday_requests(target, tokenizer, out, n=2100)   # passages resumable in out/
 """
