@@ -83,6 +83,8 @@ class Method:
     # its bench rows' older labels -> their labels now: records written before the rename read with them
     # (current_row; a sweep's setting after the old label is kept: "speclab speculative K=2")
     older_rows: Mapping[str, str] = field(default_factory=dict)
+    # its bench rows a bench setting sweeps, a row per value: row -> measure.bench.Settings' field ("k_sweep")
+    bench_sweeps: Mapping[str, str] = field(default_factory=dict)
 
     def row(self, variant: str = "") -> str:
         """Its bench row of `variant` ("" : its own row): "speclab eagle tree"."""
@@ -172,7 +174,10 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                        R(draft_model.NAME, "adaptive-confidence"): {}},
            decode_options={R(draft_model.NAME, "adaptive-heuristic"): {"k_schedule": "heuristic"}},
            lesson_rows=(R(draft_model.NAME),), older_names=("model",),
-           older_rows={"speclab speculative": R(draft_model.NAME),
+           bench_sweeps={R(draft_model.NAME): "k_sweep",
+                         R(draft_model.NAME, "adaptive-confidence"): "confidence_thresholds"},
+           # chapter 11's batch sweep named its rows "draft model" and "prompt lookup" (its record still does)
+           older_rows={"draft model": draft_model.NAME, "speclab speculative": R(draft_model.NAME),
                        "speclab adaptive-heuristic": R(draft_model.NAME, "adaptive-heuristic"),
                        "speclab adaptive-confidence": R(draft_model.NAME, "adaptive-confidence")}),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
@@ -182,8 +187,11 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
-           bench_rows={R(ngram.NAME): {}}, lesson_rows=(R(ngram.NAME),),
-           older_names=("prompt-lookup",), older_rows={"speclab prompt-lookup": R(ngram.NAME)}),
+           bench_rows={R(ngram.NAME): {}}, lesson_rows=(R(ngram.NAME),), bench_sweeps={R(ngram.NAME): "lookup_choices"},
+           older_names=("prompt-lookup",),
+           # chapter 10's vLLM comparison wrote "speclab prompt lookup (compiled)"
+           older_rows={"speclab prompt-lookup": R(ngram.NAME), "prompt lookup": ngram.NAME,
+                       "speclab prompt lookup": R(ngram.NAME)}),
     Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
            options="max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0, min_token_prob=0.1, "
                    "tree=False (vLLM's chain; True: the paper's tree)",
@@ -194,6 +202,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            older_rows={"speclab suffix-tree": R(suffix.NAME, "tree")}),
     Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o),
            options="window=W, ngram=N, pool=G, from_context=True, seed=0", bench_rows={R(lookahead.NAME): {}},
+           bench_sweeps={R(lookahead.NAME): "lookahead"},
            engine_settings=lookahead.engine_settings, one_hot_drafts=True,
            flag_options=lambda a: dict(zip(("window", "ngram", "pool"), a.lookahead)), flag_names=("lookahead",)),
     Method(medusa.NAME, medusa.load_medusa,
@@ -239,7 +248,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            card=CardSection(f"{CARD}:exit_card"),
            flag_options=lambda a: dict(exit_layer=a.exit_layer, adapter=a.exit_adapter),
            flag_names=("exit_layer", "exit_adapter"),
-           bench_rows={R(layer_skip.NAME): {}}, older_rows={"speclab layer-skip": R(layer_skip.NAME)}),
+           bench_rows={R(layer_skip.NAME): {}}, bench_sweeps={R(layer_skip.NAME): "layer_skip"},
+           older_rows={"speclab layer-skip": R(layer_skip.NAME)}),
     Method(parallel_draft.NAME, _load_parallel_draft, options="model= a parallel draft or its directory",
            weights="model", bundled="pard", train="pard", engine_settings=parallel_draft.engine_settings,
            card=CardSection(f"{CARD}:pard_card"),
