@@ -114,7 +114,7 @@ def bench_batches(args) -> dict:
     models = [m for m in (target, draft) if m is not None]
     for model in models:
         enable_fast_path(model, mode, max_len=longest, max_batch=max(sizes))
-    drafters = batching.make_drafters(target, draft, [m for m in batching.DRAFTERS if m != "draft model" or draft is not None])
+    drafters = batching.make_drafters(target, draft, [m for m in batching.DRAFTERS if m != batching.DRAFT_MODEL or draft is not None])
     methods = list(drafters)
     context = int(statistics.mean(len(p) for p in prompts)) + args.max_new_tokens // 2
     print(f"device {device} ({cpu_name()}), threads {torch.get_num_threads()}, torch {torch.__version__}, fast path "
@@ -141,7 +141,7 @@ def bench_batches(args) -> dict:
     cal.tuned(both)
     table = batching.of_set(both, "timed")
     # the naive model: batch-1 acceptance, no tail; the model: the calibration sweep's rounds, the cost grid
-    naive = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == "draft model" else None, ks)
+    naive = {m: batching.predict(cal.alpha[m], cal.target_ms, cal.draft_ms if m == batching.DRAFT_MODEL else None, ks)
              for m in methods}
     predicted = batching.predict_from_rounds(cal.rows, cal.target_ms)
     modelled = {m: batching.k_policy(predicted[m]) for m in methods}

@@ -22,7 +22,7 @@ from speclab import theory
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.drafting import Drafter
-from speclab.methods import eagle, load_drafter
+from speclab.methods import current_row, eagle, load_drafter
 from speclab.methods.draft_model import ModelDrafter
 from speclab.methods.ngram import PromptLookupDrafter
 from speclab.measure.profiling import attainable_tflops
@@ -32,12 +32,26 @@ from speclab.stats import GenerationResult
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 KS = (1, 2, 4, 8)
 TARGET_ONLY = "target-only"
-# the chain drafters the sweep times, by the names its rows use: (target, draft model) -> a drafter, built once
+EAGLE = eagle.NAME  # its chain: EAGLE-1's head
+DRAFT_MODEL, PROMPT_LOOKUP, EAGLE_CHAIN = ModelDrafter.name, PromptLookupDrafter.name, f"{EAGLE} chain"
+# the chain drafters the sweep times, each row named as its drafter is (the registry's name and variant):
+# (target, draft model) -> a drafter, built once
 DRAFTERS: dict[str, Callable[[torch.nn.Module, torch.nn.Module | None], Drafter]] = {
-    "draft model": lambda target, draft: ModelDrafter(draft),
-    "prompt lookup": lambda target, draft: PromptLookupDrafter(),
-    "eagle chain": lambda target, draft: load_drafter(eagle.NAME, target, tree="chain"),  # EAGLE-1's head
+    DRAFT_MODEL: lambda target, draft: ModelDrafter(draft),
+    PROMPT_LOOKUP: lambda target, draft: PromptLookupDrafter(),
+    EAGLE_CHAIN: lambda target, draft: load_drafter(EAGLE, target, tree="chain"),
 }
+# a record's tables keyed by method (each its rows' methods)
+BY_METHOD = ("alpha", "naive", "predicted", "modelled_policy", "policy", "summary")
+
+
+def current_names(record: dict) -> dict:
+    """A sweep's record with its methods named as the sweep names them now (methods.current_row: an older
+    record's "draft model" reads as "draft_model"), in its rows and as the keys of its tables by method."""
+    rows = {key: [{**r, "method": current_row(r["method"])} for r in record[key]]
+            for key in ("rows", "calibration_rows") if key in record}
+    tables = {key: {current_row(m): value for m, value in record[key].items()} for key in BY_METHOD if key in record}
+    return {**record, **rows, **tables}
 
 
 def make_drafters(target: torch.nn.Module, draft: torch.nn.Module | None, methods: Sequence[str],
@@ -321,7 +335,7 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module | None, drafters: 
     widths = sorted({1, *(kk + 1 for kk in ks)})
     target_ms = pass_costs(target, batch_sizes, widths, context)
     draft_ms = None
-    if draft is not None and "draft model" in drafters:
+    if draft is not None and DRAFT_MODEL in drafters:
         draft_ms = {b: by_width[1] for b, by_width in pass_costs(draft, batch_sizes, [1], context).items()}
     alpha = {}
     for method in methods:

@@ -146,12 +146,12 @@ def test_bench_batch_sizes_sweeps_batches_and_records_the_crossover_and_the_poli
     record = json.loads((tmp_path / "batch.json").read_text())
     assert "--batch-sizes 1,2" in record["command"]
     assert "left out eagle chain: no eagle weights ship for this target" in out
-    methods = ("draft model", "prompt lookup")
+    methods = ("draft_model", "ngram")
     assert {(r["method"], r["k"], r["batch"]) for r in record["rows"]} == {
         (m, k, b) for b in (1, 2) for m, k in [("target-only", 0)] + [(m, k) for m in methods for k in (1, 2)]}
     assert all(r["equal_rows"] == 8 for r in record["rows"])  # every batch size decodes the same 8 prompts
     assert set(record["summary"]) == set(methods) and record["cpu"] == cpu_name()
-    assert set(record["summary"]["draft model"]["policy_k"]) == {"1", "2"}  # JSON keys
+    assert set(record["summary"]["draft_model"]["policy_k"]) == {"1", "2"}  # JSON keys
     # the policy's prompts were timed in the same rotation, and each set's rows are its own
     assert record["calibration_side_by_side"] and {r["prompt_set"] for r in record["rows"]} == {"timed"}
     assert {r["prompt_set"] for r in record["calibration_rows"]} == {"calibration"}

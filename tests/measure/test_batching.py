@@ -54,11 +54,12 @@ def test_a_sweep_times_every_row_and_checks_it_against_target_only(batch_pair):
     target, draft = batch_pair
     prompts = [torch.tensor([5, 17, 42, 8, 23]), torch.tensor([3, 9, 4]), torch.tensor([11, 2, 33]),
                torch.tensor([7, 7, 7, 7])]
-    drafters = batching.make_drafters(target, draft, ["draft model", "prompt lookup"])
-    table = batching.sweep(target, drafters, prompts, [("draft model", 2), ("prompt lookup", 1)], [1, 4], 6,
+    drafters = batching.make_drafters(target, draft, [batching.DRAFT_MODEL, batching.PROMPT_LOOKUP])
+    runs = [(batching.DRAFT_MODEL, 2), (batching.PROMPT_LOOKUP, 1)]
+    table = batching.sweep(target, drafters, prompts, runs, [1, 4], 6,
                            repeats=1, log=lambda line: None, min_prompts=4)
     assert [(r.method, r.batch) for r in table] == [
-        (m, b) for b in (1, 4) for m in ("target-only", "draft model", "prompt lookup")]
+        (m, b) for b in (1, 4) for m in ("target-only", "draft_model", "ngram")]
     # batch 1 decodes the four prompts one at a time, batch 4 all at once: the same 24 tokens
     assert all(r.equal_rows == 4 and r.new_tokens == 6 * 4 for r in table)
     assert all(r.speedup == 1.0 for r in table if r.method == "target-only")
@@ -75,7 +76,7 @@ def test_calibration_prompts_run_side_by_side_with_the_timed_ones_and_alone_deci
     target, draft = batch_pair
     timed = [torch.tensor([5, 17, 42, 8, 23]), torch.tensor([3, 9, 4])]
     other = [torch.tensor([11, 2, 33]), torch.tensor([7, 7, 7, 7])]
-    drafters = batching.make_drafters(target, draft, ["draft model", "prompt lookup"])
+    drafters = batching.make_drafters(target, draft, [batching.DRAFT_MODEL, batching.PROMPT_LOOKUP])
     order, real_decode = [], batching.decode
 
     def spy(target_, drafter, k, prompts, max_new_tokens):
@@ -83,7 +84,7 @@ def test_calibration_prompts_run_side_by_side_with_the_timed_ones_and_alone_deci
         return real_decode(target_, drafter, k, prompts, max_new_tokens)
 
     monkeypatch.setattr(batching, "decode", spy)
-    both = batching.sweep(target, drafters, timed, [("draft model", 2), ("prompt lookup", 1)], [1, 2], 5,
+    both = batching.sweep(target, drafters, timed, [(batching.DRAFT_MODEL, 2), (batching.PROMPT_LOOKUP, 1)], [1, 2], 5,
                           repeats=2, log=lambda line: None, min_prompts=2, calibration=other)
     # batch 1: each run decodes its two prompts one at a time; the sets alternate run by run
     first = order[:12]
@@ -91,13 +92,13 @@ def test_calibration_prompts_run_side_by_side_with_the_timed_ones_and_alone_deci
     cal_rows, timed_rows = batching.of_set(both, "calibration"), batching.of_set(both, "timed")
     assert len(cal_rows) == len(timed_rows) == 6 and all(r.equal_rows == 2 for r in both)
     assert all(r.speedup == 1.0 for r in cal_rows + timed_rows if r.method == "target-only")
-    cal = batching.Calibration({}, None, {"draft model": 0.5, "prompt lookup": 0.5})
+    cal = batching.Calibration({}, None, {batching.DRAFT_MODEL: 0.5, batching.PROMPT_LOOKUP: 0.5})
     cal.tuned(both)
     assert cal.rows == cal_rows
     assert batching.rows_from_dicts(batching.rows_to_dicts(both)) == both  # a record's rows read back
     for r in timed_rows:  # the timed rows do not move the policy
         r.speedup = 10.0 if r.k else 1.0
-    assert cal.policy == batching.measured_policy(cal_rows, ["draft model", "prompt lookup"])
+    assert cal.policy == batching.measured_policy(cal_rows, [batching.DRAFT_MODEL, batching.PROMPT_LOOKUP])
 
 
 def test_a_batch_of_one_is_timed_against_the_prompt_alone_in_pairs_whose_order_alternates(batch_pair,
@@ -157,3 +158,15 @@ def test_the_rounds_model_prices_a_round_with_its_tail_and_its_drafting():
     row = batching.BatchRow("m", 2, 8, 1, 1.0, 0.0, 0.0, tokens_per_round=3.0, tail=1.5, draft_ms=3.0)
     predicted = batching.predict_from_rounds([row], {8: {1: 10.0, 3: 12.0}})
     assert predicted == {"m": {8: {2: pytest.approx(2 * 10 / 15)}}}
+
+
+def test_the_sweep_names_its_rows_as_the_registry_and_reads_an_older_record_under_those_names():
+    """A row is named as its drafter is (the registry's name and variant); a record written when the rows
+    were "draft model" and "prompt lookup" reads under the names now, in its rows and its tables by method."""
+    assert list(batching.DRAFTERS) == ["draft_model", "ngram", "eagle chain"]
+    old = {"rows": [{"method": "draft model", "k": 1}, {"method": "target-only", "k": 0}],
+           "summary": {"draft model": {"best_k": {}}, "prompt lookup": {}, "eagle chain": {}},
+           "alpha": {"prompt lookup": 0.8}}
+    new = batching.current_names(old)
+    assert [r["method"] for r in new["rows"]] == ["draft_model", "target-only"]
+    assert list(new["summary"]) == list(batching.DRAFTERS) and new["alpha"] == {"ngram": 0.8}

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from speclab.course.notebook import read_record
 from speclab.measure import batching
-from speclab.methods import eagle
 
-METHODS_KEYS = {"draft model": "dm", "prompt lookup": "pl", "eagle chain": eagle.NAME}
-LABELS = {"eagle chain": "EAGLE chain"}   # how the page names a record's method; the rest as recorded
+# the prefix of each method's glued numbers ("dm_b1"), in the sweep's order
+METHODS_KEYS = dict(zip(batching.DRAFTERS, ("dm", "pl", "eagle")))
+DM, PL, EAGLE = batching.DRAFTERS  # the sweep's rows: draft_model, ngram, eagle chain
 
 
-def label(method: str) -> str:
-    """A record's method as the page names it ("eagle chain" -> "EAGLE chain")."""
-    return LABELS.get(method, method)
+def sweep_record(name: str = "11_batch_static") -> dict:
+    """The batch sweep's record, its methods named as the sweep names them now (batching.current_names)."""
+    return batching.current_names(read_record(name))
 
 
 def pass_costs(record: dict) -> dict[int, dict[int, float]]:
@@ -78,14 +79,14 @@ def sweep_text(record: dict) -> str:
     """The sweep's summary: target-only tokens/s and each method's best speedup (its K) by batch size."""
     methods = list(record["summary"])
     base = {r["batch"]: r["tokens_per_s"] for r in record["rows"] if r["method"] == "target-only"}
-    lines = ["batch  target tok/s  " + "  ".join(f"{label(m):>15s}" for m in methods)]
+    lines = ["batch  target tok/s  " + "  ".join(f"{m:>15s}" for m in methods)]
     for b in record["batch_sizes"]:
         s = [record["summary"][m] for m in methods]
         lines.append(f"{b:5d}  {base[b]:12.0f}  " + "  ".join(
             f"{x['best_speedup'][str(b)]:8.2f}x K={x['best_k'][str(b)]}" for x in s))
     lines.append("speculation stops paying from batch:")
     for m in methods:
-        lines.append(f"  {label(m)}: {record['summary'][m]['crossover_measured'] or 'never (to 64)'}")
+        lines.append(f"  {m}: {record['summary'][m]['crossover_measured'] or 'never (to 64)'}")
     return "\n".join(lines)
 
 
@@ -98,7 +99,7 @@ def sweep_checks(record: dict) -> dict:
     big = str(max(sizes))
     best = {m: {int(b): x for b, x in summary[m]["best_speedup"].items()} for m in methods}
     decoded = {r["batch"]: r["new_tokens"] // record["max_new_tokens"] for r in rows if r["method"] == "target-only"}
-    eagle_ks = {summary["eagle chain"]["best_k"][str(b)] for b in sizes if b > 1}
+    eagle_ks = {summary[EAGLE]["best_k"][str(b)] for b in sizes if b > 1}
     return {"sequences": sum(r["new_tokens"] // record["max_new_tokens"] for r in rows),
             "equal": sum(r["equal_rows"] for r in rows), "decoded": decoded,
             "fastest_b1": max(methods, key=lambda m: best[m][1]),
@@ -123,7 +124,7 @@ def plot_sweep(record: dict):
         ax.set_xscale("log")
         ax.set_xticks(sizes, [str(b) for b in sizes], fontsize=9)
         ax.minorticks_off()
-        ax.set_title(label(m), fontsize=10)
+        ax.set_title(m, fontsize=10)
         ax.set_xlabel("batch size")
     axes[0].set_ylabel("speedup over target-only")
     handles, labels = axes[0].get_legend_handles_labels()
@@ -140,16 +141,16 @@ def models_text(record: dict) -> str:
         s = record["summary"][m]
         for what, key in (("measured", "best_speedup"), ("rounds model", "predicted_best"),
                            ("naive model", "naive_best")):
-            lines.append(f"{label(m):14s}{what:>15s}" + "".join(f"{s[key][str(b)]:6.2f}" for b in sizes))
+            lines.append(f"{m:14s}{what:>15s}" + "".join(f"{s[key][str(b)]:6.2f}" for b in sizes))
     lines.append("alpha at batch 1 (calibration): "
-                 + ", ".join(f"{label(m)} {a:.2f}" for m, a in record["alpha"].items()))
+                 + ", ".join(f"{m} {a:.2f}" for m, a in record["alpha"].items()))
     lines.append("largest tail (rounds the batch ran / rounds its rows needed):")
-    lines.append("  " + ", ".join(f"{label(m)} {max(r['tail'] for r in record['rows'] if r['method'] == m):.2f}"
+    lines.append("  " + ", ".join(f"{m} {max(r['tail'] for r in record['rows'] if r['method'] == m):.2f}"
                                   for m in record["summary"]))
     lines.append("crossover (measured, rounds model, naive model):")
     for m, s in record["summary"].items():
         said = [str(s[k] or "none") for k in ("crossover_measured", "crossover_predicted", "crossover_naive")]
-        lines.append(f"  {label(m)}: " + ", ".join(said))
+        lines.append(f"  {m}: " + ", ".join(said))
     return "\n".join(lines)
 
 
@@ -157,7 +158,7 @@ def model_numbers(record: dict) -> dict[str, float | str]:
     """What 11.4's prose argues from: the naive and rounds models against the measured speedups, the
     largest tail, the target's speed on the calibration and timed prompts."""
     summary, sizes, rows = record["summary"], record["batch_sizes"], record["rows"]
-    dm, big = summary["draft model"], str(max(sizes))
+    dm, big = summary[DM], str(max(sizes))
     cal = {r["batch"]: r["tokens_per_s"] for r in record["calibration_rows"] if r["method"] == "target-only"}
     timed = {r["batch"]: r["tokens_per_s"] for r in rows if r["method"] == "target-only"}
     errors = {(m, b): summary[m]["predicted_best"][str(b)] / summary[m]["best_speedup"][str(b)] - 1
@@ -165,11 +166,11 @@ def model_numbers(record: dict) -> dict[str, float | str]:
     worst = max(errors, key=lambda c: abs(errors[c]))
     err = abs(errors[worst])
     return {"naive_dm_64": dm["naive_best"][big], "measured_dm_64": dm["best_speedup"][big],
-            "max_tail_dm": max(r["tail"] for r in rows if r["method"] == "draft model"),
+            "max_tail_dm": max(r["tail"] for r in rows if r["method"] == DM),
             "cal_target_b1": cal[1], "timed_target_b1": timed[1],
             "rounds_dm_1": dm["predicted_best"]["1"], "measured_dm_1": dm["best_speedup"]["1"],
-            "rounds_pl_cross": str(summary["prompt lookup"]["crossover_predicted"]),
-            "rounds_err_large": err, "rounds_err_method": label(worst[0]), "rounds_err_batch": worst[1],
+            "rounds_pl_cross": str(summary[PL]["crossover_predicted"]),
+            "rounds_err_large": err, "rounds_err_method": worst[0], "rounds_err_batch": worst[1],
             "rounds_err_pred": summary[worst[0]]["predicted_best"][str(worst[1])],
             "rounds_err_meas": summary[worst[0]]["best_speedup"][str(worst[1])],
             "naive_over_all": all(summary[m]["naive_best"][str(b)] > summary[m]["best_speedup"][str(b)]
@@ -200,7 +201,7 @@ def policy_analysis(record: dict) -> tuple[str, dict]:
         out[f"policy_worst_{key}"] = max(worst, 0.0)
         out[f"policy_wins_{key}"] = sum(s["policy_speedup"][str(b)] > s["k4_speedup"].get(str(b), 0) for b in sizes)
         beyond_all += beyond
-    pl = summary["prompt lookup"]
+    pl = summary[PL]
     off = [b for b in sizes if pl["policy_k"][str(b)] == 0 and pl["policy_speedup"][str(b)] > pl["best_speedup"][str(b)]]
     losing = [b for b in sizes if pl["policy_k"][str(b)] > 0 and pl["policy_speedup"][str(b)] < 1]
     out.update(policy_exact=sum(summary[m]["policy_k"][str(b)] == summary[m]["best_k"][str(b)]
@@ -222,7 +223,7 @@ def policy_table(record: dict) -> list[list]:
         for b in record["batch_sizes"]:
             key = str(b)
             k = s["policy_k"][key]
-            out.append([label(m), b, k if k else "off", f"{s['policy_speedup'][key]:.2f}x",
+            out.append([m, b, k if k else "off", f"{s['policy_speedup'][key]:.2f}x",
                         f"{s['best_speedup'][key]:.2f}x (K={s['best_k'][key]})",
                         f"{s['k4_speedup'].get(key, float('nan')):.2f}x"])
     return out
@@ -252,14 +253,14 @@ def margin_changes(record: dict, margin: float) -> list[dict]:
 
 def margin_text(changes: list[dict], record: dict) -> str:
     """margin_changes as lines: the margin's pick, the policy's pick, the best fixed K in hindsight."""
-    lines = [f"{label(c['method'])}, batch {c['batch']}: margin K={c['margin_k']} {c['margin_x']:.2f}x;"
+    lines = [f"{c['method']}, batch {c['batch']}: margin K={c['margin_k']} {c['margin_x']:.2f}x;"
              f" policy K={c['policy_k']} {c['policy_x']:.2f}x; hindsight best K={c['best_k']} {c['best_x']:.2f}x"
              for c in changes]
     cells = len(record["summary"]) * len(record["batch_sizes"])
     return "\n".join(lines + [f"the margin changed {len(changes)} of {cells} choices (timed rows' speedups)"])
 
 
-def round_parts(record: dict, method: str = "eagle chain", batch: int = 64, k: int = 4) -> dict[str, float]:
+def round_parts(record: dict, method: str = EAGLE, batch: int = 64, k: int = 4) -> dict[str, float]:
     """One row's drafting and verification time a round (ms), for exercise 3."""
     r = next(r for r in record["rows"] if r["method"] == method and r["batch"] == batch and r["k"] == k)
     return {"ex3_draft_ms": r["draft_ms"], "ex3_verify_ms": r["verify_ms"],
@@ -277,7 +278,7 @@ def latency_rows(record: dict, batches: tuple[int, ...] = (1, 8, 64)) -> list[li
         for m in ["target-only"] + list(record["summary"]):
             k = 0 if m == "target-only" else record["summary"][m]["best_k"][str(b)]
             r = next(r for r in record["rows"] if r["method"] == m and r["batch"] == b and r["k"] == k)
-            out.append([b, label(m), round(r["itl_p95_ms"], 1), round(r["itl_mean_ms"], 1), k,
+            out.append([b, m, round(r["itl_p95_ms"], 1), round(r["itl_mean_ms"], 1), k,
                         round(r["tokens_per_s"])])
     return out
 
@@ -288,7 +289,7 @@ def latency_checks(table: list[list]) -> dict[str, float | bool]:
     base = {row[0]: row for row in table if row[1] == "target-only"}
     spec = [row for row in table if row[1] != "target-only"]
     big = max(base)
-    eagle = next(row for row in table if row[0] == big and row[1] == label("eagle chain"))
+    eagle = next(row for row in table if row[0] == big and row[1] == EAGLE)
     return {"mean_lower_all": all(row[3] < base[row[0]][3] for row in spec),
             "p95_higher_all": all(row[2] > base[row[0]][2] for row in spec),
             "itl_target_64": base[big][3], "p95_target_64": base[big][2],

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 from speclab.course.chapters import ch11  # noqa: E402
 from speclab.course.notebook import read_record  # noqa: E402
 
-RECORD = read_record("11_batch_static")
+RECORD = ch11.sweep_record()
 
 
 def test_costs_and_roofline():
@@ -59,8 +59,8 @@ def test_policy_table_and_exercise_numbers():
     assert len(rows) == cells and all(len(r) == len(ch11.POLICY_HEADER) for r in rows)
     assert any(row[2] == "off" for row in rows)   # prompt lookup switched off somewhere
     first = rows[0]   # draft model at batch 1: the policy's K, its speedup, the best fixed K's, K = 4's
-    s = RECORD["summary"]["draft model"]
-    assert first[:3] == ["draft model", 1, s["policy_k"]["1"]]
+    s = RECORD["summary"]["draft_model"]
+    assert first[:3] == ["draft_model", 1, s["policy_k"]["1"]]
     assert first[4] == f"{s['best_speedup']['1']:.2f}x (K={s['best_k']['1']})"
     numbers = ch11.cost_numbers(RECORD)
     assert 1 < numbers["min_over_roof"] <= numbers["pass64_5_over_roof"]
@@ -82,8 +82,11 @@ def test_margin_changes_compare_both_picks_with_the_hindsight_best():
     assert all(len(line) <= 100 for line in text.splitlines()) and "hindsight" in text
 
 
-def test_pages_name_the_eagle_chain_one_way():
-    assert ch11.label("eagle chain") == "EAGLE chain" and ch11.label("draft model") == "draft model"
-    assert "EAGLE chain" in ch11.sweep_text(RECORD) and "eagle chain" not in ch11.models_text(RECORD)
+def test_the_page_names_the_methods_as_the_registry_does():
+    """The record names its rows "draft model" and "prompt lookup"; the page reads them as the registry's."""
+    assert read_record("11_batch_static")["summary"].keys() != RECORD["summary"].keys()  # renamed on reading
+    assert list(RECORD["summary"]) == list(ch11.METHODS_KEYS) == ["draft_model", "ngram", "eagle chain"]
+    for text in (ch11.sweep_text(RECORD), ch11.models_text(RECORD)):
+        assert "draft_model" in text and "ngram" in text and "draft model" not in text and "prompt lookup" not in text
     model = ch11.model_numbers(RECORD)
     assert model["rounds_err_large"] == abs(model["rounds_err_pred"] / model["rounds_err_meas"] - 1)
