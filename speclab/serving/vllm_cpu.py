@@ -23,6 +23,7 @@ from transformers import AutoTokenizer
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import cpu_name
 from speclab.measure.workloads import prompt_ids
+from speclab.methods import bench_row, current_row
 from speclab.methods.ngram import NAME as NGRAM
 from speclab.methods.ngram import PromptLookupDrafter
 from speclab.models import BUNDLED_DIR, load_pair
@@ -31,6 +32,7 @@ from speclab.serving.settings import engine_settings
 from speclab.serving.vllm_engine import vllm_decode
 
 ENGINE_ROWS = ("vllm target-only (eager)", "vllm target-only (compiled)", "vllm ngram (compiled)")
+LOOKUP_ROW = f"{bench_row(PromptLookupDrafter.name)} (compiled)"  # speclab's prompt lookup: "speclab ngram (compiled)"
 
 
 def vllm_rows(model_dir: Path, prompts: list[list[int]], k: int, max_new_tokens: int, max_ngram: int,
@@ -52,7 +54,7 @@ def speclab_rows(prompts: list[list[int]], k: int, max_new_tokens: int, max_ngra
     drafter = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
     runs = {"speclab target-only (eager)": lambda ids: generate(target, ids, max_new_tokens=max_new_tokens),
             "speclab target-only (compiled)": lambda ids: generate(target, ids, max_new_tokens=max_new_tokens),
-            "speclab prompt lookup (compiled)": lambda ids: speculative_generate(
+            LOOKUP_ROW: lambda ids: speculative_generate(
                 target, drafter, ids, k=k, max_new_tokens=max_new_tokens)}
     rows = {}
     for name, run in runs.items():
@@ -69,6 +71,12 @@ def speclab_rows(prompts: list[list[int]], k: int, max_new_tokens: int, max_ngra
         rows[name] = row(outputs, seconds)
         disable_fast_path(target)
     return rows
+
+
+def rows_of(record: dict) -> dict[str, dict]:
+    """A record's rows by their names now: an older record's "speclab prompt lookup (compiled)" reads as
+    LOOKUP_ROW (methods.current_row)."""
+    return {current_row(name): r for name, r in record["rows"].items()}
 
 
 def row(outputs: list[list[int]], seconds: list[float]) -> dict:

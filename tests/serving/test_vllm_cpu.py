@@ -15,3 +15,9 @@ def test_a_row_counts_tokens_over_the_summed_seconds():
 def test_without_vllm_the_error_says_where_it_lives():
     with pytest.raises(ImportError, match="serving one.*requirements-serving.txt"):
         vllm_cpu.vllm_rows(None, [[1]], 4, 8, 3, 1)
+
+
+def test_speclabs_lookup_row_is_named_as_the_bench_names_it_and_an_older_record_reads_so():
+    assert vllm_cpu.LOOKUP_ROW == "speclab ngram (compiled)"
+    old = {"rows": {"speclab prompt lookup (compiled)": {"tokens_per_s": 1.0}, "vllm ngram (compiled)": {}}}
+    assert list(vllm_cpu.rows_of(old)) == [vllm_cpu.LOOKUP_ROW, "vllm ngram (compiled)"]
