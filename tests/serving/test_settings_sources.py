@@ -8,7 +8,7 @@ from typing import get_args
 
 import pytest
 
-from speclab.serving.export import VLLM_KEEPS_DRAFT_EMBEDDINGS, check_vllm_keeps_draft_embeddings
+from speclab.methods.checkpoints import VLLM_KEEPS_DRAFT_EMBEDDINGS, check_vllm_keeps_draft_embeddings
 from speclab.serving.settings import engine_settings
 
 vllm_installed = importlib.util.find_spec("vllm") is not None

@@ -31,6 +31,48 @@ def test_a_missing_serving_environment_is_named_with_its_install_command(monkeyp
         vllm_engine.run_in_serving_env(["--methods", "ngram"])
 
 
+def test_speclab_drafts_as_vllm_does_for_each_method_vllm_loads(monkeypatch):
+    """Method.vllm_drafts: a head drafts a chain, prompt lookup takes the export's n-gram sizes, each with the
+    exported weights under the method's own option."""
+    loaded = {}
+    monkeypatch.setattr(vllm_engine, "load_drafter", lambda name, target, **options: loaded.setdefault(name, options))
+    assert set(vllm_engine.METHODS) == {"ngram", "draft_model", "eagle", "eagle3", "medusa"}
+    for name in vllm_engine.METHODS:
+        weights = None if name == "ngram" else f"/exports/{name}"
+        settings = {"method": name, "prompt_lookup_max": 4, "prompt_lookup_min": 2} if name == "ngram" else {}
+        vllm_engine.speclab_drafter(name, {"weights": weights, "settings": settings}, target=None)
+    assert loaded == {"ngram": {"max_ngram": 4, "min_ngram": 2}, "draft_model": {"draft": "/exports/draft_model"},
+                      "eagle": {"tree": "chain", "head": "/exports/eagle"},
+                      "eagle3": {"tree": "chain", "head": "/exports/eagle3"},
+                      "medusa": {"tree": "chain", "heads": "/exports/medusa"}}
+
+
+def test_the_load_test_serves_its_methods_from_the_registry(monkeypatch, tmp_path):
+    """Method.load_test: speculation off, prompt lookup, the EAGLE-3 head, and the head with K 0 above a batch
+    size; only a method with weights is exported."""
+    from speclab.serving import load_test
+    from speclab.serving.settings import engine_settings
+    assert load_test.CONFIGS == ("off", "ngram", "eagle3", "eagle3-fallback")
+    exported = []
+    monkeypatch.setattr(load_test, "exported", lambda name, exports, k: exported.append(name) or {"weights": "/h"})
+    configs = {name: load_test.speculative_config(name, tmp_path, 3, 4) for name in load_test.CONFIGS}
+    assert exported == ["eagle3", "eagle3"]
+    assert configs == {"off": None, "ngram": engine_settings("ngram", "vllm", k=3).settings,
+                       "eagle3": engine_settings("eagle3", "vllm", k=3, path="/h").settings,
+                       "eagle3-fallback": engine_settings("eagle3", "vllm", k=3, path="/h",
+                                                          k_by_batch=((1, 4, 3), (5, 1024, 0))).settings}
+
+
+def test_an_eagle1_export_for_an_old_vllm_is_refused_before_anything_loads(monkeypatch, tmp_path):
+    """Method.export_check: EAGLE-1's vLLM export folds fc's bias into embeddings an old vLLM replaces."""
+    from speclab.methods import checkpoints
+    from speclab.serving.export import export
+    monkeypatch.setattr(checkpoints, "installed_vllm", lambda: "0.11.0")
+    monkeypatch.setattr("speclab.serving.export.load_pair", lambda *a, **k: pytest.fail("loaded the pair"))
+    with pytest.raises(ValueError, match="drops the fc bias"):
+        export("eagle", "vllm", tmp_path)
+
+
 vllm_installed = importlib.util.find_spec("vllm") is not None
 
 
