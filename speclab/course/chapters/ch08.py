@@ -23,6 +23,8 @@ from speclab.train.eagle import unroll_mask
 WIDTH = 7.5    # inches: the book's 780-pixel column
 FONT = 9       # points: the smallest text a figure uses
 GREEN, RED, DARK, YELLOW = "#b7e4b0", "#f4a6a6", "#4c9a4c", "#f5d76e"
+# the chapter's two heads, as the registry names them (their folders and bench rows are read through it)
+EAGLE1, EAGLE3 = eagle.NAME, eagle.NAME3
 
 
 def count(module: torch.nn.Module) -> int:
@@ -37,8 +39,8 @@ def setup(threads: int = 1) -> SimpleNamespace:
     (ids_of: text -> token ids on the device; show: one token id -> its text, quoted)."""
     torch.set_num_threads(threads)    # live timings on one thread, as the machine line says
     target, draft, tokenizer, device = speclab.load_pair()
-    eagle_dir = speclab.models.BUNDLED_DIR / REGISTRY[eagle.NAME].bundled
-    eagle3_dir = speclab.models.BUNDLED_DIR / REGISTRY[eagle.NAME3].bundled
+    eagle_dir = speclab.models.BUNDLED_DIR / REGISTRY[EAGLE1].bundled
+    eagle3_dir = speclab.models.BUNDLED_DIR / REGISTRY[EAGLE3].bundled
     return SimpleNamespace(
         target=target, draft=draft, tokenizer=tokenizer, device=device,
         eagle_dir=eagle_dir, eagle3_dir=eagle3_dir,
@@ -115,14 +117,16 @@ def heads_diagram() -> Figure:
 # ---------------------------------------------------------------- 8.2-8.4
 
 def ablation_figure(ablation: dict, live: dict, variants: dict, live_rows: int, live_len: int) -> Figure:
-    """Held-out top-1 against training step for the three input variants: the record on the left,
-    the live runs (quick_eagle's third result, (step, top-1) pairs) on the right."""
+    """Held-out top-1 against training step for the input variants: the record's (all of `variants`) on the
+    left, the live runs (quick_eagle's third result, (step, top-1) pairs; the variants `live` holds) on the
+    right, in the same colours."""
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.3), sharey=True)
-    for key, label in variants.items():
+    for i, (key, label) in enumerate(variants.items()):
         evals = ablation[key]["log"]["evals"]
-        axes[0].plot([e["step"] for e in evals], [e["heldout_top1"] for e in evals], label=label)
-        steps, acc = zip(*live[key][2])
-        axes[1].plot(steps, acc, "o-", ms=3, label=label)
+        axes[0].plot([e["step"] for e in evals], [e["heldout_top1"] for e in evals], color=f"C{i}", label=label)
+        if key in live:
+            steps, acc = zip(*live[key][2])
+            axes[1].plot(steps, acc, "o-", ms=3, color=f"C{i}", label=label)
     axes[0].set_title("recorded (train eagle --inputs)", fontsize=FONT)
     axes[1].set_title(f"live here: {live_rows} rows of {live_len} tokens", fontsize=FONT)
     axes[0].set_ylabel("held-out top-1 = target", fontsize=FONT)
@@ -130,8 +134,29 @@ def ablation_figure(ablation: dict, live: dict, variants: dict, live_rows: int, 
         ax.set_xlabel("training step", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
     axes[0].legend(fontsize=FONT)
+    if len(live) < len(variants):
+        axes[1].legend(fontsize=FONT)
     fig.tight_layout()
     return fig
+
+
+def ablation_order(ablation: dict) -> dict[str, float]:
+    """What 8.2's prose says of the recorded ablation, read from its evaluations after step 0 and asserted: the
+    head reading the feature and the token ahead of both single inputs at every evaluation; of the two alone,
+    the feature ahead at the first evaluation, the token ahead from a later one to the end, gaining more than
+    the feature over that stretch. Returns the first step, the step from which the token stays ahead, and the
+    single inputs' top-1 at the first step."""
+    top1 = {k: {e["step"]: e["heldout_top1"] for e in ablation[k]["log"]["evals"] if e["step"] > 0}
+            for k in ("feature+token", "feature", "token")}
+    pair, feature, token = top1["feature+token"], top1["feature"], top1["token"]
+    steps = sorted(feature)
+    assert all(pair[s] > max(feature[s], token[s]) for s in steps), "prose: the pair leads at every evaluation"
+    first, last = steps[0], steps[-1]
+    assert feature[first] > token[first], "prose: the feature alone is ahead of the token alone at first"
+    assert token[last] > feature[last], "prose: the token alone is ahead at the end"
+    cross = steps[max(i for i, s in enumerate(steps) if token[s] <= feature[s]) + 1]
+    assert token[last] - token[cross] > feature[last] - feature[cross], "prose: the token alone gains more"
+    return {"first": first, "cross": cross, "feature_first": feature[first], "token_first": token[first]}
 
 
 def training_figure(record: dict, live_losses: np.ndarray) -> Figure:
@@ -301,7 +326,7 @@ def bench_figure(ratio: dict[str, float], spread: dict[str, tuple[float, float]]
     hi = [spread[m][1] - ratio[m] if m in spread else 0 for m in order]
     fig, ax = plt.subplots(figsize=(WIDTH, 4.2))
     ax.barh([m.replace("speclab ", "") for m in order], [ratio[m] for m in order], xerr=[lo, hi],
-            capsize=2, color=["#4c72b0" if eagle.NAME in m else "#999999" for m in order])
+            capsize=2, color=["#4c72b0" if EAGLE1 in m else "#999999" for m in order])
     ax.axvline(1, color="k", lw=0.8)
     ax.set_xlabel("speed vs speclab target-only, with its 95% interval over the prompts", fontsize=FONT)
     ax.tick_params(labelsize=FONT)

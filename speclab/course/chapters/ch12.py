@@ -9,9 +9,12 @@ import textwrap
 
 import matplotlib.pyplot as plt
 
-from speclab.methods import eagle, ngram
+from speclab.methods import REGISTRY, eagle
 
-E3 = eagle.NAME3  # the records key rows by the method's name
+# the one method this chapter follows through the engines by name (its prose and figure name EAGLE-3); the
+# records key rows by the registry's names, and the lookup row is found in the registry (lookup_row)
+E3 = eagle.NAME3
+LIVE_TOLERANCE = 0.05  # vLLM's mean acceptance length within 5% of speclab's (tests/serving checks the same)
 
 SPEEDS = {  # part III's records with speclab's eager target-only decode, and where its tokens/s sits in each
     "10_vllm_cpu": ("chapter 10's vLLM record", lambda r: r["rows"]["speclab target-only (eager)"]["tokens_per_s"]),
@@ -25,6 +28,15 @@ def wrap(text: str, width: int = 96, indent: str = "  ") -> str:
     """`text` wrapped to `width` characters, continuation lines indented by `indent` plus two spaces."""
     return textwrap.fill(text, width, subsequent_indent=indent + "  ", break_on_hyphens=False,
                          break_long_words=False)
+
+
+def lookup_row(names) -> str:
+    """The one row of `names` whose method drafts without trained weights (n-gram lookup in this chapter's
+    records), as the registry says: the rows that are neither a method nor a configuration of one are skipped."""
+    found = [n for n in names if n in REGISTRY and REGISTRY[n].weights is None]
+    if len(found) != 1:
+        raise ValueError(f"expected one row drafting without weights among {list(names)}, found {found}")
+    return found[0]
 
 
 def side_by_side(record: dict) -> tuple[list[list], dict[str, float]]:
@@ -44,8 +56,9 @@ def side_by_side(record: dict) -> tuple[list[list], dict[str, float]]:
     base = record["rows"]["target-only"]
     ratio = {e: {n: r[e]["tokens_per_s"] / base[e]["tokens_per_s"] for n, r in record["rows"].items()}
              for e in ("speclab", "vllm")}
-    heads = [n for n in gaps if n != ngram.NAME]
-    numbers = {"worst_gap": 100 * max(gaps[n] for n in heads), "ngram_gap": 100 * gaps[ngram.NAME],
+    lookup = lookup_row(record["rows"])
+    heads = [n for n in gaps if n != lookup]
+    numbers = {"worst_gap": 100 * max(gaps[n] for n in heads), "ngram_gap": 100 * gaps[lookup],
                "vllm_to": base["vllm"]["tokens_per_s"], "speclab_to": base["speclab"]["tokens_per_s"],
                "vllm_e3": ratio["vllm"][E3], "speclab_e3": ratio["speclab"][E3],
                "all_equal": all(r[e]["same_as_target_only"] for r in record["rows"].values() for e in r)}
@@ -98,11 +111,12 @@ def load_numbers(load: dict) -> dict[str, float]:
     """What 12.4's prose argues from, at the lowest and highest arrival rates and at 16 requests a second."""
     by = {name: {r["rate"]: r for r in rows} for name, rows in load["rows"].items()}
     low, high = min(load["rates"]), max(load["rates"])
+    lookup = lookup_row(by)
     return {"low_rate": low, "high_rate": high,
             "off_tpot_low": by["off"][low]["tpot_ms_p50"], "e3_tpot_low": by[E3][low]["tpot_ms_p50"],
             "off_tps_high": by["off"][high]["tokens_per_s"], "e3_tps_high": by[E3][high]["tokens_per_s"],
             "e3_gain_high": by[E3][high]["tokens_per_s"] / by["off"][high]["tokens_per_s"],
-            "ng_p95_16": by[ngram.NAME][16.0]["tpot_ms_p95"], "off_p95_16": by["off"][16.0]["tpot_ms_p95"],
+            "ng_p95_16": by[lookup][16.0]["tpot_ms_p95"], "off_p95_16": by["off"][16.0]["tpot_ms_p95"],
             "fb_drafts_low": by["eagle3-fallback"][low]["drafts"],
             "fb_drafts_high": by["eagle3-fallback"][high]["drafts"],
             "fb_tps_high": by["eagle3-fallback"][high]["tokens_per_s"],
@@ -162,4 +176,25 @@ def check_load_claims(load: dict, batch_record: dict) -> None:
     fallback_drafts = {rate: by["eagle3-fallback"][rate]["drafts"] for rate in (low, high)}
     assert fallback_drafts[low] == by[E3][low]["drafts"], "prose: the fallback drafts as often as EAGLE-3 at first"
     assert fallback_drafts[high] < 0.05 * by[E3][high]["drafts"], "prose: next to no drafting at the highest rate"
-    assert by[ngram.NAME][16.0]["tpot_ms_p95"] > by["off"][16.0]["tpot_ms_p95"], "prose: n-gram raises the p95"
+    assert by[lookup_row(by)][16.0]["tpot_ms_p95"] > by["off"][16.0]["tpot_ms_p95"], "prose: n-gram raises the p95"
+
+
+def eagle3_beside(run: dict, live: bool) -> str:
+    """12.3's short run of EAGLE-3 in speclab and in vLLM, as lines that say where its numbers come from: a live
+    run (`run_in_serving_env`'s record), checked here (both outputs equal speclab's target-only, vLLM's mean
+    acceptance length within LIVE_TOLERANCE of speclab's), or the chapter's record, said as such."""
+    rows = run["rows"][E3]
+    if live:
+        for engine, r in rows.items():
+            assert r["same_as_target_only"], f"live: {engine}'s output differs from speclab's target-only"
+        tau = {engine: r["mean_acceptance_length"] for engine, r in rows.items()}
+        gap = abs(tau["vllm"] - tau["speclab"]) / tau["speclab"]
+        assert gap <= LIVE_TOLERANCE, f"live: vLLM's acceptance is {100 * gap:.1f}% from speclab's"
+    where = ("live here, in the serving environment:" if live else
+             "from this section's record, not run here (to run it live: install the serving environment,\n"
+             "  README's 'Serving engines', and set SPECLAB_REQUIRE_SERVING=1):")
+    lines = [where, f"  vLLM {run['vllm']}, {run['prompts']} prompt{'s' * (run['prompts'] != 1)} of "
+                    f"{run['max_new_tokens']} new tokens, K = {run['k']}"]
+    lines += [f"EAGLE-3 in {engine:8} mean acceptance length {r['mean_acceptance_length']:.3f}, "
+              f"output = speclab's target-only: {r['same_as_target_only']}" for engine, r in rows.items()]
+    return "\n".join(lines)

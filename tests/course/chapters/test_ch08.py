@@ -108,3 +108,33 @@ def test_tree_runs_table_names_chains_and_trees(capsys):
 def test_count():
     import torch
     assert ch08.count(torch.nn.Linear(3, 2)) == 8
+
+
+def test_the_ablation_figure_draws_the_live_variants_it_is_given():
+    ablation = {k: {"log": {"evals": [{"step": 0, "heldout_top1": 0.0}, {"step": 5, "heldout_top1": 0.3}]}}
+                for k in ("a", "b", "c")}
+    fig = ch08.ablation_figure(ablation, {"a": (None, None, [(0, 0.0), (5, 0.2)])}, {"a": "A", "b": "B", "c": "C"},
+                               4, 8)
+    assert len(fig.axes[0].lines) == 3 and len(fig.axes[1].lines) == 1
+    assert fig.axes[1].lines[0].get_color() == fig.axes[0].lines[0].get_color()
+
+
+def ablation_record(evals: dict[str, list[float]]) -> dict:
+    return {k: {"log": {"evals": [{"step": 100 * i, "heldout_top1": v} for i, v in enumerate([0.0, *top1])]}}
+            for k, top1 in evals.items()}
+
+
+def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_does_not_hold():
+    from speclab.course.notebook import read_record
+    order = ch08.ablation_order(read_record("08_eagle_inputs"))
+    assert order["first"] < order["cross"] and order["feature_first"] > order["token_first"]
+    made_up = {"feature+token": [0.4, 0.5, 0.6, 0.7], "feature": [0.3, 0.35, 0.36, 0.37],
+               "token": [0.2, 0.3, 0.4, 0.5]}
+    assert ch08.ablation_order(ablation_record(made_up)) == {"first": 100, "cross": 300, "feature_first": 0.3,
+                                                               "token_first": 0.2}
+    for key, evals, says in [("token", [0.31, 0.3, 0.4, 0.5], "ahead of the token alone at first"),
+                             ("token", [0.2, 0.3, 0.3, 0.36], "token alone is ahead at the end"),
+                             ("feature+token", [0.4, 0.5, 0.6, 0.45], "pair leads"),
+                             ("feature", [0.3, 0.31, 0.32, 0.43], "token alone gains more")]:
+        with pytest.raises(AssertionError, match=says):
+            ch08.ablation_order(ablation_record({**made_up, key: evals}))

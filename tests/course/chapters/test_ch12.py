@@ -60,3 +60,29 @@ def test_the_fallback_and_ngram_claims_of_12_4_fail_when_the_record_says_otherwi
     calm = [{**r, "tpot_ms_p95": off_p95[r["rate"]]} for r in load["rows"]["ngram"]]
     with pytest.raises(AssertionError, match="n-gram raises the p95"):
         ch12.check_load_claims({**load, "rows": {**load["rows"], "ngram": calm}}, batch)
+
+
+def test_the_lookup_row_is_the_registered_method_without_weights():
+    record, load = read_record("12_vllm_beside_speclab"), read_record("12_load_test")
+    assert ch12.lookup_row(record["rows"]) == "ngram" == ch12.lookup_row(load["rows"])
+    with pytest.raises(ValueError, match="one row drafting without weights"):
+        ch12.lookup_row(["target-only", "eagle3"])
+
+
+def test_the_short_run_of_12_3_says_where_its_numbers_come_from_and_a_live_one_is_checked():
+    record = read_record("12_vllm_beside_speclab")
+    from_record = ch12.eagle3_beside(record, live=False)
+    assert from_record.startswith("from this section's record, not run here")
+    assert "SPECLAB_REQUIRE_SERVING=1" in from_record and max(map(len, from_record.splitlines())) <= 100
+    live = {**record, "prompts": 1}
+    assert ch12.eagle3_beside(live, live=True).startswith("live here") and "1 prompt of" in ch12.eagle3_beside(
+        live, live=True)
+    rows = record["rows"]["eagle3"]
+    wrong = {**live, "rows": {"eagle3": {**rows, "vllm": {**rows["vllm"], "same_as_target_only": False}}}}
+    with pytest.raises(AssertionError, match="vllm's output differs"):
+        ch12.eagle3_beside(wrong, live=True)
+    tau = rows["speclab"]["mean_acceptance_length"] * (1 + 2 * ch12.LIVE_TOLERANCE)
+    drifted = {**live, "rows": {"eagle3": {**rows, "vllm": {**rows["vllm"], "mean_acceptance_length": tau}}}}
+    with pytest.raises(AssertionError, match="acceptance is"):
+        ch12.eagle3_beside(drifted, live=True)
+    ch12.eagle3_beside(drifted, live=False)  # the record's row is shown, not checked again
