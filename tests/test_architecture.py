@@ -2,7 +2,8 @@
 runs its package's __init__ first, so that is an edge too), the engine never imports a method, imports at
 the top of their modules, and every drafting method named in one place (its own module, and the registry).
 
-`python tests/test_architecture.py` prints the graph with packages as nodes."""
+`python tests/test_architecture.py` prints the graph with packages as nodes; `python tests/architecture_report.py
+[ROOT]` prints issue 64's numbers for this checkout or another (an older commit's worktree)."""
 from __future__ import annotations
 
 import ast
@@ -250,6 +251,12 @@ def test_methods_are_named_outside_their_package_less_and_less():
               if p.parent != PACKAGE / "methods"}
     total = sum(counts.values())
     assert total <= NAME_REFERENCES_OUTSIDE_METHODS, sorted(((n, f) for f, n in counts.items() if n), reverse=True)
+
+
+def test_the_report_counts_the_references_as_this_test_does():
+    from tests.architecture_report import measure
+    counted = sum(method_name_references(p) for p in MODULES.values() if p.parent != PACKAGE / "methods")
+    assert sum(measure(PACKAGE.parent)["refs"].values()) == counted
 
 
 def test_importing_the_loop_loads_no_method():
