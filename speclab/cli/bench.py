@@ -15,9 +15,9 @@ from speclab.cli.main import command_line, command_parser
 from speclab.cli.options import (add_pair_args, add_sampling_args, add_weights_args, int_list, layer_skip_setting,
                                  load, lookahead_setting, prompts_for, require_draft, weights_given)
 from speclab.devices import cpu_name, gpu_name
-from speclab.measure.bench import (FAST, REFERENCE_METHODS, TARGET_ONLY, bench_methods, default_methods,
-                                   draft_model_row, format_table, lesson_methods, model_check, needs_draft_model,
-                                   prepare_fast_paths, row_label, run_bench)
+from speclab.measure.bench import (REFERENCE_METHODS, Bench, Decoding, Settings, bench_methods, default_methods,
+                                   format_table, lesson_methods, model_check, needs_draft_model, plan_bench,
+                                   prepare_fast_paths, row_label, run_plan)
 from speclab.measure import batching
 from speclab.measure.profiling import gemv_bandwidth_gbs, matmul_gflops, parameter_bytes
 from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
@@ -209,16 +209,22 @@ def stop_token(args, tokenizer) -> int | None:
     return int(tokenizer.eos_token_id)
 
 
+def settings_of(args) -> Settings:
+    """The plan's settings from bench's flags: K, the lookup and adaptive rows' K, and the sweeps."""
+    return Settings(k=args.k, lookup_k=args.lookup_k, adaptive_k=args.adaptive_k, lookahead=args.lookahead,
+                    lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
+                    confidence_thresholds=args.confidence_threshold)
+
+
 def bench_rows(args, target, draft, prompts, paths, tok) -> list:
+    """The plan of the rows asked for (methods_to_run) under the flags' settings, timed: a BenchRow a row,
+    the draft model's passes also timed alone (check_model reads them)."""
     weights = weights_given(args)
     methods = methods_to_run(args, target, draft, weights)
-    return run_bench(target, draft, prompts, args.k, args.max_new_tokens, args.temperature, args.seed, methods,
-                     repeats=args.repeats, weights=weights, paths=paths, block=args.block, time_alone=True,
-                     eos_token_id=stop_token(args, tok),
-                     progress=lambda line: print("  " + line, file=sys.stderr, flush=True),
-                     lookahead=args.lookahead, lookup_k=args.lookup_k, lookup_choices=args.lookup_choose,
-                     layer_skip=args.layer_skip, k_sweep=args.k_sweep, adaptive_k=args.adaptive_k,
-                     confidence_thresholds=args.confidence_threshold)
+    plan = plan_bench(methods, target, draft, settings_of(args), weights, args.block, bool(paths))
+    decoding = Decoding(args.max_new_tokens, args.temperature, args.seed, stop_token(args, tok))
+    return run_plan(Bench(target, draft, prompts, plan, decoding, paths), args.repeats, time_alone=True,
+                    progress=lambda line: print("  " + line, file=sys.stderr, flush=True))
 
 
 def summary_of(args, device, workload: str, rows: list) -> dict:
@@ -235,17 +241,22 @@ def summary_of(args, device, workload: str, rows: list) -> dict:
                 rows=[r.to_record() for r in rows])
 
 
-def check_model(args, target, draft, rows: list, suffix: str = "") -> dict:
-    """The speedup model against the speculative row's measured costs, printed; {} without that row.
-    suffix FAST: the fast path's rows. The costs alone are the row's own (run_bench's time_alone: each
-    model timed by itself beside the loop, prompt by prompt), so the loop against alone compares ms with
-    ms measured in the same minutes, at the same contexts."""
-    by_name = {r.method: r for r in rows}
-    base, spec = by_name.get(TARGET_ONLY + suffix), by_name.get(draft_model_row() + suffix)
+def on_path(rows: list, fast: bool) -> tuple:
+    """(target-only, the draft model's own row) among `rows` on the fast path or the eager one (None: absent)."""
+    pick = lambda wanted: next((r for r in rows if r.row.fast == fast and wanted(r.row)), None)  # noqa: E731
+    return pick(lambda row: row.target_only), pick(lambda row: row.alone)
+
+
+def check_model(args, target, draft, rows: list, fast: bool = False) -> dict:
+    """The speedup model against the draft model's row's measured costs, printed; {} without that row.
+    fast: the fast path's rows. The costs alone are the row's own (run_plan's time_alone: each model timed
+    by itself beside the loop, prompt by prompt), so the loop against alone compares ms with ms measured in
+    the same minutes, at the same contexts."""
+    base, spec = on_path(rows, fast)
     if not (base and spec and spec.has_drafts):
         return {}
     if spec.alone_ms is None:
-        raise ValueError("check_model reads the costs timed alone beside the loop: run_bench(..., time_alone=True)")
+        raise ValueError("check_model reads the costs timed alone beside the loop: run_plan(..., time_alone=True)")
     check = model_check(base.stats, spec.stats)
     alone = spec.alone_ms
     unit = alone["target step"]
@@ -272,10 +283,9 @@ def check_model(args, target, draft, rows: list, suffix: str = "") -> dict:
 def print_paths(rows: list) -> None:
     """The two paths side by side: the fast path's own ratios, and its target-only against the eager one."""
     fast = [r for r in rows if r.row.fast]
+    (eager_base, _), (fast_base, _) = on_path(rows, False), on_path(rows, True)
     print("on the fast path (speedups over target-only on the fast path):")
-    print(format_table(fast, baseline=TARGET_ONLY + FAST))
-    by_name = {r.method: r for r in rows}
-    eager_base, fast_base = by_name.get(TARGET_ONLY), by_name.get(TARGET_ONLY + FAST)
+    print(format_table(fast, baseline=fast_base.method if fast_base else ""))
     if eager_base is None or fast_base is None:
         return
     best = {label: max((r for r in rows if r.row.fast == on_fast and r.row.engine == "speclab"),
@@ -306,7 +316,7 @@ def bench_workload(args, target, draft, tok, device, workload: str, num_prompts:
     if paths:
         print_paths(rows)
         with fast_paths(paths):
-            checked = check_model(args, target, draft, rows, FAST)
+            checked = check_model(args, target, draft, rows, fast=True)
         summary["fast_path"] = {**{f"{key}": value for key, value in checked.items()},
                                 "mode": args.fast, "width_ms": paths[target].width_ms, "pad_to": paths[target].pad_to}
     print()

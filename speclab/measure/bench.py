@@ -4,10 +4,11 @@ generate (target-only, assisted generation, prompt lookup), each for max_new_tok
 
 The bench is a plan: a tuple of Row, each saying what decodes it (a registered method and its options,
 target-only, transformers' generate, or a reference implementation), with which K and speculative_generate
-options, on which path; plan() makes it from the rows asked for and the sweeps' settings, variants() adds
-the block-verified and fast-path rows, and run_plan times it. Rows are interleaved prompt by prompt in an
-order rotated from one prompt to the next, so a machine that slows for a moment slows every row alike;
-each row's time is its median repeat. model_check compares the measured speedup with theory.speedup.
+options, on which path; its label is made of that data. plan() makes it from the rows asked for and the
+sweeps the registry names (Method.bench_sweeps), variants() adds the block-verified and fast-path rows,
+and run_plan times it. Rows are interleaved prompt by prompt in an order rotated from one prompt to the
+next, so a machine that slows for a moment slows every row alike; each row's time is its median repeat.
+model_check compares the measured speedup with theory.speedup.
 """
 from __future__ import annotations
 
@@ -63,63 +64,6 @@ def draft_model_row() -> str:
     return next(row for m in REGISTRY.values() if m.uses_draft_model() for row in m.bench_rows)
 
 
-def layer_skip_rows(settings) -> dict[str, tuple[int, bool]]:
-    """The layer-skip row name for each (E, adapter): "speclab layer_skip E=12" or "... E=12+adapter"."""
-    return {f"speclab layer_skip E={e}" + ("+adapter" if adapter else ""): (int(e), bool(adapter))
-            for e, adapter in settings}
-
-
-def confidence_rows(thresholds) -> dict[str, float]:
-    """The confidence-stop row name for each threshold: "speclab draft_model adaptive-confidence" for one,
-    and "speclab draft_model adaptive-confidence T" for each of several."""
-    thresholds = list(thresholds)
-    if len(thresholds) == 1:
-        return {"speclab draft_model adaptive-confidence": float(thresholds[0])}
-    return {f"speclab draft_model adaptive-confidence {t:g}": float(t) for t in thresholds}
-
-
-def k_sweep_rows(ks) -> dict[str, int]:
-    """The fixed-K draft-model rows of a K sweep: "speclab draft_model K=n"."""
-    return {f"speclab draft_model K={k}": int(k) for k in ks or ()}
-
-
-def lookahead_rows(settings) -> dict[str, tuple[int, int, int]]:
-    """The lookahead row name for each (W, N, G): "speclab lookahead" for one setting, and
-    "speclab lookahead W,N,G" for each of several (a sweep, side by side in one run)."""
-    settings = [tuple(s) for s in settings]
-    if len(settings) == 1:
-        return {"speclab lookahead": settings[0]}
-    return {f"speclab lookahead {w},{n},{g}": (w, n, g) for w, n, g in settings}
-
-
-def lookup_rows(choices) -> dict[str, str]:
-    """The prompt-lookup row name for each match rule (methods.ngram.MATCH_CHOICES): "speclab ngram" for one
-    rule (None: the default), "speclab ngram RULE" for each of several."""
-    choices = list(choices or [None])
-    if len(choices) == 1:
-        return {"speclab ngram": choices[0]}
-    return {f"speclab ngram {c}": c for c in choices}
-
-
-# the bench option that makes the rows of each setting-swept method (sweeps)
-SETTING_OPTIONS = {"speclab layer_skip": "--layer-skip E[+adapter] (run_bench's layer_skip)",
-                   "speclab lookahead": "--lookahead W,N,G (lookahead)",
-                   "speclab ngram": "--lookup-choose RULE (lookup_choices)",
-                   "speclab draft_model": "--k-sweep K,K,... (k_sweep)",
-                   "speclab draft_model adaptive-confidence": "--confidence-threshold T (confidence_thresholds)"}
-
-
-def unknown_methods_message(unknown: list[str]) -> str:
-    """What to change when `unknown` are not bench methods; a row label of one setting, such as
-    "speclab layer_skip E=8", is named with the method and the option that makes it."""
-    bases = {m: max((base for base in SETTING_OPTIONS if m.startswith(base + " ")), key=len, default=None)
-             for m in unknown}
-    hints = [f"{m!r} is a row of {base!r}: ask for {base!r} and set the row with {SETTING_OPTIONS[base]}"
-             for m, base in bases.items() if base is not None]
-    return (f"unknown method(s) {unknown}; choose from {bench_methods() + REFERENCE_METHODS}"
-            + "".join(f"\n{h}" for h in hints))
-
-
 # ================================================================ the plan
 @dataclass(frozen=True)
 class Settings:
@@ -150,50 +94,119 @@ class Settings:
 
 @dataclass(frozen=True)
 class Setting:
-    """One row a sweep makes of a registered row: its label, its load_drafter and speculative_generate
-    options, and a K of its own (a K sweep's)."""
+    """One value of a sweep as a row: `text`, what the row's label adds for it ("": none, the only value
+    of its sweep), its load_drafter and speculative_generate options, and a K of its own (a K sweep's)."""
 
-    label: str
+    text: str = ""
     load: Mapping = field(default_factory=dict)
     decode: Mapping = field(default_factory=dict)
     k: int | None = None
 
 
+def labelled(row: str, text: str) -> str:
+    """The label of a setting `text` of the bench row `row`: "speclab layer_skip E=22+adapter"."""
+    return f"{row} {text}" if text else row
+
+
+def named(values, text: Callable, make: Callable) -> tuple[Setting, ...]:
+    """make(value, its text) for each of `values`: one value adds nothing to the label, each of several
+    adds text(value)."""
+    values = list(values)
+    return tuple(make(v, text(v) if len(values) > 1 else "") for v in values)
+
+
+def lookahead_settings(s: Settings) -> tuple[Setting, ...]:
+    """A lookahead row per (W, N, G): "speclab lookahead 3,3,2" when there are several."""
+    return named(map(tuple, s.lookahead), lambda v: "{},{},{}".format(*v),
+                 lambda v, text: Setting(text, dict(window=v[0], ngram=v[1], pool=v[2])))
+
+
+def lookup_settings(s: Settings) -> tuple[Setting, ...]:
+    """A prompt-lookup row per match rule (methods.ngram.MATCH_CHOICES; None: the default)."""
+    return named(s.lookup_choices or [None], str, lambda c, text: Setting(text, {} if c is None else dict(choose=c)))
+
+
+def layer_skip_settings(s: Settings) -> tuple[Setting, ...]:
+    """A layer-skip row per (E, adapter): "E=12" or "E=12+adapter", always named."""
+    return tuple(Setting(f"E={e}" + ("+adapter" if adapter else ""), dict(exit_layer=int(e), adapter=bool(adapter)))
+                 for e, adapter in s.layer_skip)
+
+
+def k_settings(s: Settings) -> tuple[Setting, ...]:
+    """The draft model's own row, then a fixed-K row per K of the sweep: "K=2"."""
+    return (Setting(), *(Setting(f"K={k}", k=int(k)) for k in s.k_sweep or ()))
+
+
+def confidence_settings(s: Settings) -> tuple[Setting, ...]:
+    """A confidence-stop row per threshold: "0.2" when there are several."""
+    return named(s.confidence_thresholds, lambda t: f"{t:g}",
+                 lambda t, text: Setting(text, decode=dict(confidence_threshold=float(t))))
+
+
+# each sweep a registered row can take (Method.bench_sweeps names it), and the bench option that sets it
+SWEEPS: dict[str, tuple[Callable[[Settings], tuple[Setting, ...]], str]] = {
+    "lookahead": (lookahead_settings, "--lookahead W,N,G (lookahead)"),
+    "lookup_choices": (lookup_settings, "--lookup-choose RULE (lookup_choices)"),
+    "layer_skip": (layer_skip_settings, "--layer-skip E[+adapter] (run_bench's layer_skip)"),
+    "k_sweep": (k_settings, "--k-sweep K,K,... (k_sweep)"),
+    "confidence_thresholds": (confidence_settings, "--confidence-threshold T (confidence_thresholds)")}
+
+
+def swept_rows() -> dict[str, str]:
+    """Every registered row a sweep makes rows of, and that sweep (Method.bench_sweeps)."""
+    return {row: sweep for m in REGISTRY.values() for row, sweep in m.bench_sweeps.items()}
+
+
 def sweeps(settings: Settings) -> dict[str, tuple[Setting, ...]]:
-    """The rows each setting-swept registered row stands for, in order."""
-    return {"speclab lookahead": tuple(Setting(row, dict(window=w, ngram=n, pool=g))
-                                       for row, (w, n, g) in lookahead_rows(settings.lookahead).items()),
-            "speclab ngram": tuple(Setting(row, {} if choose is None else dict(choose=choose))
-                                   for row, choose in lookup_rows(settings.lookup_choices).items()),
-            "speclab layer_skip": tuple(Setting(row, dict(exit_layer=e, adapter=a))
-                                        for row, (e, a) in layer_skip_rows(settings.layer_skip).items()),
-            "speclab draft_model adaptive-confidence": tuple(
-                Setting(row, decode=dict(confidence_threshold=t))
-                for row, t in confidence_rows(settings.confidence_thresholds).items()),
-            "speclab draft_model": (Setting("speclab draft_model"),
-                                    *(Setting(row, k=n) for row, n in k_sweep_rows(settings.k_sweep).items()))}
+    """The rows each swept registered row stands for, in order."""
+    return {row: SWEEPS[sweep][0](settings) for row, sweep in swept_rows().items()}
+
+
+def unknown_methods_message(unknown: list[str]) -> str:
+    """What to change when `unknown` are not bench methods; a row label of one setting, such as
+    "speclab layer_skip E=8", is named with the row and the option that makes it."""
+    swept = swept_rows()
+    bases = {m: max((row for row in swept if m.startswith(row + " ")), key=len, default=None) for m in unknown}
+    hints = [f"{m!r} is a row of {row!r}: ask for {row!r} and set the row with {SWEEPS[swept[row]][1]}"
+             for m, row in bases.items() if row is not None]
+    return (f"unknown method(s) {unknown}; choose from {bench_methods() + REFERENCE_METHODS}"
+            + "".join(f"\n{h}" for h in hints))
 
 
 @dataclass(frozen=True)
 class Row:
-    """One bench row as data. `label` is its name in tables and records ("speclab eagle3 (fast)");
-    `engine` what decodes it: "speclab" (`method`, a registered method's name, or None: target-only),
-    "transformers" (`method`: HF_ROWS' mode) or "reference" (`method`: its arctic_suffix.ROWS row); `base`
-    the registered row it is a setting of; `load` its drafter's options, `decode` speculative_generate's
-    (acceptance rule, K schedule, confidence stop), `k` its K; `fast` whether it runs on the fast path;
-    `of` the row it is a variant of (block verification, the fast path), whose drafter it shares unless
-    that drafter learns from requests; `alone`: the draft model's passes can be timed alone beside it."""
+    """One bench row as data. `base`: the row it is (TARGET_ONLY, a registered method's bench row, a
+    transformers' or a reference row); `engine`: what decodes it, "speclab" (`method`: the registered
+    method, None for target-only), "transformers" (`method`: HF_ROWS' mode) or "reference"; `setting`: a
+    sweep's value, named in the label; `load` its drafter's options, `decode` speculative_generate's
+    (acceptance rule, K schedule, confidence stop), `k` its K; `block`: verified jointly; `fast`: on the
+    fast path; `alone`: the draft model's passes are timed alone beside it. The label is made of these."""
 
-    label: str
+    base: str = TARGET_ONLY
     engine: str = "speclab"
     method: str | None = None
-    base: str = ""
+    setting: str = ""
     load: Mapping = field(default_factory=dict)
     decode: Mapping = field(default_factory=dict)
     k: int = 4
+    block: bool = False
     fast: bool = False
-    of: str | None = None
     alone: bool = False
+
+    @property
+    def label(self) -> str:
+        """Its name in tables and records: "speclab layer_skip E=22+adapter", "speclab draft_model (block) (fast)"."""
+        return labelled(self.base, self.setting) + (BLOCK if self.block else "") + (FAST if self.fast else "")
+
+    @property
+    def of(self) -> str | None:
+        """The label of the row it is a variant of (block verification, the fast path); None: none."""
+        return replace(self, block=False, fast=False).label if self.block or self.fast else None
+
+    @property
+    def target_only(self) -> bool:
+        """Whether it is speclab's target-only (on either path)."""
+        return self.engine == "speclab" and self.method is None
 
     @property
     def drafts(self) -> bool:
@@ -213,11 +226,11 @@ def expand(methods, settings: Settings = Settings()) -> list[tuple[str, Setting]
     """(the row it is a setting of, its setting) for every row `methods` stand for, in order: a swept row
     becomes one row per setting; a row already expanded keeps its setting; any other stands for itself."""
     swept = sweeps(settings)
-    expanded = {s.label: (base, s) for base, settings_ in swept.items() for s in settings_}
+    expanded = {labelled(row, s.text): (row, s) for row, values in swept.items() for s in values}
     out: dict[str, tuple[str, Setting]] = {}
     for m in map(current_row, methods):  # a label of an older record's is read as the row's label now
-        for base, setting in ([(m, s) for s in swept[m]] if m in swept else [expanded.get(m, (m, Setting(m)))]):
-            out[setting.label] = (base, setting)
+        for row, setting in ([(m, s) for s in swept[m]] if m in swept else [expanded.get(m, (m, Setting()))]):
+            out[labelled(row, setting.text)] = (row, setting)
     return list(out.values())
 
 
@@ -226,20 +239,20 @@ def row_of(base: str, setting: Setting, settings: Settings = Settings()) -> Row:
     a registered method's), its K chosen: a K sweep's own; the upper bound for an adaptive schedule; the
     lookup K for drafts that are lookups in the text (Method.drafts_by_lookup); else k."""
     if base == TARGET_ONLY:
-        return Row(TARGET_ONLY, base=TARGET_ONLY, k=settings.k)
+        return Row(k=settings.k)
     if base in HF_ROWS:
         mode = HF_ROWS[base]
-        return Row(base, "transformers", mode, base, k=settings.lookup if mode == "prompt-lookup" else settings.k)
+        return Row(base, "transformers", mode, k=settings.lookup if mode == "prompt-lookup" else settings.k)
     if base in arctic_suffix.ROWS:
-        return Row(base, "reference", base, base, arctic_suffix.ROWS[base], k=settings.lookup)
+        return Row(base, "reference", base, load=arctic_suffix.ROWS[base], k=settings.lookup)
     method = by_bench_row(base)
     if method is None:
         raise ValueError(unknown_methods_message([base]))
     decode = {**method.decode_options.get(base, {}), **setting.decode}
     k = setting.k or (settings.adaptive if any(key in decode for key in ADAPTIVE)
                       else settings.lookup if method.drafts_by_lookup else settings.k)
-    return Row(setting.label, "speclab", method.name, base, {**method.bench_rows[base], **setting.load}, decode, k,
-               alone=setting.label == draft_model_row())
+    return Row(base, "speclab", method.name, setting.text, {**method.bench_rows[base], **setting.load}, decode, k,
+               alone=base == draft_model_row() and not setting.text)
 
 
 def plan(methods, settings: Settings = Settings()) -> tuple[Row, ...]:
@@ -252,7 +265,7 @@ def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip
     """The labels of the rows `methods` stand for, in order."""
     settings = Settings(lookahead=lookahead, lookup_choices=lookup_choices, layer_skip=layer_skip, k_sweep=k_sweep,
                         confidence_thresholds=confidence_thresholds)
-    return tuple(setting.label for _, setting in expand(methods, settings))
+    return tuple(labelled(row, setting.text) for row, setting in expand(methods, settings))
 
 
 def drafter_for(row: str, options: Mapping, target, draft, weights: Mapping[str, str | Path] | None = None):
@@ -311,11 +324,10 @@ def variants(rows, drafters: Mapping, block: bool = False, fast: bool = False) -
     `fast` every speclab row (those of `block` too) again on the fast path ("<row> (fast)")."""
     rows = tuple(rows)
     if block:
-        rows += tuple(replace(r, label=r.label + BLOCK, decode={**r.decode, "acceptance": "block"}, of=r.label,
-                              alone=False) for r in rows if drafts_chains(r, drafters.get(r.label)))
+        rows += tuple(replace(r, block=True, decode={**r.decode, "acceptance": "block"}, alone=False)
+                      for r in rows if drafts_chains(r, drafters.get(r.label)))
     if fast:
-        rows += tuple(replace(r, label=r.label + FAST, fast=True, of=r.of or r.label)
-                      for r in rows if r.engine == "speclab")
+        rows += tuple(replace(r, fast=True) for r in rows if r.engine == "speclab")
     return rows
 
 
@@ -338,8 +350,11 @@ class Plan:
 
 def plan_bench(methods, target, draft, settings: Settings = Settings(), weights=None, block: bool = False,
                fast: bool = False) -> Plan:
-    """The bench's plan: the rows of `methods`, their drafters, each row's K (own_depths), then the
-    variants (block verification, the fast path) and theirs."""
+    """The bench's plan: the rows of `methods` (bench rows, or an older record's labels for them), their
+    drafters, each row's K (own_depths), then the variants (block verification, the fast path) and theirs."""
+    unknown = [m for m in methods if current_row(m) not in bench_methods() + REFERENCE_METHODS]
+    if unknown:
+        raise ValueError(unknown_methods_message(unknown))
     rows = plan(methods, settings)
     drafters = add_drafters(rows, {}, target, draft, weights)
     rows = variants(own_depths(rows, drafters), drafters, block, fast)
@@ -581,7 +596,7 @@ def measured(row: Row, repeats: list[tuple], reference: list | None, temperature
     out = BenchRow(row.label, new_tokens=sum(len(o) for o in outputs), seconds=seconds, repeat_seconds=times,
                    stats=GenerationStats.combine(stats) if stats[0] is not None else None, prompt_seconds=per_prompt,
                    row=row)
-    if reference is not None and row.label != TARGET_ONLY and temperature == 0:
+    if reference is not None and not (row.target_only and not row.fast) and temperature == 0:
         out.matches_target_only = outputs == reference
     if alone is not None:
         samples = [costs for _, per_prompt in alone for costs in per_prompt]
@@ -602,8 +617,8 @@ def run_plan(bench: Bench, repeats: int = 1, warmup: bool = True, time_alone: bo
     timed = time_interleaved({**{row.label: partial(bench.run, row) for row in rows},
                               **{(ALONE, row.label): partial(bench.alone, row) for row in alone}},
                              len(bench.prompts), repeats, progress)
-    reference = timed[TARGET_ONLY][0][1] if TARGET_ONLY in timed else None
-    reference = [tokens for tokens, _, _ in reference] if reference is not None else None
+    base = next((row for row in rows if row.target_only and not row.fast), None)  # the outputs all compare with
+    reference = [tokens for tokens, _, _ in timed[base.label][0][1]] if base is not None else None
     return [measured(row, timed[row.label], reference, bench.decoding.temperature,
                      timed[(ALONE, row.label)] if row in alone else None) for row in rows]
 
@@ -621,9 +636,6 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
     paths: every speclab row again on those fast paths as "<row> (fast)"; block: every chain row under the
     rejection rule again with block verification as "<row> (block)" (chapter 13); time_alone: the draft
     model's row's passes also timed alone; eos_token_id: stop each prompt there (None: max_new_tokens past it)."""
-    unknown = [m for m in methods if current_row(m) not in bench_methods() + REFERENCE_METHODS]
-    if unknown:
-        raise ValueError(unknown_methods_message(unknown))
     the_plan = plan_bench(methods, target, draft, Settings(k=k, **sweeps), weights, block, bool(paths))
     decoding = Decoding(max_new_tokens, temperature, seed, eos_token_id)
     bench = Bench(target, draft, list(prompts), the_plan, decoding, paths)
@@ -687,7 +699,7 @@ def row_label(method: str) -> str:
     return method.removeprefix("speclab ")
 
 
-def format_table(rows: list[BenchRow], baseline: str = "speclab target-only") -> str:
+def format_table(rows: list[BenchRow], baseline: str = TARGET_ONLY) -> str:
     """The rows as a table about 90 characters wide, so that a page shows it whole: tokens/s, the
     speedup over `baseline` and its 95% range over the prompts (speedup_interval), acceptance
     (of drafts; alpha, per token), tokens a target pass emits, drafts and verified positions a round,

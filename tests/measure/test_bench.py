@@ -406,7 +406,7 @@ def test_the_bench_is_a_plan_of_rows_as_data():
                           "speclab draft_model K=5", "speclab draft_model adaptive-heuristic", "speclab ngram",
                           "speclab lookahead 2,2,1", "speclab lookahead 3,3,2", "speclab medusa typical", "hf assisted",
                           "hf prompt-lookup"]
-    assert rows["speclab target-only"] == Row("speclab target-only", base="speclab target-only", k=3)
+    assert rows["speclab target-only"] == Row(k=3) and rows["speclab target-only"].target_only
     assert rows["speclab draft_model"].alone and not rows["speclab draft_model K=5"].alone
     # the sweep's largest
     assert (rows["speclab draft_model K=5"].k, rows["speclab draft_model adaptive-heuristic"].k) == (5, 5)
@@ -427,3 +427,23 @@ def test_the_bench_is_a_plan_of_rows_as_data():
     assert [r.alone for r in both] == [False, True, False, False, True, False]
     with pytest.raises(ValueError, match="unknown method"):
         plan(("speclab nothing",))
+
+
+def test_a_rows_label_is_made_of_its_data_and_the_sweeps_are_the_registrys():
+    """The label is the registered row, a sweep's setting and the path, joined; it is never read back. Which
+    registered rows a setting sweeps is the registry's (Method.bench_sweeps)."""
+    from speclab.measure.bench import SWEEPS, Row, Settings, plan, swept_rows
+    from speclab.methods import REGISTRY
+    row = Row("speclab layer_skip", "speclab", "layer_skip", "E=22+adapter", block=True, fast=True)
+    assert row.label == "speclab layer_skip E=22+adapter (block) (fast)"
+    assert row.of == "speclab layer_skip E=22+adapter" and Row().of is None
+    assert Row("hf assisted", "transformers", "assisted").label == "hf assisted"
+    swept = swept_rows()
+    assert set(swept.values()) == set(SWEEPS) and all(row in REGISTRY[row.split()[1]].bench_rows for row in swept)
+    rows = plan(("speclab layer_skip", "speclab ngram"), Settings(layer_skip=[(8, False), (12, True)],
+                                                                  lookup_choices=["latest"]))
+    assert [(r.base, r.setting, r.label) for r in rows] == [
+        ("speclab layer_skip", "E=8", "speclab layer_skip E=8"),
+        ("speclab layer_skip", "E=12+adapter", "speclab layer_skip E=12+adapter"),
+        ("speclab ngram", "", "speclab ngram")]  # one rule: the row as registered
+    assert rows[1].load == {"exit_layer": 12, "adapter": True} and rows[2].load == {"choose": "latest"}
