@@ -9,6 +9,7 @@ import tests.test_lossless as lossless
 from speclab import SamplingParams, generate, speculative_generate, trees
 from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, EagleHead
 from speclab.measure.acceptance import chi_square_pvalue
+from speclab.measure.lossless import replayed_passes
 from speclab.train.data import target_features
 from speclab.train.eagle import eagle_loss
 from tests.conftest import tiny_model
@@ -176,12 +177,13 @@ def stopped_tree_joint(target) -> tuple[np.ndarray, int, list[bool]]:
     unsure = drafter._unsure
     drafter._unsure = lambda *args: decisions.append(unsure(*args)) or decisions[-1]
     counts, accepted = np.zeros((lossless.VOCAB, lossless.VOCAB)), 0
-    for seed in range(1000):  # enough: the broken rule below scores p ~ 1e-43 on these samples
-        result = speculative_generate(target, drafter, lossless.PROMPT, k=3, max_new_tokens=4, seed=seed,
-                                      temperature=1.0)
-        t1, t2 = result.tokens.tolist()[:2]
-        counts[t1, t2] += 1
-        accepted += result.trace[0].accepted
+    with replayed_passes():  # the target's passes computed once per history: the same samples, for less
+        for seed in range(1000):  # enough: the broken rule below scores p ~ 1e-43 on these samples
+            result = speculative_generate(target, drafter, lossless.PROMPT, k=3, max_new_tokens=4, seed=seed,
+                                          temperature=1.0)
+            t1, t2 = result.tokens.tolist()[:2]
+            counts[t1, t2] += 1
+            accepted += result.trace[0].accepted
     return counts, accepted, decisions
 
 
@@ -209,11 +211,13 @@ def one_child_joint(target, settings, min_confidence=None) -> tuple[np.ndarray, 
     drafter = EagleDrafter(random_head(target, scale=2.0), target, tree="dynamic", top_k=1, depth=3, total_tokens=3,
                            min_confidence=min_confidence)
     counts, accepted = np.zeros((lossless.VOCAB, lossless.VOCAB)), 0
-    for seed in range(1000):
-        result = speculative_generate(target, drafter, lossless.PROMPT, k=3, max_new_tokens=4, seed=seed, **settings)
-        t1, t2 = result.tokens.tolist()[:2]
-        counts[t1, t2] += 1
-        accepted += result.trace[0].accepted
+    with replayed_passes():
+        for seed in range(1000):
+            result = speculative_generate(target, drafter, lossless.PROMPT, k=3, max_new_tokens=4, seed=seed,
+                                          **settings)
+            t1, t2 = result.tokens.tolist()[:2]
+            counts[t1, t2] += 1
+            accepted += result.trace[0].accepted
     return counts, accepted
 
 
@@ -276,11 +280,13 @@ def test_a_short_training_lowers_both_losses():
 
 def sampled_joint(target, drafter, settings) -> tuple[np.ndarray, int]:
     counts, accepted = np.zeros((lossless.VOCAB, lossless.VOCAB)), 0
-    for seed in range(1000):  # the rule without the residual: chi-square ~210 on 50 degrees of freedom here
-        result = speculative_generate(target, drafter, lossless.PROMPT, k=2, max_new_tokens=2, seed=seed, **settings)
-        t1, t2 = result.tokens.tolist()
-        counts[t1, t2] += 1
-        accepted += result.stats.accepted
+    with replayed_passes():
+        for seed in range(1000):  # the rule without the residual: chi-square ~210 on 50 degrees of freedom here
+            result = speculative_generate(target, drafter, lossless.PROMPT, k=2, max_new_tokens=2, seed=seed,
+                                          **settings)
+            t1, t2 = result.tokens.tolist()
+            counts[t1, t2] += 1
+            accepted += result.stats.accepted
     return counts, accepted
 
 
