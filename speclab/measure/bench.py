@@ -66,33 +66,6 @@ def draft_model_row() -> str:
 
 # ================================================================ the plan
 @dataclass(frozen=True)
-class Settings:
-    """What shapes the rows (run_bench's arguments of the same names): K, prompt lookup's K (lookup_k,
-    default k), the adaptive rows' upper bound (adaptive_k, default: the K sweep's largest, else the larger
-    of k and ADAPTIVE_K), and the sweeps, a row each: lookahead (W, N, G), lookup_choices (prompt lookup's
-    match rules), layer_skip ((exit layer, adapter)), k_sweep (fixed K, draft model), confidence_thresholds."""
-
-    k: int = 4
-    lookup_k: int | None = None
-    adaptive_k: int | None = None
-    lookahead: Sequence = LOOKAHEAD
-    lookup_choices: Sequence | None = None
-    layer_skip: Sequence = LAYER_SKIP
-    k_sweep: Sequence | None = None
-    confidence_thresholds: Sequence = CONFIDENCE_THRESHOLDS
-
-    @property
-    def lookup(self) -> int:
-        """The K of rows whose drafts are lookups in the text, nearly free to make."""
-        return self.k if self.lookup_k is None else self.lookup_k
-
-    @property
-    def adaptive(self) -> int:
-        """The adaptive rows' upper bound on K."""
-        return self.adaptive_k or max(self.k_sweep or [max(self.k, ADAPTIVE_K)])
-
-
-@dataclass(frozen=True)
 class Setting:
     """One value of a sweep as a row: `text`, what the row's label adds for it ("": none, the only value
     of its sweep), its load_drafter and speculative_generate options, and a K of its own (a K sweep's)."""
@@ -143,23 +116,54 @@ def confidence_settings(s: Settings) -> tuple[Setting, ...]:
                  lambda t, text: Setting(text, decode=dict(confidence_threshold=float(t))))
 
 
-# each sweep a registered row can take (Method.bench_sweeps names it), and the bench option that sets it
+def sweep(rows: Callable, option: str, default=None):
+    """A Settings field that sweeps: rows(settings) makes its rows, `option` is the bench's flag for it."""
+    return field(default=default, metadata={"sweep": rows, "option": option})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What shapes the rows (run_bench's arguments of the same names): K, prompt lookup's K (lookup_k,
+    default k), the adaptive rows' upper bound (adaptive_k, default: the K sweep's largest, else the larger
+    of k and ADAPTIVE_K), and the sweeps, a row each: lookahead (W, N, G), lookup_choices (prompt lookup's
+    match rules), layer_skip ((exit layer, adapter)), k_sweep (fixed K, draft model), confidence_thresholds;
+    each sweep's field holds how it makes its rows and the bench option that sets it (sweep)."""
+
+    k: int = 4
+    lookup_k: int | None = None
+    adaptive_k: int | None = None
+    lookahead: Sequence = sweep(lookahead_settings, "--lookahead W,N,G (lookahead)", LOOKAHEAD)
+    lookup_choices: Sequence | None = sweep(lookup_settings, "--lookup-choose RULE (lookup_choices)")
+    layer_skip: Sequence = sweep(layer_skip_settings, "--layer-skip E[+adapter] (run_bench's layer_skip)", LAYER_SKIP)
+    k_sweep: Sequence | None = sweep(k_settings, "--k-sweep K,K,... (k_sweep)")
+    confidence_thresholds: Sequence = sweep(confidence_settings, "--confidence-threshold T (confidence_thresholds)",
+                                            CONFIDENCE_THRESHOLDS)
+
+    @property
+    def lookup(self) -> int:
+        """The K of rows whose drafts are lookups in the text, nearly free to make."""
+        return self.k if self.lookup_k is None else self.lookup_k
+
+    @property
+    def adaptive(self) -> int:
+        """The adaptive rows' upper bound on K."""
+        return self.adaptive_k or max(self.k_sweep or [max(self.k, ADAPTIVE_K)])
+
+
+# each sweep a registered row can take (Method.bench_sweeps names it: a Settings field whose metadata holds
+# its rows and the bench option that sets it)
 SWEEPS: dict[str, tuple[Callable[[Settings], tuple[Setting, ...]], str]] = {
-    "lookahead": (lookahead_settings, "--lookahead W,N,G (lookahead)"),
-    "lookup_choices": (lookup_settings, "--lookup-choose RULE (lookup_choices)"),
-    "layer_skip": (layer_skip_settings, "--layer-skip E[+adapter] (run_bench's layer_skip)"),
-    "k_sweep": (k_settings, "--k-sweep K,K,... (k_sweep)"),
-    "confidence_thresholds": (confidence_settings, "--confidence-threshold T (confidence_thresholds)")}
+    f.name: (f.metadata["sweep"], f.metadata["option"]) for f in fields(Settings) if "sweep" in f.metadata}
 
 
 def swept_rows() -> dict[str, str]:
     """Every registered row a sweep makes rows of, and that sweep (Method.bench_sweeps)."""
-    return {row: sweep for m in REGISTRY.values() for row, sweep in m.bench_sweeps.items()}
+    return {row: name for m in REGISTRY.values() for row, name in m.bench_sweeps.items()}
 
 
 def sweeps(settings: Settings) -> dict[str, tuple[Setting, ...]]:
     """The rows each swept registered row stands for, in order."""
-    return {row: SWEEPS[sweep][0](settings) for row, sweep in swept_rows().items()}
+    return {row: SWEEPS[name][0](settings) for row, name in swept_rows().items()}
 
 
 def unknown_methods_message(unknown: list[str]) -> str:

@@ -8,7 +8,7 @@ from speclab.course.notebook import read_record
 from speclab.measure import batching
 
 # the prefix of each method's glued numbers ("dm_b1"), in the sweep's order
-METHODS_KEYS = dict(zip(batching.DRAFTERS, ("dm", "pl", "eagle")))
+METHODS_KEYS = dict(zip(batching.DRAFTERS, ("dm", "pl", batching.EAGLE)))
 DM, PL, EAGLE = batching.DRAFTERS  # the sweep's rows: draft_model, ngram, eagle chain
 
 
