@@ -110,8 +110,16 @@ def test_generate_refuses_a_bad_k(tmp_path):
 
 
 def test_profile_writes_a_measurement_file_named_with_the_device(micro, tmp_path, capsys, monkeypatch):
+    import functools
+
     import speclab.cli.profile as profile
     monkeypatch.setattr(profile, "GEMV_SIZES_MB", (1, 4))  # small matrices: the sweep's sizes are not the point here
+    # what is written, not how closely it is timed: three widths, and fewer steps timed and rounds of threads
+    monkeypatch.setattr(profile, "POSITIONS", [1, 2, 4])
+    monkeypatch.setattr(profile, "forward_ms_by_positions", functools.partial(profile.forward_ms_by_positions,
+                                                                              repeats=3))
+    monkeypatch.setattr(profile, "step_breakdown", functools.partial(profile.step_breakdown, steps=4))
+    monkeypatch.setattr(profile, "thread_scaling", functools.partial(profile.thread_scaling, steps=4, rounds=1))
     out = micro
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # as --threads 2 would, but given back to the test worker after
