@@ -7,10 +7,10 @@ import torch
 import speclab.verification as verification
 from speclab import speculative_generate
 from speclab.measure.acceptance import chi_square_pvalue
-from speclab.sampling import sample
 from speclab.verification import verify, verify_block
 from tests.conftest import tiny_model
 from tests.test_lossless import PROMPT, SETTINGS, exact_joint, sampled_joint
+from tests.test_tree_verification import draw
 
 V, K = 4, 3
 
@@ -36,7 +36,7 @@ def first_two(target, draft, trials, seed, method="block"):
             for _ in range(K):
                 row = q0 if last is None and not drafts else Q[drafts[-1] if drafts else last]
                 rows_q.append(row)
-                drafts.append(int(sample(row, g)))
+                drafts.append(draw(row, g))  # sample's token, drawn in Python
             prev = [last] + drafts
             rows_p = [p0 if prev[0] is None else P[prev[0]]] + [P[t] for t in drafts]
             kept, nxt = verify(torch.stack(rows_p), torch.stack(rows_q), torch.tensor(drafts), g, method=method)
