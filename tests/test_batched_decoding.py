@@ -183,10 +183,10 @@ def small_batch_pair():
 def batched_joints(target, draft, settings) -> list[np.ndarray]:
     counts = [np.zeros((8, 8)) for _ in SMALL_PROMPTS]
     for seed in range(SAMPLES):
-        rows = speculative_generate(target, ModelDrafter(draft), SMALL_PROMPTS, k=2, max_new_tokens=2, seed=seed,
+        rows = speculative_generate(target, ModelDrafter(draft), SMALL_PROMPTS, k=2, max_new_tokens=3, seed=seed,
                                     **settings)
         for c, r in zip(counts, rows):
-            t1, t2 = r.tokens.tolist()
+            t1, t2 = r.tokens.tolist()[:2]
             c[t1, t2] += 1
     return counts
 

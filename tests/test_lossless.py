@@ -40,10 +40,12 @@ def exact_joint(target, settings, prompt: torch.Tensor = PROMPT) -> np.ndarray:
 
 def sampled_joint(target, draft, settings, k=2, **options) -> np.ndarray:
     counts = np.zeros((VOCAB, VOCAB))
-    with replayed_passes():  # each model's passes computed once per history: the same samples, for less
+    # k + 1 new tokens, so that the first round drafts all k (a round never drafts past the budget); the
+    # first two are counted. Each model's passes are computed once per history: the same samples, for less.
+    with replayed_passes():
         for seed in range(SAMPLES):
-            t1, t2 = speculative_generate(target, draft, PROMPT, k=k, max_new_tokens=2, seed=seed, **settings,
-                                          **options).tokens.tolist()
+            t1, t2 = speculative_generate(target, draft, PROMPT, k=k, max_new_tokens=k + 1, seed=seed,
+                                          **settings, **options).tokens.tolist()[:2]
             counts[t1, t2] += 1
     return counts
 
@@ -94,3 +96,22 @@ def test_the_check_catches_raw_instead_of_served_draft_probabilities(small_pair)
 
     counts = sampled_joint(target, RawQ(draft), settings)
     assert chi_square_pvalue(counts, exact_joint(target, settings)) < 1e-6
+
+
+def test_the_check_reaches_the_second_draft_of_a_round(small_pair, monkeypatch):
+    """A rule broken only at a round's second draft (accepted whenever the first is) fails the same test:
+    the first round drafts both (k + 1 new tokens), so the counted second token is judged there."""
+    import speclab.decoding as decoding
+    sound = decoding.verify_tree
+
+    def second_draft_always_kept(target_probs, draft_probs, draft_tokens, parents, generator=None):
+        path, next_token = sound(target_probs, draft_probs, draft_tokens, parents, generator)
+        if path == [0] and len(draft_tokens) > 1 and list(parents)[1] == 0:  # the bug: keep node 1 unjudged
+            return [0, 1], int(target_probs[2].argmax())
+        return path, next_token
+
+    target, draft = small_pair
+    settings = SETTINGS["temperature 1"]
+    assert chi_square_pvalue(sampled_joint(target, draft, settings), exact_joint(target, settings)) > 1e-3
+    monkeypatch.setattr(decoding, "verify_tree", second_draft_always_kept)
+    assert chi_square_pvalue(sampled_joint(target, draft, settings), exact_joint(target, settings)) < 1e-6

@@ -137,9 +137,9 @@ def sampled_cells(target: torch.nn.Module, make_drafter: Callable[[], object], p
     two_token_cells' layout. The passes run under replayed_passes: the prompt's prefill once."""
     row_of = {t: i for i, t in enumerate(kept.tolist())}
     counts = np.zeros(len(kept) * vocab + 1)
-    with replayed_passes():
+    with replayed_passes():  # k + 1 new tokens: the first round drafts all k (the loop drafts fewer near the budget)
         for s in range(samples):
-            t1, t2 = speculative_generate(target, make_drafter(), prompt, k=k, max_new_tokens=2, seed=seed + s,
+            t1, t2 = speculative_generate(target, make_drafter(), prompt, k=k, max_new_tokens=k + 1, seed=seed + s,
                                           acceptance=acceptance, **settings).tokens.tolist()[:2]
             counts[row_of[t1] * vocab + t2 if t1 in row_of else -1] += 1
     return counts
