@@ -729,13 +729,13 @@ def format_table(rows: list[BenchRow], baseline: str = TARGET_ONLY) -> str:
         lines.append(f"{label[r.method]:{name}} {r.tokens_per_s:6.1f} {speedup:>7} {spread:>11} {accept:>6} "
                      f"{alpha:>5} {tpr:>8} {per_round:>6} {width:>5} {same:>4}")
     tokens = ", ".join(str(n) for n in sorted({r.new_tokens for r in rows}))
+    prompts = len(base.prompt_seconds)
     lines += [f"speedup: tokens/s over {row_label(base.method)}; 95% range: a bootstrap over the prompts;",
               "accept: of drafted tokens; alpha: per token; tok/pass: tokens a target pass emits;",
               "drafts, width: drafted tokens and verified positions a round; same: greedy output",
-              f"equals target-only; new tokens a row: {tokens}"]
+              f"equals target-only; new tokens a row, summed over its {prompts} prompts: {tokens}"]
     if any(n.endswith("*") for n in label.values()):
         lines.append("*: not lossless: its rule changes the sampled distribution (typical acceptance)")
-    prompts = len(base.prompt_seconds)
     if 2 <= prompts < MIN_INTERVAL_PROMPTS:
         lines.append(f"(no interval over {prompts} prompts: a bootstrap needs {MIN_INTERVAL_PROMPTS} or more to say "
                      "how far")
