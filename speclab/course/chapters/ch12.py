@@ -42,7 +42,7 @@ def lookup_row(names) -> str:
 def side_by_side(record: dict) -> tuple[list[list], dict[str, float]]:
     """12.3's table (method, each engine's tokens/s and mean acceptance length, the gap, outputs equal) and the
     numbers the prose glues: the widest gap among the exported heads, n-gram's gap, both target-only speeds
-    and EAGLE-3's speedup over each engine's own target-only."""
+    and EAGLE-3's and n-gram's speedups over each engine's own target-only."""
     rows, gaps = [], {}
     for name, both in record["rows"].items():
         s, v = both["speclab"], both["vllm"]
@@ -61,8 +61,9 @@ def side_by_side(record: dict) -> tuple[list[list], dict[str, float]]:
     numbers = {"worst_gap": 100 * max(gaps[n] for n in heads), "ngram_gap": 100 * gaps[lookup],
                "vllm_to": base["vllm"]["tokens_per_s"], "speclab_to": base["speclab"]["tokens_per_s"],
                "vllm_e3": ratio["vllm"][E3], "speclab_e3": ratio["speclab"][E3],
+               "vllm_ngram": ratio["vllm"][lookup], "speclab_ngram": ratio["speclab"][lookup],
                "all_equal": all(r[e]["same_as_target_only"] for r in record["rows"].values() for e in r)}
-    for n in heads:
+    for n in gaps:
         rows[[r[0] for r in rows].index(n)].append(f"{ratio['speclab'][n]:.2f}x / {ratio['vllm'][n]:.2f}x")
     for r in rows:
         r += [""] * (8 - len(r))
@@ -146,8 +147,9 @@ def reasons_text(reasons: Sequence[str], width: int = 96) -> str:
 
 
 def side_caption(record: dict) -> str:
-    """12.3's table caption: the record's engine version, host, batch and K."""
-    return (f"vLLM {record['vllm']} beside speclab, {record['cpu']}, batch 1, K = {record['k']} "
+    """12.3's table caption: the record's engine version, host, threads, batch and K."""
+    return (f"vLLM {record['vllm']} beside speclab, {record['cpu']}, {record['threads']} threads, batch 1, "
+            f"K = {record['k']} "
             f"(tau: mean acceptance length)")
 
 
@@ -195,6 +197,7 @@ def eagle3_beside(run: dict, live: bool) -> str:
              "  README's 'Serving engines', and set SPECLAB_REQUIRE_SERVING=1):")
     lines = [where, f"  vLLM {run['vllm']}, {run['prompts']} prompt{'s' * (run['prompts'] != 1)} of "
                     f"{run['max_new_tokens']} new tokens, K = {run['k']}"]
-    lines += [f"EAGLE-3 in {engine:8} mean acceptance length {r['mean_acceptance_length']:.3f}, "
+    shown = {"vllm": "vLLM"}  # the engines' names as the prose writes them
+    lines += [f"EAGLE-3 in {shown.get(engine, engine):8} mean acceptance length {r['mean_acceptance_length']:.3f}, "
               f"output = speclab's target-only: {r['same_as_target_only']}" for engine, r in rows.items()]
     return "\n".join(lines)

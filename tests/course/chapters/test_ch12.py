@@ -15,6 +15,9 @@ def test_side_by_side_reads_every_method_and_the_numbers_the_prose_glues():
     assert numbers["all_equal"] is True and numbers["worst_gap"] < numbers["ngram_gap"]
     assert numbers["vllm_e3"] == pytest.approx(record["rows"]["eagle3"]["vllm"]["tokens_per_s"]
                                                / record["rows"]["target-only"]["vllm"]["tokens_per_s"])
+    speedups = {r[0]: r[-1] for r in rows}  # every method's, n-gram's too; target-only's is empty
+    assert speedups["target-only"] == "" and all(v.endswith("x") for n, v in speedups.items() if n != "target-only")
+    assert numbers["speclab_ngram"] < 1 < numbers["vllm_ngram"]
 
 
 def test_the_load_record_and_chapter_11s_grid():
