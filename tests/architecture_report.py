@@ -1,5 +1,5 @@
-"""Issue 64's numbers for a tree of speclab, read from its source alone (nothing imported, so an older
-checkout is measured the same way):
+"""Issue 64's numbers for a tree of speclab, read from its source alone (nothing of it imported, so an older
+checkout is measured the same way, with tests/test_architecture.py's readers of this checkout):
 
     python tests/architecture_report.py [ROOT]      # ROOT: a checkout (default: this one)
 
@@ -21,7 +21,8 @@ from pathlib import Path
 import subprocess
 import sys
 
-NAMES = ("NAME", "NAME3")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the checkout's tests package
+from tests.test_architecture import alias_of, cycles, name_references, runtime_nodes  # noqa: E402
 
 
 def modules(package: Path) -> dict[str, Path]:
@@ -31,15 +32,6 @@ def modules(package: Path) -> dict[str, Path]:
         parts = path.relative_to(package.parent).with_suffix("").parts
         found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
-
-
-def name_references(tree: ast.Module) -> int:
-    """tests/test_architecture.py's method_name_references on a parsed module."""
-    aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-               and (node.module or "").startswith("speclab.methods.") for a in node.names if a.name in NAMES}
-    return sum(1 for node in ast.walk(tree)
-               if (isinstance(node, ast.Attribute) and node.attr in NAMES and isinstance(node.value, ast.Name))
-               or (isinstance(node, ast.Name) and node.id in aliases))
 
 
 def own_nodes(func: ast.AST):
@@ -55,16 +47,6 @@ def own_nodes(func: ast.AST):
 def writes_a_layer(func: ast.FunctionDef) -> bool:
     called = {getattr(n.func, "attr", getattr(n.func, "id", "")) for n in own_nodes(func) if isinstance(n, ast.Call)}
     return {"silu", "rms_norm"} <= called
-
-
-def alias_of(tree: ast.Module) -> str | None:
-    """The module a module replaces itself with (`sys.modules[__name__] = m`): tests/test_architecture.py's."""
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
-                and ast.unparse(node.targets[0]) == "sys.modules[__name__]" and isinstance(node.value, ast.Name)):
-            return next((f"{i.module}.{a.name}" for i in tree.body if isinstance(i, ast.ImportFrom)
-                         for a in i.names if (a.asname or a.name) == node.value.id), None)
-    return None
 
 
 def self_assigned(cls: ast.ClassDef) -> set[str]:
@@ -138,9 +120,7 @@ def measure(root: Path) -> dict:
     for m, tree in trees.items():
         if m in aliases:  # an old import path that is the same module: not a node
             continue
-        skipped = {id(n) for top in ast.walk(tree) if isinstance(top, ast.If)
-                   and getattr(top.test, "id", getattr(top.test, "attr", None)) == "TYPE_CHECKING" for n in ast.walk(top)}
-        named = {aliases.get(i, i) for node in ast.walk(tree) if id(node) not in skipped
+        named = {aliases.get(i, i) for node in runtime_nodes(tree)
                  for i in imported(node) if i in mods}
         parents = {".".join(i.split(".")[:k]) for i in named for k in range(2, len(i.split(".")))}
         own = {".".join(m.split(".")[:k]) for k in range(2, len(m.split(".")))}
@@ -149,7 +129,6 @@ def measure(root: Path) -> dict:
             if a != b:
                 edges[a, b] += 1
                 graph.setdefault(a, set()).add(b)
-    cycles = [sorted(c) for c in strongly_connected(graph) if len(c) > 1]
 
     touched = None
     toy = root / "tests" / "methods" / "test_new_method.py"
@@ -164,37 +143,7 @@ def measure(root: Path) -> dict:
             "speclab/methods/__init__.py (its registry entry)" if p == "REGISTRY" else p for p in patched}
         touched = sorted(files)
     return {"refs": refs, "caches": sorted(caches), "layers": sorted(layers), "norms": sorted(norms), "docs": docs,
-            "long_docs": long_docs, "edges": edges, "cycles": cycles, "toy": touched}
-
-
-def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
-    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            found.append(component)
-
-    for v in list(graph):
-        if v not in index:
-            visit(v)
-    return found
+            "long_docs": long_docs, "edges": edges, "cycles": cycles(graph), "toy": touched}
 
 
 def method_commits(root: Path) -> list[str]:

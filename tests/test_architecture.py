@@ -60,8 +60,8 @@ def alias_of(tree: ast.Module) -> str | None:
     for node in tree.body:
         if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript)
                 and ast.unparse(node.targets[0]) == "sys.modules[__name__]" and isinstance(node.value, ast.Name)):
-            return next(f"{i.module}.{a.name}" for i in tree.body if isinstance(i, ast.ImportFrom)
-                        for a in i.names if (a.asname or a.name) == node.value.id)
+            return next((f"{i.module}.{a.name}" for i in tree.body if isinstance(i, ast.ImportFrom)
+                         for a in i.names if (a.asname or a.name) == node.value.id), None)
     return None
 
 
@@ -110,7 +110,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         counter[0] += 1
         stack.append(v)
         on_stack.add(v)
-        for w in graph[v]:
+        for w in graph.get(v, ()):  # a node without edges out may be no key
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -228,7 +228,11 @@ def test_a_method_name_is_written_in_its_module_and_the_registry_only():
 def method_name_references(path: Path) -> int:
     """How often a module names a method by its module's NAME (draft_model.NAME, eagle.NAME3, or NAME imported
     under another name): a table keyed by method outside speclab/methods/ reads this way."""
-    tree = ast.parse(path.read_text())
+    return name_references(ast.parse(path.read_text()))
+
+
+def name_references(tree: ast.Module) -> int:
+    """method_name_references of a parsed module."""
     aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                and (node.module or "").startswith("speclab.methods.") for a in node.names if a.name in ("NAME", "NAME3")}
     return sum(1 for node in ast.walk(tree)

@@ -7,9 +7,8 @@ import matplotlib.pyplot as plt
 from speclab.course.notebook import read_record
 from speclab.measure import batching
 
-# the prefix of each method's glued numbers ("dm_b1"), in the sweep's order
-METHODS_KEYS = dict(zip(batching.DRAFTERS, ("dm", "pl", batching.EAGLE)))
-DM, PL, EAGLE = batching.DRAFTERS  # the sweep's rows: draft_model, ngram, eagle chain
+DM, PL, EAGLE_CHAIN = batching.DRAFT_MODEL, batching.PROMPT_LOOKUP, batching.EAGLE_CHAIN  # the sweep's rows
+METHODS_KEYS = {DM: "dm", PL: "pl", EAGLE_CHAIN: batching.EAGLE}  # the prefix of each one's glued numbers ("dm_b1")
 
 
 def sweep_record(name: str = "11_batch_static") -> dict:
@@ -99,7 +98,7 @@ def sweep_checks(record: dict) -> dict:
     big = str(max(sizes))
     best = {m: {int(b): x for b, x in summary[m]["best_speedup"].items()} for m in methods}
     decoded = {r["batch"]: r["new_tokens"] // record["max_new_tokens"] for r in rows if r["method"] == "target-only"}
-    eagle_ks = {summary[EAGLE]["best_k"][str(b)] for b in sizes if b > 1}
+    eagle_ks = {summary[EAGLE_CHAIN]["best_k"][str(b)] for b in sizes if b > 1}
     return {"sequences": sum(r["new_tokens"] // record["max_new_tokens"] for r in rows),
             "equal": sum(r["equal_rows"] for r in rows), "decoded": decoded,
             "fastest_b1": max(methods, key=lambda m: best[m][1]),
@@ -260,7 +259,7 @@ def margin_text(changes: list[dict], record: dict) -> str:
     return "\n".join(lines + [f"the margin changed {len(changes)} of {cells} choices (timed rows' speedups)"])
 
 
-def round_parts(record: dict, method: str = EAGLE, batch: int = 64, k: int = 4) -> dict[str, float]:
+def round_parts(record: dict, method: str = EAGLE_CHAIN, batch: int = 64, k: int = 4) -> dict[str, float]:
     """One row's drafting and verification time a round (ms), for exercise 3."""
     r = next(r for r in record["rows"] if r["method"] == method and r["batch"] == batch and r["k"] == k)
     return {"ex3_draft_ms": r["draft_ms"], "ex3_verify_ms": r["verify_ms"],
@@ -289,7 +288,7 @@ def latency_checks(table: list[list]) -> dict[str, float | bool]:
     base = {row[0]: row for row in table if row[1] == "target-only"}
     spec = [row for row in table if row[1] != "target-only"]
     big = max(base)
-    eagle = next(row for row in table if row[0] == big and row[1] == EAGLE)
+    eagle = next(row for row in table if row[0] == big and row[1] == EAGLE_CHAIN)
     return {"mean_lower_all": all(row[3] < base[row[0]][3] for row in spec),
             "p95_higher_all": all(row[2] > base[row[0]][2] for row in spec),
             "itl_target_64": base[big][3], "p95_target_64": base[big][2],
