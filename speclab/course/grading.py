@@ -3,8 +3,8 @@
 `python -m speclab labs grade SUBMISSIONS --out scores.csv --timeout 300` grades each notebook in three steps:
 (1) it runs the notebook in its own kernel, temporary directory and process group, without network and,
 where the machine allows it, in a sandbox (`SANDBOX`), each cell limited by `--cell-timeout`: this run gives
-only the learner's outputs for the feedback; (2) a judge process (`speclab.course.judge`), which runs no
-learner code, runs every public and hidden check from `labs/source/labNN.ipynb`, calling the learner's
+only the learner's outputs for the feedback; (2) a judge process (`speclab.course.judge`, forked on Linux from
+one that imported the checks' modules once), which runs no learner code, runs every public and hidden check from `labs/source/labNN.ipynb`, calling the learner's
 functions in an answer worker (`speclab.course.answers`), each case limited by `--case-timeout`; (3) it
 writes a CSV row per notebook and, with `--executed DIR`, a feedback notebook.
 
@@ -36,6 +36,7 @@ import nbformat
 
 from speclab.course.borrowing import borrowed
 from speclab.course.checks import CASE_LIMIT_ENV, CASE_TIME_LIMIT_S, Lab
+from speclab.course.judge import Judges
 from speclab.course.labbuild import LAB_NAME, build, checks_source, find_root, learner_notebook, stale
 from speclab.packaged import cache_root
 
@@ -51,6 +52,7 @@ MAX_LOAD_FACTOR = 8.0
 # threads spin while they wait for each other, and a 48-token generation of lab 2's bundled pair took 40 s of CPU
 # (330 s of wall time) on two threads against 0.8 s on one.
 BUSY = 1.5
+FORKED_JUDGES = sys.platform == "linux"  # elsewhere (no fork, or fork unsafe with torch), a fresh judge process each
 
 _RUNNER = r"""
 import sys
@@ -246,7 +248,8 @@ class Grade:
 def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], timeout: float,
               isolation: Isolation, executed_dir: Path | None = None, threads: int | None = None,
               cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S,
-              answers: dict[str, str] | None = None, scale_to_load: bool = True, offered: str | None = None) -> Grade:
+              answers: dict[str, str] | None = None, scale_to_load: bool = True, offered: str | None = None,
+              judges: Judges | None = None) -> Grade:
     """Run the submission in its own kernel (for the learner's outputs), then judge the functions it defines
     (`speclab.course.judge`), then write its feedback notebook: one for every readable submission. With
     scale_to_load, every limit is stretched by the host's load factor, measured first (`load_factor`). `offered` is
@@ -276,7 +279,7 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
         executed, note = _execute(nb, Path(tmp), env, isolation.prefix(Path(tmp), loopback=True), timeout,
                                   cell_timeout, grade)
         result = _judge(lab, tests, cells, env, isolation.prefix(Path(tmp), loopback=False), answers, timeout,
-                        case_limit)
+                        case_limit, judges)
         _make_removable(Path(tmp))
     grade.seconds = round(time.perf_counter() - start, 1)
     if result is None:
@@ -358,12 +361,24 @@ def _make_removable(folder: Path) -> None:
 
 
 def _judge(lab: str, tests: str, cells: list[str], env: dict[str, str], worker_isolate: list[str], workdir: Path,
-           timeout: float, case_limit: float) -> dict | None:
-    """The judge's verdict (`speclab.course.judge`), or None if it did not finish within timeout seconds. The job
-    and its nonce go through the judge's standard input; its answer is the line that starts with the nonce."""
+           timeout: float, case_limit: float, judges: Judges | None = None) -> dict | None:
+    """The judge's verdict (`speclab.course.judge`), or None if it did not finish within timeout seconds: from a
+    fork of `judges` where the grader started them, else from a judge process of its own, which reads the job on
+    its standard input. The verdict is the line that starts with the job's nonce."""
     nonce = RESULT_MARK + secrets.token_hex(16) + ":"
-    job = json.dumps({"lab": lab, "tests": tests, "cells": cells, "env": env, "isolate": worker_isolate,
-                      "workdir": str(workdir), "case_limit": case_limit, "nonce": nonce})
+    job = {"lab": lab, "tests": tests, "cells": cells, "env": env, "isolate": worker_isolate,
+           "workdir": str(workdir), "case_limit": case_limit, "nonce": nonce}
+    out = None
+    if judges is not None:
+        with contextlib.suppress(OSError):  # the server is gone: a judge of its own, below
+            out = judges.verdict(job, timeout) or ""
+    if out is None:
+        out = _judge_process(job, env, timeout)
+    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith(nonce)), None)
+    return json.loads(line[len(nonce):]) if line is not None else None
+
+
+def _judge_process(job: dict, env: dict[str, str], timeout: float) -> str:
     judge_env = dict(os.environ, PYTHONHASHSEED="0")
     if "OMP_NUM_THREADS" in env:
         judge_env["OMP_NUM_THREADS"] = judge_env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
@@ -371,15 +386,14 @@ def _judge(lab: str, tests: str, cells: list[str], env: dict[str, str], worker_i
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=judge_env,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(job, timeout=timeout)
+        out, _ = proc.communicate(json.dumps(job), timeout=timeout)
     except subprocess.TimeoutExpired:
-        return None
+        return ""
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith(nonce)), None)
-    return json.loads(line[len(nonce):]) if line is not None else None
+    return out
 
 
 def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 300, source: str | Path | None = None,
@@ -416,13 +430,21 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         if which is None:
             return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
         return grade_one(path, which, tests[which], points[which], timeout, isolation, keep, threads, cell_timeout,
-                         case_limit, answers[which], scale_to_load, offered[which])
+                         case_limit, answers[which], scale_to_load, offered[which], judges)
 
-    if jobs > 1:
-        with ThreadPoolExecutor(jobs) as pool:
-            grades = list(pool.map(one, paths))
-    else:
-        grades = [one(p) for p in paths]
+    # one server imports what the checks need while the first notebook runs; each submission's judge is a fork of it
+    present = sorted(({lab} if lab else {detect_lab(p, labs) for p in paths}) - {None})
+    judges = (Judges([tests[name] for name in present], dict(os.environ, PYTHONHASHSEED="0"))
+              if FORKED_JUDGES and present else None)
+    try:
+        if jobs > 1:
+            with ThreadPoolExecutor(jobs) as pool:
+                grades = list(pool.map(one, paths))
+        else:
+            grades = [one(p) for p in paths]
+    finally:
+        if judges is not None:
+            judges.close()
     write_csv(grades, out_csv, isolation)
     return grades
 

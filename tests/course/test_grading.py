@@ -377,14 +377,14 @@ def test_the_command_line(tmp_path, capsys):
 # the attacks bring burn less of the suite's time, and still well above any honest cell of lab 10 (its whole learner
 # version runs in under 5 s under nbval). Its case limit sits below its cell limit, so a looping public check ends at
 # the case limit and the learner's score() does not wait on it again. Every attack is on lab 10 (submissions.attacks
-# says why): one folder, graded two at a time.
+# says why): one folder, graded all at once.
 ATTACK_LIMITS = {"lab10": (12, 8)}
 LEAK_LOOP = "lab10_leak_demo_loop.ipynb"  # the leaking answer and the endless ungraded cell, in one submission
 
 
 @pytest.fixture(scope="module")
 def attacked(tmp_path_factory):
-    """The attack submissions (tests/course/submissions.py), graded two at a time, each lab's with its
+    """The attack submissions (tests/course/submissions.py), graded all at once, each lab's with its
     ATTACK_LIMITS."""
     tmp = tmp_path_factory.mktemp("attacks")
     attacks, rows = submissions.attacks(), {}
@@ -394,7 +394,8 @@ def attacked(tmp_path_factory):
         for name, (nb, _) in attacks.items():
             if name.startswith(lab):
                 nbformat.write(nb, subs / name)
-        grade_folder(subs, tmp / f"{lab}.csv", jobs=2, executed_dir=tmp / "executed", cell_timeout=cell_s,
+        # all at once: two of the three spend most of their time waiting out the limits of their loops
+        grade_folder(subs, tmp / f"{lab}.csv", jobs=3, executed_dir=tmp / "executed", cell_timeout=cell_s,
                      case_limit=case_s, scale_to_load=False)  # the limits the messages below name
         rows.update({r["submission"]: r for r in csv.DictReader((tmp / f"{lab}.csv").open())})
     assert sorted(rows) == sorted(attacks)  # every attack belongs to a lab with its limits

@@ -2,13 +2,15 @@
 patches the checks cannot change a verdict, and a looping answer costs its own question only."""
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 
 import nbformat
 
 from speclab.course.grading import load_factor
-from speclab.course.judge import judge
+from speclab.course.judge import Judges, judge
 from speclab.course.labbuild import checks_source
 from tests.course import submissions
 
@@ -59,3 +61,46 @@ def test_an_answer_that_raises_a_bare_base_exception_costs_its_question_only():
     result = verdict("lab10", nb, case_limit=15 * load_factor())
     earned = {q: v["earned"] for q, v in result["questions"].items()}
     assert earned == {"q1": 2.0, "q2": 1.0, "q3": 0.0, "q4": 2.0, "q5": 1.0, "q6": 2.0}, earned
+
+
+# ---------------------------------------------------------------- judges forked from one server (the grader's way)
+def job(lab: str, nb, tests: str | None = None, nonce: str = "N:") -> dict:
+    source = nbformat.read(ROOT / "labs" / "source" / f"{lab}.ipynb", as_version=4)
+    return {"lab": lab, "tests": tests if tests is not None else checks_source(source, hidden=True),
+            "cells": [c.source for c in nb.cells if c.cell_type == "code"], "case_limit": 15 * load_factor(),
+            "nonce": nonce}
+
+
+def test_a_forked_judge_gives_the_verdict_a_fresh_one_gives_and_starts_from_the_servers_state(tmp_path):
+    """The grader forks each submission's judge from one server that imported the checks' modules once. A fork's
+    verdict equals a fresh judge's; what one fork's checks change (here a check source that patches the
+    feedback's summary, as a buggy check could) is gone in the next fork; a fork that does not answer within its
+    timeout is killed without holding up the next; and a fork runs torch's parallel operations even where a
+    module the server preloaded ran one (GNU OpenMP hangs in a fork of a process whose thread pool has run: the
+    server keeps torch on one thread, checked here by a preloaded module that multiplies large matrices)."""
+    nb = submissions.replaced(submissions.solved("lab10"), "rollback", "raise BaseException('odd')")
+    tests = job("lab10", nb)["tests"]
+    (tmp_path / "parallel_at_import.py").write_text(PARALLEL)
+    patch = "\nfrom speclab.course.checks import ScoreSummary\nScoreSummary.report = lambda self: 'PATCHED'\n"
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    judges = Judges([tests, "import parallel_at_import\n"], env)
+    try:
+        forked = judges.verdict(job("lab10", nb), timeout=120)
+        assert forked is not None, "the fork did not answer: did its first parallel operation hang?"
+        forked = json.loads(forked[2:])
+        patched = judges.verdict(job("lab10", nb, tests + PARALLEL + patch), timeout=120)
+        start = time.perf_counter()
+        assert judges.verdict(job("lab10", nb, tests + "\nwhile True:\n    pass\n"), timeout=2) is None
+        assert time.perf_counter() - start < 10
+        again = json.loads(judges.verdict(job("lab10", nb), timeout=120)[2:])
+    finally:
+        judges.close()
+    assert judges.proc.returncode == 0  # the server ended when the grader closed its socket
+    fresh = verdict("lab10", nb, case_limit=15 * load_factor())
+    assert forked["questions"] == again["questions"] == fresh["questions"]
+    assert forked["feedback"] == again["feedback"] == fresh["feedback"] and "PATCHED" not in again["feedback"]
+    assert patched is not None, "the fork that ran parallel operations did not answer"
+    assert json.loads(patched[2:])["feedback"].endswith("PATCHED")  # the patch took effect in its own fork only
+
+
+PARALLEL = "\nimport torch\n_x = torch.randn(2000, 2000)\n(_x @ _x).exp().sum()\n"  # big enough to run in parallel
