@@ -40,6 +40,29 @@ COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
 
 
+ACCEPTANCE_TOLERANCE = 0.05  # vLLM's mean acceptance length within 5% of speclab's: an export read as trained
+
+
+def short_run(method: str) -> list[str]:
+    """The arguments of a short run of one method in both engines (vLLM's engine started once, no vLLM run
+    without speculation): two held-out prompts of 48 new tokens. Chapter 12.3 makes it live where
+    SPECLAB_REQUIRE_SERVING=1 is set; tests/serving makes it, with `check_agreement`, in CI."""
+    return ["--methods", method, "--num-prompts", "2", "--max-new-tokens", "48", "--no-vllm-target-only",
+            "--threads", "1"]
+
+
+def check_agreement(record: dict, method: str, tolerance: float = ACCEPTANCE_TOLERANCE) -> None:
+    """Assert what a record must show for `method`: every engine's output equal to speclab's target-only, vLLM
+    drafting, and vLLM's mean acceptance length within `tolerance` of speclab's."""
+    rows = record["rows"][method]
+    for engine, r in rows.items():
+        assert r["same_as_target_only"], f"{engine}'s output differs from speclab's target-only"
+    assert rows["vllm"]["drafts"] > 0, "vLLM proposed no draft"
+    tau = {engine: r["mean_acceptance_length"] for engine, r in rows.items()}
+    gap = abs(tau["vllm"] - tau["speclab"]) / tau["speclab"]
+    assert gap <= tolerance, f"vLLM's acceptance is {100 * gap:.1f}% from speclab's (at most {100 * tolerance:g}%)"
+
+
 def serving_python() -> Path:
     """The serving environment's python: $SPECLAB_SERVING_PYTHON, else .venv-serving in the repository."""
     path = Path(os.environ.get(SERVING_PYTHON) or ROOT / ".venv-serving" / "bin" / "python")

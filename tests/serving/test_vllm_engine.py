@@ -77,9 +77,20 @@ vllm_installed = importlib.util.find_spec("vllm") is not None
 
 
 @pytest.mark.skipif(not vllm_installed, reason="vLLM lives in the serving environment (requirements-serving.txt)")
-@pytest.mark.parametrize("name", ["eagle3", "eagle"])
+def test_chapter_12s_short_run_of_eagle3_agrees_in_both_engines(tmp_path):
+    """Chapter 12.3's live run (where SPECLAB_REQUIRE_SERVING=1 is set), made here: the exported EAGLE-3 head in
+    vLLM drafts as in speclab. Loading is not the check (a wrong key loads and drafts badly): the acceptance is,
+    within 5%, and every output equals speclab's target-only."""
+    record = vllm_engine.main([*vllm_engine.short_run("eagle3"), "--exports", str(tmp_path)])
+    assert record["prompts"] == 2 and record["max_new_tokens"] == 48 and record["k"] == 3
+    vllm_engine.check_agreement(record, "eagle3")
+
+
+@pytest.mark.skipif(not vllm_installed, reason="vLLM lives in the serving environment (requirements-serving.txt)")
+@pytest.mark.parametrize("name", ["eagle"])
 def test_an_exported_head_drafts_in_vllm_as_it_does_in_speclab(name, tmp_path):
-    """Loading is not the check (a wrong key loads and drafts badly): the acceptance is, within 5%."""
+    """Loading is not the check (a wrong key loads and drafts badly): the acceptance is, within 5%. (EAGLE-3's
+    head: the test above, chapter 12.3's run.)"""
     from speclab.models import BUNDLED_DIR, load_pair
     from speclab.measure.workloads import prompt_ids
     record = vllm_engine.exported(name, tmp_path, k=3)

@@ -10,11 +10,12 @@ import textwrap
 import matplotlib.pyplot as plt
 
 from speclab.methods import REGISTRY, eagle
+from speclab.serving import vllm_engine
 
 # the one method this chapter follows through the engines by name (its prose and figure name EAGLE-3); the
 # records key rows by the registry's names, and the lookup row is found in the registry (lookup_row)
 E3 = eagle.NAME3
-LIVE_TOLERANCE = 0.05  # vLLM's mean acceptance length within 5% of speclab's (tests/serving checks the same)
+LIVE_TOLERANCE = vllm_engine.ACCEPTANCE_TOLERANCE  # the live run's check of vLLM's acceptance against speclab's
 
 SPEEDS = {  # part III's records with speclab's eager target-only decode, and where its tokens/s sits in each
     "10_vllm_cpu": ("chapter 10's vLLM record", lambda r: r["rows"]["speclab target-only (eager)"]["tokens_per_s"]),
@@ -187,11 +188,7 @@ def eagle3_beside(run: dict, live: bool) -> str:
     acceptance length within LIVE_TOLERANCE of speclab's), or the chapter's record, said as such."""
     rows = run["rows"][E3]
     if live:
-        for engine, r in rows.items():
-            assert r["same_as_target_only"], f"live: {engine}'s output differs from speclab's target-only"
-        tau = {engine: r["mean_acceptance_length"] for engine, r in rows.items()}
-        gap = abs(tau["vllm"] - tau["speclab"]) / tau["speclab"]
-        assert gap <= LIVE_TOLERANCE, f"live: vLLM's acceptance is {100 * gap:.1f}% from speclab's"
+        vllm_engine.check_agreement(run, E3, LIVE_TOLERANCE)
     where = ("live here, in the serving environment:" if live else
              "from this section's record, not run here (to run it live: install the serving environment,\n"
              "  README's 'Serving engines', and set SPECLAB_REQUIRE_SERVING=1):")

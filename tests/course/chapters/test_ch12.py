@@ -88,4 +88,7 @@ def test_the_short_run_of_12_3_says_where_its_numbers_come_from_and_a_live_one_i
     drifted = {**live, "rows": {"eagle3": {**rows, "vllm": {**rows["vllm"], "mean_acceptance_length": tau}}}}
     with pytest.raises(AssertionError, match="acceptance is"):
         ch12.eagle3_beside(drifted, live=True)
+    silent = {**live, "rows": {"eagle3": {**rows, "vllm": {**rows["vllm"], "drafts": 0}}}}
+    with pytest.raises(AssertionError, match="vLLM proposed no draft"):
+        ch12.eagle3_beside(silent, live=True)
     ch12.eagle3_beside(drifted, live=False)  # the record's row is shown, not checked again
