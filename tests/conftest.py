@@ -48,7 +48,7 @@ def prompt():
 # (cold inductor cache: minutes), the book build, 1250-sample chi-square checks.
 SLOWEST_FILES = ["tests/course/test_labs.py", "tests/course/test_grading.py", "tests/test_batched_decoding.py",
                  "tests/test_runner.py", "tests/methods/test_layer_step.py", "tests/course/test_book.py",
-                 "tests/test_lossless.py", "book/12_serving_engines.ipynb"]
+                 "tests/test_lossless.py"]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -173,13 +173,14 @@ def borrowing(lab: str, name: str, nb=None):
     return before_score(stub(lab) if nb is None else nb, f"from speclab.course.labs.{lab} import expected as {name}")
 
 
-def looping(lab: str, names: list[str], waiting: bool = False):
-    """The solved lab with an endless loop in each function of `names`: a CPU-bound `while True: pass`, or with
-    `waiting` one that never returns and sleeps (as an answer stuck waiting would), burning no CPU while each
-    limit runs out."""
+def looping(lab: str, names: list[str], waiting: bool | list[str] = False):
+    """The solved lab with an endless loop in each function of `names`: a CPU-bound `while True: pass`, or, for
+    every name with `waiting` True (or in `waiting`), one that never returns and sleeps (as an answer stuck
+    waiting would), burning no CPU while each limit runs out."""
     nb = solved(lab)
     for name in names:
-        replaced(nb, name, "import time\nwhile True:\n    time.sleep(0.01)" if waiting else "while True:\n    pass")
+        sleeps = waiting is True or (isinstance(waiting, list) and name in waiting)
+        replaced(nb, name, "import time\nwhile True:\n    time.sleep(0.01)" if sleeps else "while True:\n    pass")
     return nb
 
 

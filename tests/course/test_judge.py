@@ -32,13 +32,15 @@ def test_the_monkeypatch_cheat_scores_nothing():
 
 
 def test_a_looping_answer_costs_its_question_only_and_says_so():
-    """Two looping answers cost their two questions, each one case limit, and the lab goes on. The limits are
-    stretched by the host's load as the grader stretches them (`load_factor`, the CSV's `load` column): a fixed
-    5 s limit timed a correct answer out on a loaded 2-core host, and this test flaked."""
+    """Two looping answers cost their two questions, each one case limit, and the lab goes on: one spins (CPU-bound),
+    one waits forever (sleeping, no CPU burnt while its limit runs out). The limits are stretched by the host's
+    load as the grader stretches them (`load_factor`, the CSV's `load` column): a fixed 5 s limit timed a correct
+    answer out on a loaded 2-core host, and this test flaked."""
     load = load_factor()
     limit = 5 * load
     start = time.perf_counter()
-    result = verdict("lab09", submissions.looping("lab09", ["draft_with_stop", "best_plan"]), case_limit=limit)
+    looping = submissions.looping("lab09", ["draft_with_stop", "best_plan"], waiting=["best_plan"])
+    result = verdict("lab09", looping, case_limit=limit)
     earned = {q: v["earned"] for q, v in result["questions"].items()}
     assert earned == {"q1": 2.0, "q2": 0.0, "q3": 2.0, "q4": 0.0}, (load, earned)
     assert [q for q, v in result["questions"].items() if v["timed_out"]] == ["q2", "q4"]
