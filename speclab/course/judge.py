@@ -137,6 +137,7 @@ def _forked_judge(control: socket.socket, fd: int, threads: int) -> None:
         conn = socket.socket(fileno=fd)
         send(conn, str(os.getpid()).encode())
         send(conn, _judge_job(json.loads(recv(conn)), threads).encode())
+        conn.recv(1)  # alive until the grader kills it: its pid cannot have gone to another process by then
     finally:
         os._exit(0)
 
@@ -171,10 +172,10 @@ class Judges:
         except (OSError, ValueError, WireError, WorkerDied):  # timed out, or the judge died
             return None
         finally:
-            mine.close()
-            if pid is not None:
+            if pid is not None:  # the judge and what it started in its group, then the socket it waits on
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
+            mine.close()
 
     def close(self) -> None:
         self.control.close()  # the server's recv_fds sees the end and it returns
