@@ -4,9 +4,10 @@
 (1) it runs the notebook in its own kernel, temporary directory and process group, without network and,
 where the machine allows it, in a sandbox (`SANDBOX`), each cell limited by `--cell-timeout`: this run gives
 only the learner's outputs for the feedback; (2) a judge process (`speclab.course.judge`, forked on Linux from
-one that imported the checks' modules once), which runs no learner code, runs every public and hidden check from `labs/source/labNN.ipynb`, calling the learner's
-functions in an answer worker (`speclab.course.answers`), each case limited by `--case-timeout`; (3) it
-writes a CSV row per notebook and, with `--executed DIR`, a feedback notebook.
+one that imported the checks' modules once), which runs no learner code, runs every public and hidden check
+from `labs/source/labNN.ipynb`, calling the learner's functions in an answer worker (`speclab.course.answers`),
+each case limited by `--case-timeout`; (3) it writes a CSV row per notebook and, with `--executed DIR`, a
+feedback notebook.
 
 The sandbox fences writes, not reads: grade on a machine you can throw away. labs/instructors.md says each
 step in full and what the grader does and does not defend against. `python -m speclab labs build` writes the
@@ -373,15 +374,14 @@ def _judge(lab: str, tests: str, cells: list[str], env: dict[str, str], worker_i
         with contextlib.suppress(OSError):  # the server is gone: a judge of its own, below
             out = judges.verdict(job, timeout) or ""
     if out is None:
-        out = _judge_process(job, env, timeout)
+        out = _judge_process(job, timeout)
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith(nonce)), None)
     return json.loads(line[len(nonce):]) if line is not None else None
 
 
-def _judge_process(job: dict, env: dict[str, str], timeout: float) -> str:
+def _judge_process(job: dict, timeout: float) -> str:
+    # torch's threads are set by the judge itself, from the job's environment (judge._judge_job)
     judge_env = dict(os.environ, PYTHONHASHSEED="0")
-    if "OMP_NUM_THREADS" in env:
-        judge_env["OMP_NUM_THREADS"] = judge_env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
     proc = subprocess.Popen([sys.executable, "-m", "speclab.course.judge"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=judge_env,
                             start_new_session=True)

@@ -305,7 +305,10 @@ def colab_copy(nb) -> dict:
     return raw
 
 
-def test_the_grader_scores_a_full_and_an_empty_submission_100_and_0(tmp_path):
+def test_the_grader_scores_a_full_and_an_empty_submission_100_and_0(tmp_path, monkeypatch):
+    """Each submission's judge a fresh process here, as where the grader cannot fork them (FORKED_JUDGES: off
+    Linux); test_labs.py grades through forked judges."""
+    monkeypatch.setattr(grading, "FORKED_JUDGES", False)
     source = nbformat.read(ROOT / "labs" / "source" / "lab04.ipynb", as_version=4)
     subs = tmp_path / "submissions"
     subs.mkdir()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from speclab.course.grading import load_factor
 from speclab.course.judge import Judges, judge
@@ -49,7 +50,15 @@ def test_a_looping_answer_costs_its_question_only_and_says_so():
     assert time.perf_counter() - start < 60 * load
 
 
-def test_an_answer_that_raises_a_bare_base_exception_costs_its_question_only():
+@pytest.fixture(scope="module")
+def raising():
+    """Solved lab 10 with an answer that raises a bare BaseException, and a fresh judge's verdict on it (shared:
+    a fresh judge costs a process that imports the checks, and an answer worker)."""
+    nb = submissions.replaced(submissions.solved("lab10"), "rollback", "raise BaseException('odd')")
+    return nb, verdict("lab10", nb, case_limit=15 * load_factor())
+
+
+def test_an_answer_that_raises_a_bare_base_exception_costs_its_question_only(raising):
     """check() never raises (labs/README.md): an answer that raises a bare BaseException or GeneratorExit fails its
     case with a message, in the notebook as in the judge, and the other questions keep their points."""
     from speclab.course.checks import Lab
@@ -59,8 +68,7 @@ def test_an_answer_that_raises_a_bare_base_exception_costs_its_question_only():
         exec(f"def rollback(length, n_drafted, n_accepted):\n    raise {raised}", ns)
         result = Lab("lab10").check("q3", ns)
         assert not result.passed and f"your code raised {raised.split('(')[0]}" in result.first_failure.message
-    nb = submissions.replaced(submissions.solved("lab10"), "rollback", "raise BaseException('odd')")
-    result = verdict("lab10", nb, case_limit=15 * load_factor())
+    result = raising[1]
     earned = {q: v["earned"] for q, v in result["questions"].items()}
     assert earned == {"q1": 2.0, "q2": 1.0, "q3": 0.0, "q4": 2.0, "q5": 1.0, "q6": 2.0}, earned
 
@@ -73,14 +81,14 @@ def job(lab: str, nb, tests: str | None = None, nonce: str = "N:") -> dict:
             "nonce": nonce}
 
 
-def test_a_forked_judge_gives_the_verdict_a_fresh_one_gives_and_starts_from_the_servers_state(tmp_path):
+def test_a_forked_judge_gives_the_verdict_a_fresh_one_gives_and_starts_from_the_servers_state(tmp_path, raising):
     """The grader forks each submission's judge from one server that imported the checks' modules once. A fork's
     verdict equals a fresh judge's; what one fork's checks change (here a check source that patches the
     feedback's summary, as a buggy check could) is gone in the next fork; a fork that does not answer within its
     timeout is killed without holding up the next; and a fork runs torch's parallel operations even where a
     module the server preloaded ran one (GNU OpenMP hangs in a fork of a process whose thread pool has run: the
     server keeps torch on one thread, checked here by a preloaded module that multiplies large matrices)."""
-    nb = submissions.replaced(submissions.solved("lab10"), "rollback", "raise BaseException('odd')")
+    nb, fresh = raising
     tests = job("lab10", nb)["tests"]
     (tmp_path / "parallel_at_import.py").write_text(PARALLEL)
     patch = "\nfrom speclab.course.checks import ScoreSummary\nScoreSummary.report = lambda self: 'PATCHED'\n"
@@ -98,7 +106,6 @@ def test_a_forked_judge_gives_the_verdict_a_fresh_one_gives_and_starts_from_the_
     finally:
         judges.close()
     assert judges.proc.returncode == 0  # the server ended when the grader closed its socket
-    fresh = verdict("lab10", nb, case_limit=15 * load_factor())
     assert forked["questions"] == again["questions"] == fresh["questions"]
     assert forked["feedback"] == again["feedback"] == fresh["feedback"] and "PATCHED" not in again["feedback"]
     assert patched is not None, "the fork that ran parallel operations did not answer"
