@@ -227,6 +227,9 @@ def add_scale_command(sub) -> None:
     cmd.add_argument("--preset", choices=sorted(set(EAGLE_PRESETS) & set(SHARED_PRESETS)), default="smollm2-everyday")
     cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
+    cmd.add_argument("--bench", action="store_true", help="time each trained point with its bench command (held-out "
+                     "chat prompts, target-only beside both drafters, eager and fast) into STREAM/cN/bench.json: "
+                     "a few minutes a point; run it with nothing else on the machine")
     cmd.set_defaults(run=run_scale)
 
 
@@ -352,11 +355,17 @@ def run_answers(args) -> None:
 
 
 def run_scale(args) -> None:
-    curve = scale(args.target, args.stream, args.points, args.preset, args.device, args.stop_after_minutes, args.pair)
+    curve = scale(args.target, args.stream, args.points, args.preset, args.device, args.stop_after_minutes, args.pair,
+                  args.bench)
     for p in curve["points"]:
         print(f"{p['conversations']:>6} conversations, {p['tokens']:>9,} tokens: EAGLE-3 top-1 by position "
               f"{p['head']['heldout_top1_by_step']}, draft top-1 {p['draft']['heldout_top1']}")
-    print(f"curve: {args.stream / 'curve.json'}; time each point with its 'bench' command")
+        for name in ("eagle3", "draft"):
+            for path, best in p.get("speeds", {}).get(name, {}).items():
+                print(f"    {name} {path}: {best['speedup']:.2f}x target-only ({best['row']}, "
+                      f"{best['tokens_per_round']:.2f} tokens a round)")
+    print(f"curve: {args.stream / 'curve.json'}" + ("" if args.bench else "; time each point with --bench (or its "
+                                                     "'bench' command)"))
 
 
 def run_eagle_tree(args) -> None:

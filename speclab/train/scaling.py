@@ -13,6 +13,7 @@ speeds come from `bench` on the workloads' chat prompts, which no training reque
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -53,44 +54,85 @@ def freeze_point(stream: Path, n: int) -> Path:
 
 
 def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyday", device: str | None = None,
-                stop_after_minutes: float | None = None, pair: str | None = None) -> dict:
-    """Both drafters trained on the first n conversations (resumable: each trainer checkpoints in cN/);
-    returns the point's summary (point_summary)."""
+                stop_after_minutes: float | None = None, pair: str | None = None, bench: bool = False) -> dict:
+    """Both drafters trained on the first n conversations (resumable: each trainer checkpoints in cN/; a
+    drafter whose record is written is done), then, with `bench`, timed (bench_argv) unless cN/bench.json
+    exists; returns the point's summary (point_summary)."""
     point = freeze_point(stream, n)
     eagle, draft = EAGLE_PRESETS[preset], SHARED_PRESETS[preset]
-    train_eagle(target, point, preset, device=device, version=3, conversations=n,
-                steps=scaled_steps(eagle, n, None, eagle.eagle3_steps), stop_after_minutes=stop_after_minutes)
-    train_shared_draft(target, point, preset, device=device, conversations=n,
-                       steps=scaled_steps(draft, n, None, draft.steps), stop_after_minutes=stop_after_minutes)
+    if not (point / EAGLE[3].bundled / "record.json").exists():
+        train_eagle(target, point, preset, device=device, version=3, conversations=n,
+                    steps=scaled_steps(eagle, n, None, eagle.eagle3_steps), stop_after_minutes=stop_after_minutes)
+    if not (point / "draft" / "record.json").exists():
+        train_shared_draft(target, point, preset, device=device, conversations=n,
+                           steps=scaled_steps(draft, n, None, draft.steps), stop_after_minutes=stop_after_minutes)
+    if bench and not (point / "bench.json").exists():
+        from speclab.cli.main import main as speclab_main  # the command line's bench, as a user would run it
+        speclab_main(bench_argv(point, pair or target))
     return point_summary(point, pair or target)
 
 
+def bench_argv(point: Path, pair: str = "smollm2") -> list[str]:
+    """`python -m speclab bench`'s arguments that time a point on the workloads' chat prompts (held out from
+    every training request): target-only, the draft at its own K and at K = 1..4, the EAGLE-3 head's tree and
+    chain, eagerly and on the fast path, side by side in one run; writes point/bench.json."""
+    methods = ["speclab target-only", draft_model_method().row(), EAGLE[3].row(), EAGLE[3].row("chain")]
+    return ["bench", "--pair", pair, "--workload", "chat", "--num-prompts", "2", "--max-new-tokens", "64",
+            "--methods", ",".join(methods), "--k-sweep", "1,2,3,4",
+            f"--{EAGLE[3].weights_flag}", str(point / EAGLE[3].bundled), "--draft", str(point / "draft"),
+            "--fast", "static", "--json", str(point / "bench.json")]
+
+
+def point_speeds(bench: dict) -> dict:
+    """A point's bench.json summed up: for the draft and the EAGLE-3 head, on each path (eager, fast), the row
+    that decoded fastest, its speed over target-only's on the same path, and its tokens a round; and whether
+    every row decoded target-only's tokens."""
+    rows = [row for workload in bench["workloads"] for row in workload["rows"]]
+    drafters = {"draft": draft_model_method().row(), "eagle3": EAGLE[3].row()}
+    speeds: dict = {"exact": all(row["matches_target_only"] is not False for row in rows)}
+    for path, suffix in (("eager", ""), ("fast", " (fast)")):
+        on_path = {row["method"].removesuffix(suffix): row for row in rows
+                   if row["method"].endswith(" (fast)") == (path == "fast")}
+        base = on_path.get("speclab target-only")
+        if base is None:
+            continue
+        for name, prefix in drafters.items():
+            mine = {m: r for m, r in on_path.items() if m == prefix or m.startswith(prefix + " ")}
+            if not mine:
+                continue
+            best = max(mine, key=lambda m: mine[m]["tokens_per_s"])
+            speeds.setdefault(name, {})[path] = {
+                "row": best, "speedup": round(mine[best]["tokens_per_s"] / base["tokens_per_s"], 3),
+                "tokens_per_round": round(mine[best]["stats"]["mean_tokens_per_round"], 3)}
+    return speeds
+
+
 def point_summary(point: Path, pair: str = "smollm2") -> dict:
-    """What a trained point measured on its held-out rows, and the bench command that times it."""
+    """What a trained point measured on its held-out rows, its speeds where point/bench.json holds them
+    (point_speeds), and the bench command that times it (bench_argv)."""
     head_dir = point / EAGLE[3].bundled
     head = json.loads((head_dir / "record.json").read_text())
     draft = json.loads((point / "draft" / "record.json").read_text())
     last_head, last_draft = head["log"]["evals"][-1], draft["log"]["evals"][-1]
-    return {"conversations": head["chat"]["conversations"], "tokens": head["chat"]["tokens"],
-            "head": {"steps": last_head["step"], "heldout_top1_by_step": last_head["heldout_top1_by_step"],
-                     "train_minutes": round(head["log"]["seconds"] / 60, 1)},
-            "draft": {"steps": last_draft["step"], "heldout_top1": last_draft["heldout_top1"],
-                      "train_minutes": round(draft["log"]["seconds"] / 60, 1)},
-            "bench": (f"python -m speclab bench --pair {pair} --workload chat --num-prompts 2 --max-new-tokens 64 "
-                      f"--methods 'speclab target-only,{draft_model_method().row()},{EAGLE[3].row()},"
-                      f"{EAGLE[3].row('chain')}' "
-                      f"--k-sweep 1,2,3,4 --{EAGLE[3].weights_flag} {head_dir} --draft {point / 'draft'} "
-                      f"--fast static --json {point / 'bench.json'}")}
+    summary = {"conversations": head["chat"]["conversations"], "tokens": head["chat"]["tokens"],
+               "head": {"steps": last_head["step"], "heldout_top1_by_step": last_head["heldout_top1_by_step"],
+                        "train_minutes": round(head["log"]["seconds"] / 60, 1)},
+               "draft": {"steps": last_draft["step"], "heldout_top1": last_draft["heldout_top1"],
+                         "train_minutes": round(draft["log"]["seconds"] / 60, 1)},
+               "bench": "python -m speclab " + shlex.join(bench_argv(point, pair))}
+    if (point / "bench.json").exists():
+        summary["speeds"] = point_speeds(json.loads((point / "bench.json").read_text()))
+    return summary
 
 
 def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-everyday", device: str | None = None,
-          stop_after_minutes: float | None = None, pair: str | None = None) -> dict:
-    """Every point trained in turn (those the stream cannot yet supply are said aloud and skipped);
-    writes and returns stream/curve.json. `pair`: the target's pair name, for the bench commands."""
+          stop_after_minutes: float | None = None, pair: str | None = None, bench: bool = False) -> dict:
+    """Every point trained in turn, and timed with `bench` (those the stream cannot yet supply are said aloud and
+    skipped); writes and returns stream/curve.json. `pair`: the target's pair name, for the bench commands."""
     curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)), "points": []}
     for n in sorted(points):
         try:
-            curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair))
+            curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair, bench))
         except ValueError as err:
             print(f"point {n}: {err}")
     (stream / "curve.json").write_text(json.dumps(curve, indent=1) + "\n")
