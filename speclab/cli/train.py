@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from speclab.cli.main import PROG
+from speclab.cli.main import main as speclab_main
 from speclab.methods import Method, draft_model_method
 from speclab.methods.eagle import describe_tree
 from speclab.models import CONVERTED_PAIRS
@@ -356,11 +357,11 @@ def run_answers(args) -> None:
 
 def run_scale(args) -> None:
     curve = scale(args.target, args.stream, args.points, args.preset, args.device, args.stop_after_minutes, args.pair,
-                  args.bench)
+                  speclab_main if args.bench else None)
     for p in curve["points"]:
         print(f"{p['conversations']:>6} conversations, {p['tokens']:>9,} tokens: EAGLE-3 top-1 by position "
               f"{p['head']['heldout_top1_by_step']}, draft top-1 {p['draft']['heldout_top1']}")
-        for name in ("eagle3", "draft"):
+        for name in ("head", "draft"):
             for path, best in p.get("speeds", {}).get(name, {}).items():
                 print(f"    {name} {path}: {best['speedup']:.2f}x target-only ({best['row']}, "
                       f"{best['tokens_per_round']:.2f} tokens a round)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -54,10 +55,11 @@ def freeze_point(stream: Path, n: int) -> Path:
 
 
 def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyday", device: str | None = None,
-                stop_after_minutes: float | None = None, pair: str | None = None, bench: bool = False) -> dict:
+                stop_after_minutes: float | None = None, pair: str | None = None,
+                bench: Callable[[list[str]], object] | None = None) -> dict:
     """Both drafters trained on the first n conversations (resumable: each trainer checkpoints in cN/; a
-    drafter whose record is written is done), then, with `bench`, timed (bench_argv) unless cN/bench.json
-    exists; returns the point's summary (point_summary)."""
+    drafter whose record is written is done), then timed by `bench` (the command line's main, given
+    bench_argv) unless cN/bench.json exists; returns the point's summary (point_summary)."""
     point = freeze_point(stream, n)
     eagle, draft = EAGLE_PRESETS[preset], SHARED_PRESETS[preset]
     if not (point / EAGLE[3].bundled / "record.json").exists():
@@ -66,9 +68,8 @@ def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyd
     if not (point / "draft" / "record.json").exists():
         train_shared_draft(target, point, preset, device=device, conversations=n,
                            steps=scaled_steps(draft, n, None, draft.steps), stop_after_minutes=stop_after_minutes)
-    if bench and not (point / "bench.json").exists():
-        from speclab.cli.main import main as speclab_main  # the command line's bench, as a user would run it
-        speclab_main(bench_argv(point, pair or target))
+    if bench is not None and not (point / "bench.json").exists():
+        bench(bench_argv(point, pair or target))
     return point_summary(point, pair or target)
 
 
@@ -84,11 +85,11 @@ def bench_argv(point: Path, pair: str = "smollm2") -> list[str]:
 
 
 def point_speeds(bench: dict) -> dict:
-    """A point's bench.json summed up: for the draft and the EAGLE-3 head, on each path (eager, fast), the row
+    """A point's bench.json summed up: for the draft and the EAGLE-3 head ("head"), on each path (eager, fast), the row
     that decoded fastest, its speed over target-only's on the same path, and its tokens a round; and whether
     every row decoded target-only's tokens."""
     rows = [row for workload in bench["workloads"] for row in workload["rows"]]
-    drafters = {"draft": draft_model_method().row(), "eagle3": EAGLE[3].row()}
+    drafters = {"draft": draft_model_method().row(), "head": EAGLE[3].row()}
     speeds: dict = {"exact": all(row["matches_target_only"] is not False for row in rows)}
     for path, suffix in (("eager", ""), ("fast", " (fast)")):
         on_path = {row["method"].removesuffix(suffix): row for row in rows
@@ -126,8 +127,9 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
 
 
 def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-everyday", device: str | None = None,
-          stop_after_minutes: float | None = None, pair: str | None = None, bench: bool = False) -> dict:
-    """Every point trained in turn, and timed with `bench` (those the stream cannot yet supply are said aloud and
+          stop_after_minutes: float | None = None, pair: str | None = None,
+          bench: Callable[[list[str]], object] | None = None) -> dict:
+    """Every point trained in turn, and timed by `bench` where given (train_point; those the stream cannot yet supply are said aloud and
     skipped); writes and returns stream/curve.json. `pair`: the target's pair name, for the bench commands."""
     curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)), "points": []}
     for n in sorted(points):

@@ -56,8 +56,8 @@ def test_a_points_speeds_are_each_drafters_fastest_row_over_target_only_on_the_s
     assert speeds["exact"] is True
     assert speeds["draft"] == {"eager": {"row": "speclab draft_model K=1", "speedup": 1.3, "tokens_per_round": 1.5},
                                "fast": {"row": "speclab draft_model K=1", "speedup": 1.25, "tokens_per_round": 1.5}}
-    assert speeds["eagle3"]["eager"]["row"] == "speclab eagle3 chain" and speeds["eagle3"]["eager"]["speedup"] == 1.6
-    assert speeds["eagle3"]["fast"] == {"row": "speclab eagle3", "speedup": 1.5, "tokens_per_round": 2.6}
+    assert speeds["head"]["eager"]["row"] == "speclab eagle3 chain" and speeds["head"]["eager"]["speedup"] == 1.6
+    assert speeds["head"]["fast"] == {"row": "speclab eagle3", "speedup": 1.5, "tokens_per_round": 2.6}
     rows[4]["matches_target_only"] = False  # one row that decoded other tokens: the point is not exact
     assert point_speeds({"workloads": [{"rows": rows}]})["exact"] is False
 
