@@ -316,6 +316,35 @@ def depth_figure(by_step: dict, end_rec: dict, evals3: list[dict], depth: int) -
     return fig
 
 
+def scaling_figure(curve: dict) -> Figure:
+    """A data-scaling curve (`python -m speclab train scale`'s curve.json): left, held-out top-1 at draft positions
+    1 and 3 of the EAGLE-3 head and the draft's, against training tokens; right, each drafter's best speed over
+    target-only, eager and on the fast path, where the point was timed."""
+    points = sorted(curve["points"], key=lambda p: p["tokens"])
+    tokens = [p["tokens"] / 1e6 for p in points]
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.2))
+    for j, marker in ((0, "o-"), (2, "o--")):
+        axes[0].plot(tokens, [p["head"]["heldout_top1_by_step"][j] for p in points], marker, color="#4c72b0",
+                     label=f"EAGLE-3 head, position {j + 1}")
+    axes[0].plot(tokens, [p["draft"]["heldout_top1"] for p in points], "s-", color="#999999", label="draft, position 1")
+    axes[0].set_ylabel("held-out top-1 = target", fontsize=FONT)
+    timed = [p for p in points if "speeds" in p]
+    for name, color in (("head", "#4c72b0"), ("draft", "#999999")):
+        for path, style in (("eager", "-"), ("fast", ":")):
+            have = [p for p in timed if path in p["speeds"].get(name, {})]
+            axes[1].plot([p["tokens"] / 1e6 for p in have], [p["speeds"][name][path]["speedup"] for p in have],
+                         "o" + style, color=color, label=f"{'EAGLE-3 head' if name == 'head' else 'draft'}, {path}")
+    axes[1].axhline(1, color="k", lw=0.8)
+    axes[1].set_ylabel("speed vs target-only", fontsize=FONT)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("training tokens (millions)", fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
+        ax.legend(fontsize=FONT - 1)
+    fig.tight_layout()
+    return fig
+
+
 # ---------------------------------------------------------------- 8.7-8.8
 
 def bench_figure(ratio: dict[str, float], spread: dict[str, tuple[float, float]]) -> Figure:

@@ -138,3 +138,21 @@ def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_doe
                              ("feature", [0.3, 0.31, 0.32, 0.43], "token alone gains more")]:
         with pytest.raises(AssertionError, match=says):
             ch08.ablation_order(ablation_record({**made_up, key: evals}))
+
+
+def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds():
+    def point(n, tokens, top1, speeds=None):
+        p = {"conversations": n, "tokens": tokens, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2]},
+             "draft": {"heldout_top1": top1 - 0.2}}
+        return {**p, "speeds": speeds} if speeds else p
+    timed = {name: {path: {"speedup": x, "row": "r", "tokens_per_round": 2.0} for path, x in (("eager", 1.1),
+                                                                                           ("fast", 1.3))}
+             for name in ("head", "draft")}
+    curve = {"points": [point(4000, 1_000_000, 0.6, timed), point(1400, 350_000, 0.5, timed),
+                        point(14000, 3_500_000, 0.7)]}
+    fig = ch08.scaling_figure(curve)
+    left, right = fig.axes
+    assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT - 1
+    assert [list(line.get_xdata()) for line in left.lines][0] == [0.35, 1.0, 3.5]  # sorted by tokens, all three
+    speed_lines = [line for line in right.lines if not line.get_label().startswith("_")]  # not the 1.0 line
+    assert len(speed_lines) == 4 and all(list(line.get_xdata()) == [0.35, 1.0] for line in speed_lines)
