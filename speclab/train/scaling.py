@@ -54,26 +54,36 @@ def freeze_point(stream: Path, n: int) -> Path:
     return point
 
 
+def _trained(record: Path, steps: int | None) -> bool:
+    """Whether `record` (written when a trainer ends) holds a drafter trained for `steps` steps."""
+    return record.exists() and json.loads(record.read_text())["preset"]["steps"] == steps
+
+
 def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyday", device: str | None = None,
                 stop_after_minutes: float | None = None, pair: str | None = None,
                 bench: Callable[[list[str]], object] | None = None) -> dict:
     """Both drafters trained on the first n conversations (resumable: each trainer checkpoints in cN/; a
-    drafter whose record is written is done), then timed by `bench` (the command line's main, given
-    bench_argv) unless cN/bench.json exists; returns the point's summary (point_summary)."""
+    drafter whose record says it ran this point's steps is done), then timed by `bench` (the command line's
+    main, given bench_argv) unless cN/bench.json holds the timing of these drafters; returns the point's
+    summary (point_summary)."""
     point = freeze_point(stream, n)
     eagle, draft = EAGLE_PRESETS[preset], SHARED_PRESETS[preset]
-    if not (point / EAGLE[3].bundled / "record.json").exists():
-        train_eagle(target, point, preset, device=device, version=3, conversations=n,
-                    steps=scaled_steps(eagle, n, None, eagle.eagle3_steps), stop_after_minutes=stop_after_minutes)
-    if not (point / "draft" / "record.json").exists():
-        train_shared_draft(target, point, preset, device=device, conversations=n,
-                           steps=scaled_steps(draft, n, None, draft.steps), stop_after_minutes=stop_after_minutes)
+    head_steps = scaled_steps(eagle, n, None, eagle.eagle3_steps)
+    draft_steps = scaled_steps(draft, n, None, draft.steps)
+    if not _trained(point / EAGLE[3].bundled / "record.json", head_steps):
+        (point / "bench.json").unlink(missing_ok=True)  # it timed other drafters
+        train_eagle(target, point, preset, device=device, version=3, conversations=n, steps=head_steps,
+                    stop_after_minutes=stop_after_minutes)
+    if not _trained(point / "draft" / "record.json", draft_steps):
+        (point / "bench.json").unlink(missing_ok=True)
+        train_shared_draft(target, point, preset, device=device, conversations=n, steps=draft_steps,
+                           stop_after_minutes=stop_after_minutes)
     if bench is not None and not (point / "bench.json").exists():
-        bench(bench_argv(point, pair or target))
+        bench(bench_argv(point, pair or target, device))
     return point_summary(point, pair or target)
 
 
-def bench_argv(point: Path, pair: str = "smollm2") -> list[str]:
+def bench_argv(point: Path, pair: str = "smollm2", device: str | None = None) -> list[str]:
     """`python -m speclab bench`'s arguments that time a point on the workloads' chat prompts (held out from
     every training request): target-only, the draft at its own K and at K = 1..4, the EAGLE-3 head's tree and
     chain, eagerly and on the fast path, side by side in one run; writes point/bench.json."""
@@ -81,30 +91,40 @@ def bench_argv(point: Path, pair: str = "smollm2") -> list[str]:
     return ["bench", "--pair", pair, "--workload", "chat", "--num-prompts", "2", "--max-new-tokens", "64",
             "--methods", ",".join(methods), "--k-sweep", "1,2,3,4",
             f"--{EAGLE[3].weights_flag}", str(point / EAGLE[3].bundled), "--draft", str(point / "draft"),
-            "--fast", "static", "--json", str(point / "bench.json")]
+            "--fast", "static", "--json", str(point / "bench.json")] + (["--device", device] if device else [])
 
 
 def point_speeds(bench: dict) -> dict:
-    """A point's bench.json summed up: for the draft and the EAGLE-3 head ("head"), on each path (eager, fast), the row
-    that decoded fastest, its speed over target-only's on the same path, and its tokens a round; and whether
-    every row decoded target-only's tokens."""
-    rows = [row for workload in bench["workloads"] for row in workload["rows"]]
+    """A point's bench.json summed up: for the draft and the EAGLE-3 head ("head"), on each path (eager, fast),
+    the row that decoded fastest over every workload (the chat categories' prompts together: their tokens over
+    their seconds), its speed over target-only's on the same path, and its tokens a round; "exact": whether
+    every row compared with target-only decoded its tokens (None where none was compared)."""
+    totals: dict[str, list[float]] = {}  # method: new tokens, seconds, rounds
+    compared = []
+    for workload in bench["workloads"]:
+        for row in workload["rows"]:
+            total = totals.setdefault(row["method"], [0, 0.0, 0])
+            total[0] += row["new_tokens"]
+            total[1] += row["seconds"]
+            total[2] += row["stats"]["rounds"]
+            if row["matches_target_only"] is not None:
+                compared.append(row["matches_target_only"])
     drafters = {"draft": draft_model_method().row(), "head": EAGLE[3].row()}
-    speeds: dict = {"exact": all(row["matches_target_only"] is not False for row in rows)}
+    speeds: dict = {"exact": all(compared) if compared else None}
     for path, suffix in (("eager", ""), ("fast", " (fast)")):
-        on_path = {row["method"].removesuffix(suffix): row for row in rows
-                   if row["method"].endswith(" (fast)") == (path == "fast")}
+        on_path = {method.removesuffix(suffix): (tokens / seconds, tokens / rounds)
+                   for method, (tokens, seconds, rounds) in totals.items()
+                   if method.endswith(" (fast)") == (path == "fast")}
         base = on_path.get("speclab target-only")
         if base is None:
             continue
         for name, prefix in drafters.items():
-            mine = {m: r for m, r in on_path.items() if m == prefix or m.startswith(prefix + " ")}
+            mine = {m: v for m, v in on_path.items() if m == prefix or m.startswith(prefix + " ")}
             if not mine:
                 continue
-            best = max(mine, key=lambda m: mine[m]["tokens_per_s"])
-            speeds.setdefault(name, {})[path] = {
-                "row": best, "speedup": round(mine[best]["tokens_per_s"] / base["tokens_per_s"], 3),
-                "tokens_per_round": round(mine[best]["stats"]["mean_tokens_per_round"], 3)}
+            best = max(mine, key=lambda m: mine[m][0])
+            speeds.setdefault(name, {})[path] = {"row": best, "speedup": round(mine[best][0] / base[0], 3),
+                                                 "tokens_per_round": round(mine[best][1], 3)}
     return speeds
 
 
@@ -129,8 +149,9 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
 def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-everyday", device: str | None = None,
           stop_after_minutes: float | None = None, pair: str | None = None,
           bench: Callable[[list[str]], object] | None = None) -> dict:
-    """Every point trained in turn, and timed by `bench` where given (train_point; those the stream cannot yet supply are said aloud and
-    skipped); writes and returns stream/curve.json. `pair`: the target's pair name, for the bench commands."""
+    """Every point trained in turn, and timed by `bench` where given (train_point); the points the stream
+    cannot yet supply are said aloud and skipped. Writes and returns stream/curve.json. `pair`: the target's
+    pair name, for the bench commands."""
     curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)), "points": []}
     for n in sorted(points):
         try:

@@ -1,6 +1,7 @@
 """train scale: the points of a data-scaling curve are the first N conversations of one stream, frozen, each
 trained with the same steps per conversation, summed up in curve.json."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from tests.train.test_chat_data import small_library  # noqa: F401 (the fixture)
 
 
 @pytest.mark.usefixtures("small_library")
-def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation(cached_smollm2, tmp_path, capsys):
+def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation(cached_smollm2, tmp_path, capsys,
+                                                                                 monkeypatch):
     stream = tmp_path / "stream"  # 8 conversations the stand-in target answered (the micro-chat preset's)
     train_main(["shared-draft", "--target", "smollm2", "--out", str(stream), "--preset", "micro-chat",
                 "--device", "cpu", "--steps", "1"])
@@ -31,6 +33,32 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
         assert f"--eagle3 {stream / f'c{n}' / 'eagle3'}" in point["bench"]
     assert curve["points"][0]["tokens"] < curve["points"][1]["tokens"]
 
+    # again, with a bench: trained points are not trained again, each is timed once, and its speeds are summed up
+    import speclab.train.scaling as scaling
+
+    timed = []
+
+    def bench(argv):
+        timed.append(argv)
+        rows = [bench_row("speclab target-only", 10, exact=None), bench_row("speclab eagle3", 15, 2.0)]
+        Path(argv[argv.index("--json") + 1]).write_text(json.dumps({"workloads": [{"rows": rows}]}))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a trained point was trained again")
+    monkeypatch.setattr(scaling, "train_eagle", no_training)
+    monkeypatch.setattr(scaling, "train_shared_draft", no_training)
+    curve = scaling.scale("smollm2", stream, [4, 8], "micro-chat", "cpu", bench=bench)
+    assert timed == [bench_argv(stream / "c4", "smollm2", "cpu"), bench_argv(stream / "c8", "smollm2", "cpu")]
+    assert all(p["speeds"]["head"]["eager"]["speedup"] == 1.5 and p["speeds"]["exact"] for p in curve["points"])
+    scaling.scale("smollm2", stream, [4], "micro-chat", "cpu", bench=bench)
+    assert len(timed) == 2  # its bench.json is there
+    # a point whose record names other steps is trained again, and its old bench.json goes
+    record = stream / "c4" / "draft" / "record.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "preset": {"steps": 99}}))
+    with pytest.raises(AssertionError, match="trained again"):
+        scaling.scale("smollm2", stream, [4], "micro-chat", "cpu", bench=bench)
+    assert not (stream / "c4" / "bench.json").exists()
+
 
 def test_a_point_past_the_stream_names_the_command_that_answers_more(tmp_path):
     torch.save({"conversations": [torch.ones(3, dtype=torch.int32)] * 2, "seconds": 1.0, "requests": "everyday"},
@@ -41,31 +69,42 @@ def test_a_point_past_the_stream_names_the_command_that_answers_more(tmp_path):
 
 
 def bench_row(method: str, tokens_per_s: float, tokens_per_round: float = 1.0, exact=True) -> dict:
-    return {"method": method, "tokens_per_s": tokens_per_s, "matches_target_only": exact,
-            "stats": {"mean_tokens_per_round": tokens_per_round}}
+    """A bench row of 64 new tokens at `tokens_per_s`, in 64 / tokens_per_round rounds."""
+    return {"method": method, "new_tokens": 64, "seconds": 64 / tokens_per_s, "matches_target_only": exact,
+            "stats": {"rounds": 64 / tokens_per_round}}
 
 
 def test_a_points_speeds_are_each_drafters_fastest_row_over_target_only_on_the_same_path():
     rows = [bench_row("speclab target-only", 10, exact=None), bench_row("speclab draft_model", 12, 2.0),
-            bench_row("speclab draft_model K=1", 13, 1.5), bench_row("speclab draft_model K=2", 11, 2.2),
-            bench_row("speclab eagle3", 15, 2.5), bench_row("speclab eagle3 chain", 16, 2.4),
-            bench_row("speclab target-only (fast)", 20, exact=None),
-            bench_row("speclab draft_model K=1 (fast)", 25, 1.5),
-            bench_row("speclab eagle3 (fast)", 30, 2.6), bench_row("speclab eagle3 chain (fast)", 24, 2.4)]
+            bench_row("speclab draft_model K=1", 13, 1.6), bench_row("speclab draft_model K=2", 11, 2.0),
+            bench_row("speclab eagle3", 15, 2.5), bench_row("speclab eagle3 chain", 16, 2.0),
+            bench_row("speclab target-only (fast)", 20),
+            bench_row("speclab draft_model K=1 (fast)", 25, 1.6),
+            bench_row("speclab eagle3 (fast)", 30, 2.5), bench_row("speclab eagle3 chain (fast)", 24, 2.0)]
     speeds = point_speeds({"workloads": [{"rows": rows}]})
     assert speeds["exact"] is True
-    assert speeds["draft"] == {"eager": {"row": "speclab draft_model K=1", "speedup": 1.3, "tokens_per_round": 1.5},
-                               "fast": {"row": "speclab draft_model K=1", "speedup": 1.25, "tokens_per_round": 1.5}}
+    assert speeds["draft"] == {"eager": {"row": "speclab draft_model K=1", "speedup": 1.3, "tokens_per_round": 1.6},
+                               "fast": {"row": "speclab draft_model K=1", "speedup": 1.25, "tokens_per_round": 1.6}}
     assert speeds["head"]["eager"]["row"] == "speclab eagle3 chain" and speeds["head"]["eager"]["speedup"] == 1.6
-    assert speeds["head"]["fast"] == {"row": "speclab eagle3", "speedup": 1.5, "tokens_per_round": 2.6}
+    assert speeds["head"]["fast"] == {"row": "speclab eagle3", "speedup": 1.5, "tokens_per_round": 2.5}
     rows[4]["matches_target_only"] = False  # one row that decoded other tokens: the point is not exact
     assert point_speeds({"workloads": [{"rows": rows}]})["exact"] is False
+    assert point_speeds({"workloads": [{"rows": rows[:1]}]})["exact"] is None  # nothing compared: not "exact"
+
+
+def test_a_points_speeds_add_up_every_workloads_tokens_and_seconds():
+    """`--workload chat` is seven categories, each a summary with the same rows: a row's speed is its tokens over its
+    seconds in all of them (the head at 30 then 10 tokens/s, 64 tokens each: 15 tokens/s), not the last one's."""
+    first = [bench_row("speclab target-only", 10, exact=None), bench_row("speclab eagle3", 30, 3.0)]
+    second = [bench_row("speclab target-only", 10, exact=None), bench_row("speclab eagle3", 10, 1.5)]
+    head = point_speeds({"workloads": [{"rows": first}, {"rows": second}]})["head"]["eager"]
+    assert head == {"row": "speclab eagle3", "speedup": 1.5, "tokens_per_round": 2.0}
 
 
 def test_a_points_bench_command_is_one_the_bench_parses(tmp_path):
     from speclab.cli.bench import build_parser
-    argv = bench_argv(tmp_path / "c1400")
+    argv = bench_argv(tmp_path / "c1400", device="cpu")
     assert argv[0] == "bench"
     args = build_parser().parse_args(argv[1:])
-    assert args.json == str(tmp_path / "c1400" / "bench.json") and args.fast == "static"
+    assert args.json == str(tmp_path / "c1400" / "bench.json") and args.fast == "static" and args.device == "cpu"
     assert args.draft == str(tmp_path / "c1400" / "draft")

@@ -141,18 +141,25 @@ def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_doe
 
 
 def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds():
-    def point(n, tokens, top1, speeds=None):
-        p = {"conversations": n, "tokens": tokens, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2]},
-             "draft": {"heldout_top1": top1 - 0.2}}
-        return {**p, "speeds": speeds} if speeds else p
-    timed = {name: {path: {"speedup": x, "row": "r", "tokens_per_round": 2.0} for path, x in (("eager", 1.1),
-                                                                                           ("fast", 1.3))}
-             for name in ("head", "draft")}
-    curve = {"points": [point(4000, 1_000_000, 0.6, timed), point(1400, 350_000, 0.5, timed),
-                        point(14000, 3_500_000, 0.7)]}
+    def point(tokens, top1, timed=True):
+        p = {"tokens": tokens, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2]},
+             "draft": {"heldout_top1": top1 - 0.3}}
+        # each line its own speeds: head 1.x, draft 0.x; eager .1, fast .3; the more tokens, the faster
+        speeds = {name: {path: {"speedup": base + tokens / 1e7 + extra, "row": "r", "tokens_per_round": 2.0}
+                         for path, extra in (("eager", 0.1), ("fast", 0.3))}
+                  for name, base in (("head", 1.0), ("draft", 0.0))}
+        return {**p, "speeds": speeds} if timed else p
+    curve = {"points": [point(1_000_000, 0.6), point(350_000, 0.5), point(3_500_000, 0.7, timed=False)]}
     fig = ch08.scaling_figure(curve)
     left, right = fig.axes
     assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT - 1
-    assert [list(line.get_xdata()) for line in left.lines][0] == [0.35, 1.0, 3.5]  # sorted by tokens, all three
-    speed_lines = [line for line in right.lines if not line.get_label().startswith("_")]  # not the 1.0 line
-    assert len(speed_lines) == 4 and all(list(line.get_xdata()) == [0.35, 1.0] for line in speed_lines)
+    lines = {line.get_label(): line for line in left.lines}
+    assert list(lines["EAGLE-3 head, position 1"].get_xdata()) == [0.35, 1.0, 3.5]  # sorted by tokens, all three
+    assert list(lines["EAGLE-3 head, position 3"].get_ydata()) == pytest.approx([0.3, 0.4, 0.5])
+    assert list(lines["draft, position 1"].get_ydata()) == pytest.approx([0.2, 0.3, 0.4])
+    speeds = {line.get_label(): line for line in right.lines if not line.get_label().startswith("_")}
+    assert sorted(speeds) == ["EAGLE-3 head, eager", "EAGLE-3 head, fast", "draft, eager", "draft, fast"]
+    for label, (base, extra) in {"EAGLE-3 head, eager": (1.0, 0.1), "EAGLE-3 head, fast": (1.0, 0.3),
+                                 "draft, eager": (0.0, 0.1), "draft, fast": (0.0, 0.3)}.items():
+        assert list(speeds[label].get_xdata()) == [0.35, 1.0]  # the timed points only
+        assert list(speeds[label].get_ydata()) == pytest.approx([base + 0.035 + extra, base + 0.1 + extra])
