@@ -31,7 +31,7 @@ from speclab.train.parallel_draft import PRESETS as PARD_PRESETS
 from speclab.train.parallel_draft import train_parallel_draft
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
 from speclab.train.scaling import POINTS as SCALE_POINTS
-from speclab.train.scaling import scale
+from speclab.train.scaling import bench_argv, scale
 from speclab.train.shared_draft import train_shared_draft
 from speclab.train.tuning import CANDIDATES, PROMPTS, choose_eagle_tree
 
@@ -228,9 +228,10 @@ def add_scale_command(sub) -> None:
     cmd.add_argument("--preset", choices=sorted(set(EAGLE_PRESETS) & set(SHARED_PRESETS)), default="smollm2-everyday")
     cmd.add_argument("--device", default="auto", help="auto, cpu, cuda or mps")
     cmd.add_argument("--stop-after-minutes", type=float, help="checkpoint and stop after this long; rerun to resume")
-    cmd.add_argument("--bench", action="store_true", help="time each trained point with its bench command (held-out "
-                     "chat prompts, target-only beside both drafters, eager and fast) into STREAM/cN/bench.json: "
-                     "a few minutes a point; run it with nothing else on the machine")
+    cmd.add_argument("--bench", action="store_true", help="time each trained point: its head's EAGLE-2 settings chosen "
+                     "on the chat tuning requests (where it has none), then its bench command (held-out chat "
+                     "prompts, target-only beside both drafters, eager and fast) into STREAM/cN/bench.json; run it "
+                     "with nothing else on the machine")
     cmd.set_defaults(run=run_scale)
 
 
@@ -357,7 +358,7 @@ def run_answers(args) -> None:
 
 def run_scale(args) -> None:
     curve = scale(args.target, args.stream, args.points, args.preset, args.device, args.stop_after_minutes, args.pair,
-                  speclab_main if args.bench else None)
+                  (lambda point: time_point(args, point)) if args.bench else None)
     for p in curve["points"]:
         print(f"{p['conversations']:>6} conversations, {p['tokens']:>9,} tokens: EAGLE-3 top-1 by position "
               f"{p['head']['heldout_top1_by_step']}, draft top-1 {p['draft']['heldout_top1']}")
@@ -367,6 +368,16 @@ def run_scale(args) -> None:
                       f"{best['tokens_per_round']:.2f} tokens a round)")
     print(f"curve: {args.stream / 'curve.json'}" + ("" if args.bench else "; time each point with --bench (or its "
                                                      "'bench' command)"))
+
+
+def time_point(args, point: Path) -> None:
+    """A trained point of `train scale` timed as `train eagle3` and `bench` time a head: its EAGLE-2 settings
+    chosen on the chat tuning requests (where it has none), then the point's bench run (scaling.bench_argv)."""
+    head, m = point / EAGLE[3].bundled, EAGLE_PRESETS[args.preset]
+    if not (head / "tree.json").exists():
+        choose_tree(args.target, head, args.device, prompts="chat", candidate_set=m.tree_candidates,
+                    num_prompts=m.tree_prompts, max_new_tokens=m.tree_tokens, repeats=m.tree_repeats)
+    speclab_main(bench_argv(point, args.pair or args.target, args.device))
 
 
 def run_eagle_tree(args) -> None:

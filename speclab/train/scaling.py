@@ -61,17 +61,18 @@ def _trained(record: Path, steps: int | None) -> bool:
 
 def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyday", device: str | None = None,
                 stop_after_minutes: float | None = None, pair: str | None = None,
-                bench: Callable[[list[str]], object] | None = None) -> dict:
+                bench: Callable[[Path], object] | None = None) -> dict:
     """Both drafters trained on the first n conversations (resumable: each trainer checkpoints in cN/; a
-    drafter whose record says it ran this point's steps is done), then timed by `bench` (the command line's
-    main, given bench_argv) unless cN/bench.json holds the timing of these drafters; returns the point's
-    summary (point_summary)."""
+    drafter whose record says it ran this point's steps is done), then timed by `bench(point)` (the command
+    line's: it times the head's tree settings where it has none, then runs bench_argv) unless cN/bench.json
+    holds the timing of these drafters; returns the point's summary (point_summary)."""
     point = freeze_point(stream, n)
     eagle, draft = EAGLE_PRESETS[preset], SHARED_PRESETS[preset]
     head_steps = scaled_steps(eagle, n, None, eagle.eagle3_steps)
     draft_steps = scaled_steps(draft, n, None, draft.steps)
     if not _trained(point / EAGLE[3].bundled / "record.json", head_steps):
-        (point / "bench.json").unlink(missing_ok=True)  # it timed other drafters
+        for timed in (point / "bench.json", point / EAGLE[3].bundled / "tree.json"):
+            timed.unlink(missing_ok=True)  # they timed another head
         train_eagle(target, point, preset, device=device, version=3, conversations=n, steps=head_steps,
                     stop_after_minutes=stop_after_minutes)
     if not _trained(point / "draft" / "record.json", draft_steps):
@@ -79,7 +80,7 @@ def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyd
         train_shared_draft(target, point, preset, device=device, conversations=n, steps=draft_steps,
                            stop_after_minutes=stop_after_minutes)
     if bench is not None and not (point / "bench.json").exists():
-        bench(bench_argv(point, pair or target, device))
+        bench(point)
     return point_summary(point, pair or target)
 
 
@@ -148,7 +149,7 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
 
 def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-everyday", device: str | None = None,
           stop_after_minutes: float | None = None, pair: str | None = None,
-          bench: Callable[[list[str]], object] | None = None) -> dict:
+          bench: Callable[[Path], object] | None = None) -> dict:
     """Every point trained in turn, and timed by `bench` where given (train_point); the points the stream
     cannot yet supply are said aloud and skipped. Writes and returns stream/curve.json. `pair`: the target's
     pair name, for the bench commands."""

@@ -1,7 +1,6 @@
 """train scale: the points of a data-scaling curve are the first N conversations of one stream, frozen, each
 trained with the same steps per conversation, summed up in curve.json."""
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -38,26 +37,27 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
 
     timed = []
 
-    def bench(argv):
-        timed.append(argv)
+    def bench(point):
+        timed.append(point)
         rows = [bench_row("speclab target-only", 10, exact=None), bench_row("speclab eagle3", 15, 2.0)]
-        Path(argv[argv.index("--json") + 1]).write_text(json.dumps({"workloads": [{"rows": rows}]}))
+        (point / "bench.json").write_text(json.dumps({"workloads": [{"rows": rows}]}))
 
     def no_training(*args, **kwargs):
         raise AssertionError("a trained point was trained again")
     monkeypatch.setattr(scaling, "train_eagle", no_training)
     monkeypatch.setattr(scaling, "train_shared_draft", no_training)
     curve = scaling.scale("smollm2", stream, [4, 8], "micro-chat", "cpu", bench=bench)
-    assert timed == [bench_argv(stream / "c4", "smollm2", "cpu"), bench_argv(stream / "c8", "smollm2", "cpu")]
+    assert timed == [stream / "c4", stream / "c8"]
     assert all(p["speeds"]["head"]["eager"]["speedup"] == 1.5 and p["speeds"]["exact"] for p in curve["points"])
     scaling.scale("smollm2", stream, [4], "micro-chat", "cpu", bench=bench)
     assert len(timed) == 2  # its bench.json is there
-    # a point whose record names other steps is trained again, and its old bench.json goes
-    record = stream / "c4" / "draft" / "record.json"
+    # a point whose head's record names other steps is trained again, and what timed the old head goes
+    (stream / "c4" / "eagle3" / "tree.json").write_text("{}")
+    record = stream / "c4" / "eagle3" / "record.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "preset": {"steps": 99}}))
     with pytest.raises(AssertionError, match="trained again"):
         scaling.scale("smollm2", stream, [4], "micro-chat", "cpu", bench=bench)
-    assert not (stream / "c4" / "bench.json").exists()
+    assert not (stream / "c4" / "bench.json").exists() and not (stream / "c4" / "eagle3" / "tree.json").exists()
 
 
 def test_a_point_past_the_stream_names_the_command_that_answers_more(tmp_path):
