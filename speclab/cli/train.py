@@ -323,14 +323,19 @@ def run_head(args) -> None:
           f"{last['heldout_top1_by_step']}, {report['log']['seconds'] / 60:.1f} min")
     folder = args.method.bundled
     if args.version is not None and report["inputs"] == "feature+token":
-        m = EAGLE_PRESETS[args.preset]
-        choose_tree(args.target, args.out / folder, args.device, prompts="chat" if m.corpus == "chat" else "code",
-                    candidate_set=m.tree_candidates, num_prompts=m.tree_prompts, max_new_tokens=m.tree_tokens,
-                    repeats=m.tree_repeats)
+        choose_preset_tree(args.target, args.out / folder, args.device, args.preset)
     if args.install:
         if report["inputs"] != "feature+token":
             raise SystemExit("an ablation head (--inputs feature or token) is measured, not installed")
         print(f"installed into {install(args.out, folder, pair_folder(args))}")
+
+
+def choose_preset_tree(target: str, head_dir: Path, device: str, preset: str) -> None:
+    """choose_tree with the tuning the head's training preset names (its corpus's prompts, sizes, candidates)."""
+    m = EAGLE_PRESETS[preset]
+    choose_tree(target, head_dir, device, prompts="chat" if m.corpus == "chat" else "code",
+                candidate_set=m.tree_candidates, num_prompts=m.tree_prompts, max_new_tokens=m.tree_tokens,
+                repeats=m.tree_repeats)
 
 
 def choose_tree(target: str, head_dir: Path, device: str, **tuning) -> None:
@@ -372,11 +377,11 @@ def run_scale(args) -> None:
 
 def time_point(args, point: Path) -> None:
     """A trained point of `train scale` timed as `train eagle3` and `bench` time a head: its EAGLE-2 settings
-    chosen on the chat tuning requests (where it has none), then the point's bench run (scaling.bench_argv)."""
-    head, m = point / EAGLE[3].bundled, EAGLE_PRESETS[args.preset]
+    chosen as its preset's training would choose them (where it has none), then the point's bench run
+    (scaling.bench_argv)."""
+    head = point / EAGLE[3].bundled
     if not (head / "tree.json").exists():
-        choose_tree(args.target, head, args.device, prompts="chat", candidate_set=m.tree_candidates,
-                    num_prompts=m.tree_prompts, max_new_tokens=m.tree_tokens, repeats=m.tree_repeats)
+        choose_preset_tree(args.target, head, args.device, args.preset)
     speclab_main(bench_argv(point, args.pair or args.target, args.device))
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from speclab.devices import pick_device
+from speclab.measure.bench import FAST
 from speclab.methods import draft_model_method
 from speclab.train.data import hardware, scaled_steps
 from speclab.train.eagle import EAGLE_PRESETS, train_eagle
@@ -112,10 +113,10 @@ def point_speeds(bench: dict) -> dict:
                 compared.append(row["matches_target_only"])
     drafters = {"draft": draft_model_method().row(), "head": EAGLE[3].row()}
     speeds: dict = {"exact": all(compared) if compared else None}
-    for path, suffix in (("eager", ""), ("fast", " (fast)")):
+    for path, suffix in (("eager", ""), ("fast", FAST)):
         on_path = {method.removesuffix(suffix): (tokens / seconds, tokens / rounds)
                    for method, (tokens, seconds, rounds) in totals.items()
-                   if method.endswith(" (fast)") == (path == "fast")}
+                   if method.endswith(FAST) == (path == "fast")}
         base = on_path.get("speclab target-only")
         if base is None:
             continue
