@@ -210,6 +210,33 @@ def pack(conversations: list[torch.Tensor], seq_len: int, eos: int) -> torch.Ten
     return stream[:usable].view(-1, seq_len)
 
 
+def assistant_header(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The tokens that open the assistant's turn (what encode_chat appends for the model to answer after)."""
+    probe = [{"role": "user", "content": "x"}]
+    if getattr(tokenizer, "chat_template", None):
+        closed, opened = (tokenizer.apply_chat_template(probe, add_generation_prompt=opens, return_dict=True)["input_ids"]
+                          for opens in (False, True))
+        return list(opened[len(closed):])
+    return tokenizer("\nAssistant:", add_special_tokens=False).input_ids[1:]
+
+
+def answer_next(rows: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """(n, T) bool over packed chat rows (pack, consecutive as packed): whether the token after position t
+    belongs to an answer, from just after an assistant header to its end-of-turn token (EOS) included. The
+    positions where the target speaks as itself, the only ones a drafter drafts at: the reference trains
+    EAGLE-3 on them alone (a loss mask over the assistant's turns, eagle/traineagle3/main.py)."""
+    stream, header = rows.flatten().long(), torch.tensor(assistant_header(tokenizer))
+    index = torch.arange(len(stream))
+    header_ends = torch.zeros(len(stream), dtype=torch.bool)
+    if len(header) and len(stream) >= len(header):
+        header_ends[len(header) - 1:] = (stream.unfold(0, len(header), 1) == header).all(-1)
+    last_header = torch.where(header_ends, index, -1).cummax(0).values
+    last_end = torch.where(stream == tokenizer.eos_token_id, index, -1).cummax(0).values
+    # token i is an answer's when the latest header ended before it with no end of turn since (its own EOS counts)
+    answer = torch.cat([torch.tensor([False]), last_header[:-1] > last_end[:-1]])
+    return torch.cat([answer[1:], torch.tensor([False])]).view(rows.shape)
+
+
 def chat_rows(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int, seq_len: int,
               seed: int = 0, deadline: float | None = None,
               requests: str = "library") -> tuple[torch.Tensor, torch.Tensor]:

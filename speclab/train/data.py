@@ -25,7 +25,7 @@ from speclab import corpus
 from speclab.devices import cpu_name
 from speclab.methods.eagle import eagle3_layers
 from speclab.models import load_tokenizer
-from speclab.train.chat_data import chat_rows
+from speclab.train.chat_data import answer_next, chat_rows
 from speclab.train.loop import stopped
 
 EOS = "<|endoftext|>"
@@ -186,7 +186,7 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
               f"{spec}: recomputing")
         features = None
     if features is not None and "train_rows" in features:
-        return features
+        return with_answers(features, m, target_dir)
     if m_corpus(m) == "chat":
         rows, held = chat_rows(target, load_tokenizer(target_dir), out, m.conversations, m.seq_len, seed, deadline,
                                requests=getattr(m, "requests", "library"))
@@ -211,6 +211,16 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
                     "seconds": time.perf_counter() - started, "rows": spec if isinstance(spec, int) else len(rows)}
     features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32), spec=spec)
     torch.save(features, features_file)
+    return with_answers(features, m, target_dir)
+
+
+def with_answers(features: dict, m, target_dir: str | Path) -> dict:
+    """Chat rows' features with "train_answers" and "heldout_answers" (chat_data.answer_next: where the
+    target's next token is an answer's), computed from the rows on each load (a few ms; not saved)."""
+    if m_corpus(m) == "chat":
+        tokenizer = load_tokenizer(target_dir)
+        for part in ("train", "heldout"):
+            features[f"{part}_answers"] = answer_next(features[f"{part}_rows"], tokenizer)
     return features
 
 

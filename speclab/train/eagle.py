@@ -52,6 +52,9 @@ class EaglePreset:
     ttt_steps: int = 4        # EAGLE-3: steps the head is unrolled on its own outputs in training
     decay: float = 0.8        # EAGLE-3: weight of unrolled step j is decay ** j
     eval_depth: int = 6       # steps of the held-out unrolled accuracy (acceptance by draft position)
+    # Chat rows: train only where the target's next token is an answer's (the reference's loss mask over the
+    # assistant's turns); False trains on every position, the requests and passages included.
+    answers_only: bool = False
     # EAGLE-3's draft vocabulary: the lm_head's tokens, the most frequent of the training rows (None: all of
     # the target's). The reference keeps 32k of Llama 3's 128k.
     draft_vocab: int | None = None
@@ -169,14 +172,16 @@ def draft_space(head: FeatureHead, lm_head: torch.nn.Module, h: torch.Tensor, te
 
 def eagle3_loss(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
                 layer_h: torch.Tensor, final_h: torch.Tensor, steps: int = 4, decay: float = 0.8,
-                next_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, list[float]]:
+                next_tokens: torch.Tensor | None = None, answers: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, list[float]]:
     """EAGLE-3's loss (Li et al. 2025): the head unrolled `steps` steps on its own outputs (`unroll`,
     the training-time test), step j's cross-entropy against the target's distribution of the token
     it drafts weighted decay ** j; no feature loss. layer_h (B, T, 3H): the fused layers' hidden
     states; final_h (B, T, H): the target's last features, whose lm_head rows are the teacher;
     next_tokens (B, T), the target's greedy tokens (cached_features), if known: with a draft vocabulary
-    the teacher is then computed over its rows alone (the same loss, cheaper). Returns the loss and
-    each step's cross-entropy."""
+    the teacher is then computed over its rows alone (the same loss, cheaper). answers (B, T) bool, if
+    given: train only where the target's next token is an answer's (chat_data.answer_next), as the
+    reference's loss mask does. Returns the loss and each step's cross-entropy."""
     outputs = unroll(head, embed, tokens, head.fuse(layer_h[:, :-1].float()), steps)
     n = tokens.shape[1] - steps
     total, per_step = 0.0, []
@@ -189,11 +194,14 @@ def eagle3_loss(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Mod
         else:
             teacher = lm_head(final_h.float())
     for j, h in enumerate(outputs):
+        window = slice(1 + j, 1 + j + n)
         if reduced:
-            window = slice(1 + j, 1 + j + n)
-            ce = soft_cross_entropy(head.vocab_logits(h, lm_head)[0], teacher[:, window], kept[:, window])
+            logits, taught, mask = head.vocab_logits(h, lm_head)[0], teacher[:, window], kept[:, window]
         else:
-            ce = soft_cross_entropy(*draft_space(head, lm_head, h, teacher[:, 1 + j:1 + j + n]))
+            logits, taught, mask = draft_space(head, lm_head, h, teacher[:, window])
+        if answers is not None:
+            mask = answers[:, window].float() if mask is None else mask * answers[:, window]
+        ce = soft_cross_entropy(logits, taught, mask)
         total = total + decay ** j * ce
         per_step.append(ce.item())
     return total, per_step
@@ -201,16 +209,22 @@ def eagle3_loss(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Mod
 
 @torch.no_grad()
 def unrolled_accuracy(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
-                      inputs: torch.Tensor, final_h: torch.Tensor, steps: int) -> list[float]:
+                      inputs: torch.Tensor, final_h: torch.Tensor, steps: int,
+                      positions: torch.Tensor | None = None) -> list[float]:
     """acc[j]: how often the head, j steps into drafting on its own outputs (fed the true tokens),
     names the target's own greedy token: the chance draft j + 1 is accepted given the earlier ones
     were, under greedy decoding. inputs: what the target hands over (final_h for EAGLE-1, the fused
-    layers' hidden states for EAGLE-3)."""
+    layers' hidden states for EAGLE-3). positions (B, T) bool, if given: count only the drafts of the
+    tokens after them (chat_data.answer_next: an answer's tokens, the ones drafted at decode time)."""
     outputs = unroll(head, embed, tokens, head.fuse(inputs[:, :-1].float()), steps)
     n = tokens.shape[1] - steps
     truth = lm_head(final_h.float()).argmax(-1)
-    return [round(float((head.logits(h, lm_head).argmax(-1) == truth[:, 1 + j:1 + j + n]).float().mean()), 4)
-            for j, h in enumerate(outputs)]
+    accuracy = []
+    for j, h in enumerate(outputs):
+        right = head.logits(h, lm_head).argmax(-1) == truth[:, 1 + j:1 + j + n]
+        accuracy.append(round(float(right.float().mean() if positions is None
+                                    else right[positions[:, 1 + j:1 + j + n]].float().mean()), 4))
+    return accuracy
 
 
 @torch.no_grad()
@@ -409,28 +423,40 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
     def seen(features: torch.Tensor) -> torch.Tensor:  # the ablation without features reads zeros
         return torch.zeros_like(features) if inputs == "token" else features
 
-    def loss_of(rows, layer_in, final, g=None, nxt=None) -> tuple[torch.Tensor, list[float]]:
+    # chat rows: where the target's next token is an answer's (the loss's positions with m.answers_only)
+    train_answers, held_answers = features.get("train_answers"), features.get("heldout_answers")
+    if m.answers_only and (train_answers is None or version == 1):
+        raise ValueError("answers_only needs chat rows (corpus 'chat') and a head trained with EAGLE-3's loss "
+                         "(eagle3, mtp): EAGLE-1's and library rows have no answers to restrict it to")
+    held_answers = None if held_answers is None else held_answers.to(dev)
+
+    def loss_of(rows, layer_in, final, g=None, nxt=None, answers=None) -> tuple[torch.Tensor, list[float]]:
         if version == 1:
             loss, feature_loss, ce = eagle_loss(head, embed, lm_head, rows, final, m.noise if g else 0.0,
                                                 m.ce_weight, g, inputs=seen(final))
             return loss, [round(feature_loss, 4), round(ce, 4)]
-        loss, per_step = eagle3_loss(head, embed, lm_head, rows, layer_in, final, m.ttt_steps, m.decay, nxt)
+        loss, per_step = eagle3_loss(head, embed, lm_head, rows, layer_in, final, m.ttt_steps, m.decay, nxt,
+                                     answers if m.answers_only else None)
         return loss, [round(x, 4) for x in per_step]
 
     def step_fn(step: int):
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         pick = torch.randint(0, len(train_h), (m.batch,), generator=g)
         return loss_of(train_rows[pick].to(dev), train_in[pick].to(dev, torch.float32),
-                       train_h[pick].to(dev, torch.float32), g, None if train_next is None else train_next[pick].to(dev))
+                       train_h[pick].to(dev, torch.float32), g, None if train_next is None else train_next[pick].to(dev),
+                       None if train_answers is None else train_answers[pick].to(dev))
 
     def evaluate(step: int, _):
         head.eval()
         with torch.no_grad():
-            loss, parts = loss_of(held_rows, held_in, held_h)
+            loss, parts = loss_of(held_rows, held_in, held_h, answers=held_answers)
         by_position = unrolled_accuracy(head, embed, lm_head, held_rows, seen(held_in), held_h, m.eval_depth)
         head.train()
         entry = {"step": step, "heldout_loss": round(float(loss), 4), "heldout_top1": by_position[0],
                  "heldout_top1_by_step": by_position}
+        if held_answers is not None:  # the drafts an answer needs: what decoding a reply will meet
+            entry["heldout_answer_top1_by_step"] = unrolled_accuracy(head, embed, lm_head, held_rows, seen(held_in),
+                                                                     held_h, m.eval_depth, held_answers)
         if version == 1:
             entry.update(heldout_feature_loss=parts[0], heldout_ce=parts[1])
         else:

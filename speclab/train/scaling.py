@@ -55,9 +55,13 @@ def freeze_point(stream: Path, n: int) -> Path:
     return point
 
 
-def _trained(record: Path, steps: int | None) -> bool:
-    """Whether `record` (written when a trainer ends) holds a drafter trained for `steps` steps."""
-    return record.exists() and json.loads(record.read_text())["preset"]["steps"] == steps
+def _trained(record: Path, steps: int | None, answers_only: bool) -> bool:
+    """Whether `record` (written when a trainer ends) holds a drafter trained for `steps` steps on the positions
+    the preset asks for (every one, or the answers' alone)."""
+    if not record.exists():
+        return False
+    preset = json.loads(record.read_text())["preset"]
+    return preset["steps"] == steps and preset.get("answers_only", False) == answers_only
 
 
 def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyday", device: str | None = None,
@@ -71,12 +75,12 @@ def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyd
     eagle, draft = EAGLE_PRESETS[preset], SHARED_PRESETS[preset]
     head_steps = scaled_steps(eagle, n, None, eagle.eagle3_steps)
     draft_steps = scaled_steps(draft, n, None, draft.steps)
-    if not _trained(point / EAGLE[3].bundled / "record.json", head_steps):
+    if not _trained(point / EAGLE[3].bundled / "record.json", head_steps, eagle.answers_only):
         for timed in (point / "bench.json", point / EAGLE[3].bundled / "tree.json"):
             timed.unlink(missing_ok=True)  # they timed another head
         train_eagle(target, point, preset, device=device, version=3, conversations=n, steps=head_steps,
                     stop_after_minutes=stop_after_minutes)
-    if not _trained(point / "draft" / "record.json", draft_steps):
+    if not _trained(point / "draft" / "record.json", draft_steps, draft.answers_only):
         (point / "bench.json").unlink(missing_ok=True)
         train_shared_draft(target, point, preset, device=device, conversations=n, steps=draft_steps,
                            stop_after_minutes=stop_after_minutes)
@@ -130,21 +134,56 @@ def point_speeds(bench: dict) -> dict:
     return speeds
 
 
+def in_loop_acceptance(bench: dict) -> dict:
+    """From a point's bench.json, each drafter's greedy chain as decoding met it on the held-out chat prompts (every
+    category's rounds together): at draft position j, the share of rounds that reached j whose draft j was
+    accepted (from the rounds' accepted lengths), and tokens a round. The head's chain row and the draft's K=4
+    row, eager (the fast path's decisions are the same)."""
+    rows = {"head": EAGLE[3].row("chain"), "draft": f"{draft_model_method().row()} K=4"}
+    found: dict = {}
+    for workload in bench["workloads"]:
+        if workload.get("temperature", 0.0) != 0.0:
+            continue
+        for name, method in rows.items():
+            for row in workload["rows"]:
+                if row["method"] != method:
+                    continue
+                lengths, rounds = row["stats"]["accepted_lengths"], row["stats"]["rounds"]
+                mine = found.setdefault(name, {"lengths": [0] * len(lengths), "tokens": 0, "rounds": 0})
+                mine["lengths"] = [a + b for a, b in zip(mine["lengths"], lengths)] + lengths[len(mine["lengths"]):]
+                mine["tokens"] += row["new_tokens"]
+                mine["rounds"] += rounds
+    summary = {}
+    for name, mine in found.items():
+        reached = [sum(mine["lengths"][j:]) for j in range(len(mine["lengths"]))]
+        summary[name] = {"row": rows[name], "by_position": [round(reached[j + 1] / reached[j], 4)
+                                                            for j in range(len(reached) - 1) if reached[j]],
+                         "tokens_per_round": round(mine["tokens"] / mine["rounds"], 3)}
+    return summary
+
+
 def point_summary(point: Path, pair: str = "smollm2") -> dict:
-    """What a trained point measured on its held-out rows, its speeds where point/bench.json holds them
-    (point_speeds), and the bench command that times it (bench_argv)."""
+    """What a trained point measured on its held-out rows (at every position and, where recorded, at the
+    answers' alone), its speeds and in-loop acceptance where point/bench.json holds them (point_speeds,
+    in_loop_acceptance), and the bench command that times it (bench_argv)."""
     head_dir = point / EAGLE[3].bundled
     head = json.loads((head_dir / "record.json").read_text())
     draft = json.loads((point / "draft" / "record.json").read_text())
     last_head, last_draft = head["log"]["evals"][-1], draft["log"]["evals"][-1]
     summary = {"conversations": head["chat"]["conversations"], "tokens": head["chat"]["tokens"],
+               "answers_only": head["preset"].get("answers_only", False),
                "head": {"steps": last_head["step"], "heldout_top1_by_step": last_head["heldout_top1_by_step"],
                         "train_minutes": round(head["log"]["seconds"] / 60, 1)},
                "draft": {"steps": last_draft["step"], "heldout_top1": last_draft["heldout_top1"],
                          "train_minutes": round(draft["log"]["seconds"] / 60, 1)},
                "bench": "python -m speclab " + shlex.join(bench_argv(point, pair))}
+    if "heldout_answer_top1_by_step" in last_head:
+        summary["head"]["heldout_answer_top1_by_step"] = last_head["heldout_answer_top1_by_step"]
+    if "heldout_answer_top1" in last_draft:
+        summary["draft"]["heldout_answer_top1"] = last_draft["heldout_answer_top1"]
     if (point / "bench.json").exists():
-        summary["speeds"] = point_speeds(json.loads((point / "bench.json").read_text()))
+        timed = json.loads((point / "bench.json").read_text())
+        summary["speeds"], summary["in_loop"] = point_speeds(timed), in_loop_acceptance(timed)
     return summary
 
 

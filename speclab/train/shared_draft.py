@@ -53,6 +53,7 @@ class SharedDraftPreset:
     warmup: int = 50
     clip: float = 1.0
     eval_every: int = 250
+    answers_only: bool = False  # train only where the target's next token is an answer's (as EAGLE-3's preset)
 
 
 PRESETS = {
@@ -86,19 +87,21 @@ def build(target: PreTrainedModel, layers: int, draft_ids: torch.Tensor) -> PreT
 
 
 def draft_loss(draft: torch.nn.Module, rows: torch.Tensor, final_h: torch.Tensor, next_tokens: torch.Tensor,
-               lm_head: torch.nn.Module) -> tuple[torch.Tensor, float]:
+               lm_head: torch.nn.Module, answers: torch.Tensor | None = None, answers_only: bool = False
+               ) -> tuple[torch.Tensor, float, float | None]:
     """Soft cross-entropy of the draft's next-token distribution against the target's, both over the draft
-    vocabulary, at the positions whose target token (next_tokens, the target's greedy choice) is in it;
-    and the draft's top-1 agreement with that token over all positions (a token outside the draft
-    vocabulary counts as a miss)."""
+    vocabulary, at the positions whose target token (next_tokens, the target's greedy choice) is in it
+    (and, with answers_only, an answer's: `answers`, chat_data.answer_next); the draft's top-1 agreement
+    with that token over all positions (a token outside the draft vocabulary counts as a miss), and over
+    the answers' positions (None without `answers`)."""
     head: shared_draft.DraftVocabHead = draft.lm_head
     logits = head.draft_logits(draft.model(input_ids=rows).last_hidden_state)
     with torch.no_grad():  # the target's logits over the draft vocabulary's rows only
         teacher = torch.nn.functional.linear(final_h.float(), lm_head.weight[head.draft_ids])
         kept = torch.isin(next_tokens, head.draft_ids).float()
-    loss = soft_cross_entropy(logits, teacher, kept)
-    top1 = (head.draft_ids[logits.argmax(-1)] == next_tokens).float().mean().item()
-    return loss, top1
+    loss = soft_cross_entropy(logits, teacher, kept * answers if answers_only else kept)
+    right = head.draft_ids[logits.argmax(-1)] == next_tokens
+    return loss, right.float().mean().item(), None if answers is None else right[answers].float().mean().item()
 
 
 def train_shared_draft(target_dir: str | Path, out: Path, preset: str = "smollm2", device: str | None = None,
@@ -122,19 +125,28 @@ def train_shared_draft(target_dir: str | Path, out: Path, preset: str = "smollm2
     trained = [p for n, p in draft.named_parameters() if "embed_tokens" not in n]
     opt = torch.optim.AdamW(trained, lr=m.lr, betas=(0.9, 0.95), weight_decay=0.0)
 
+    train_answers, held_answers = features.get("train_answers"), features.get("heldout_answers")
+    if m.answers_only and train_answers is None:
+        raise ValueError("answers_only needs chat rows (corpus 'chat'): library rows have no answers to restrict it to")
+    held_answers = None if held_answers is None else held_answers.to(dev)
+
     def step_fn(step: int):
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         pick = torch.randint(0, len(train_h), (m.batch,), generator=g)
-        loss, top1 = draft_loss(draft, train_rows[pick].to(dev), train_h[pick].to(dev, torch.float32),
-                                train_next[pick].to(dev), lm_head)
+        loss, top1, _ = draft_loss(draft, train_rows[pick].to(dev), train_h[pick].to(dev, torch.float32),
+                                   train_next[pick].to(dev), lm_head,
+                                   None if train_answers is None else train_answers[pick].to(dev), m.answers_only)
         return loss, [round(loss.item(), 4), round(top1, 4)]
 
     def evaluate(step: int, _):
         draft.eval()
         with torch.no_grad():
-            loss, top1 = draft_loss(draft, held_rows, held_h, held_next, lm_head)
+            loss, top1, answer_top1 = draft_loss(draft, held_rows, held_h, held_next, lm_head, held_answers,
+                                                 m.answers_only)
         draft.train()
         entry = {"step": step, "heldout_loss": round(float(loss), 4), "heldout_top1": round(top1, 4)}
+        if answer_top1 is not None:  # the drafts an answer needs: what decoding a reply will meet
+            entry["heldout_answer_top1"] = round(answer_top1, 4)
         return entry, f"held-out loss {entry['heldout_loss']:.4f}, top-1 agreement with the target {top1:.3f}"
 
     log = train_loop("shared-draft", draft, opt, m.steps, step_fn, ckpt_file=out / "draft.ckpt", key="draft",

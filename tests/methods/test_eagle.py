@@ -535,6 +535,33 @@ def test_a_short_eagle3_training_lowers_every_step_loss():
     assert len(history[0]) == 3 and all(last < first for first, last in zip(history[0], history[-1]))
     accuracy = unrolled_accuracy(head, embed, lm_head, rows, layered, final, steps=4)
     assert len(accuracy) == 4 and all(0 <= a <= 1 for a in accuracy)
+    everywhere = torch.ones(rows.shape, dtype=torch.bool)
+    assert unrolled_accuracy(head, embed, lm_head, rows, layered, final, 4, everywhere) == accuracy
+    one = torch.zeros(rows.shape, dtype=torch.bool)
+    one[0, 5] = True  # one drafted token at each step: right or wrong
+    assert all(a in (0.0, 1.0) for a in unrolled_accuracy(head, embed, lm_head, rows, layered, final, 4, one))
+
+
+def test_eagle3_loss_with_answers_learns_only_where_the_target_answers():
+    from speclab.train.eagle import eagle3_loss
+    target = tiny_model("llama", layers=4, seed=0)
+    rows = torch.randint(0, 96, (4, 16), generator=torch.Generator().manual_seed(1))
+    final = target_features(target, rows, torch.device("cpu")).float()
+    head = EagleHead.for_target(target, version=3)
+    layered = target_features(target, rows, torch.device("cpu"), layers=head.feature_layers).float()
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    answers = torch.zeros(rows.shape, dtype=torch.bool)
+    answers[:, 8:] = True
+    with torch.no_grad():
+        loss, _ = eagle3_loss(head, embed, lm_head, rows, layered, final, 3, answers=answers)
+        moved = final.clone()
+        moved[:, :8] += torch.randn(moved[:, :8].shape)  # the teacher changes only where the target does not answer
+        assert torch.allclose(eagle3_loss(head, embed, lm_head, rows, layered, moved, 3, answers=answers)[0], loss)
+        assert not torch.allclose(eagle3_loss(head, embed, lm_head, rows, layered, moved, 3)[0],
+                                  eagle3_loss(head, embed, lm_head, rows, layered, final, 3)[0])
+        everywhere = torch.ones(rows.shape, dtype=torch.bool)
+        assert torch.allclose(eagle3_loss(head, embed, lm_head, rows, layered, final, 3, answers=everywhere)[0],
+                              eagle3_loss(head, embed, lm_head, rows, layered, final, 3)[0])
 
 
 @pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=1.0, top_p=0.8),

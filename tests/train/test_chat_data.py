@@ -56,3 +56,21 @@ def test_the_targets_answers_are_saved_batch_by_batch_and_resumed(small_library,
     assert all(torch.equal(a, b) for a, b in zip(first, more[:4])) and len(more) == 6
     train, held = chat_data.chat_rows(target, tok, tmp_path, n=6, seq_len=4)
     assert train.shape[1] == held.shape[1] == 4 and len(held) >= 1
+
+
+def test_answer_next_marks_where_the_target_speaks_as_itself_across_packed_rows():
+    tok = chat_tokenizer()
+    eos = tok.eos_token_id
+    answered = torch.cat([encode_chat(tok, [{"role": "user", "content": "w1 w2"}]),  # <user> w1 w2 <assistant>
+                          torch.tensor(tok("w3 w4", add_special_tokens=False).input_ids + [eos])])
+    unanswered = encode_chat(tok, [{"role": "user", "content": "w1"}])  # <user> w1 <assistant>, cut before a reply
+    rows = chat_data.pack([answered, unanswered], seq_len=6, eos=eos)
+    assert chat_data.assistant_header(tok) == tok("<assistant>", add_special_tokens=False).input_ids
+    # the answer's tokens are w3, w4 and its end of turn (4, 5, 6) and the second's end (11): each is "next" to
+    # the position before it; the packing EOS after a finished answer (7) and the requests are not answers
+    expected = [False] * 12
+    for t in (3, 4, 5, 10):
+        expected[t] = True
+    marks = chat_data.answer_next(rows, tok)
+    assert marks.shape == rows.shape and marks.flatten().tolist() == expected
+    assert torch.equal(chat_data.answer_next(rows.view(1, -1), tok).flatten(), marks.flatten())

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from speclab.cli.train import main as train_main
-from speclab.train.scaling import bench_argv, freeze_point, point_speeds
+from speclab.train.scaling import bench_argv, freeze_point, in_loop_acceptance, point_speeds
 from tests.test_packaged import cached_smollm2  # noqa: F401 (the fixture)
 from tests.train.test_chat_data import small_library  # noqa: F401 (the fixture)
 
@@ -108,3 +108,20 @@ def test_a_points_bench_command_is_one_the_bench_parses(tmp_path):
     args = build_parser().parse_args(argv[1:])
     assert args.json == str(tmp_path / "c1400" / "bench.json") and args.fast == "static" and args.device == "cpu"
     assert args.draft == str(tmp_path / "c1400" / "draft")
+
+
+def test_in_loop_acceptance_is_each_positions_share_of_the_rounds_that_reached_it_over_every_category():
+    def chain(method: str, lengths: list[int]) -> dict:  # lengths[a]: rounds that kept a drafts of 4
+        row = bench_row(method, 10)
+        row["stats"].update(accepted_lengths=lengths, rounds=sum(lengths))
+        row["new_tokens"] = sum(a * n for a, n in enumerate(lengths)) + sum(lengths)  # each round adds the target's
+        return row
+    first = [chain("speclab eagle3 chain", [6, 2, 1, 1, 0]), chain("speclab draft_model K=4", [8, 2, 0, 0, 0]),
+             chain("speclab eagle3 chain (fast)", [0, 0, 0, 0, 10])]  # the fast path's rows are not read
+    second = [chain("speclab eagle3 chain", [4, 2, 1, 0, 3]), chain("speclab draft_model K=4", [5, 5, 0, 0, 0])]
+    sampled = {"temperature": 1.0, "rows": [chain("speclab eagle3 chain", [0, 0, 0, 0, 10])]}
+    seen = in_loop_acceptance({"workloads": [{"temperature": 0.0, "rows": first}, {"rows": second}, sampled]})
+    # the head: 20 rounds kept 0,1,2,3,4 drafts 10,4,2,1,3 times: 10 of 20 passed position 1, 6 of 10 position 2
+    assert seen["head"]["by_position"] == [0.5, 0.6, 0.6667, 0.75]
+    assert seen["head"]["tokens_per_round"] == round((0 * 10 + 1 * 4 + 2 * 2 + 3 + 4 * 3 + 20) / 20, 3)
+    assert seen["draft"]["by_position"] == [7 / 20, 0.0] and seen["draft"]["row"] == "speclab draft_model K=4"
