@@ -20,14 +20,18 @@ from pathlib import Path
 
 import torch
 
+from speclab import shared_draft
 from speclab.devices import pick_device
 from speclab.measure.bench import FAST
 from speclab.methods import draft_model_method
+from speclab.methods.eagle import FeatureHead
+from speclab.models import load_model, load_tokenizer
+from speclab.train.chat_data import answer_next
 from speclab.train.data import hardware, scaled_steps
-from speclab.train.eagle import EAGLE_PRESETS, train_eagle
+from speclab.train.eagle import EAGLE_PRESETS, train_eagle, unrolled_accuracy
 from speclab.train.eagle import METHODS as EAGLE
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
-from speclab.train.shared_draft import train_shared_draft
+from speclab.train.shared_draft import draft_loss, train_shared_draft
 
 POINTS = (1400, 4000, 14000)  # 0.35M, 1M and 3.5M tokens of SmolLM2's answers (issue 67)
 STREAM_FILES = ("chat_conversations.pt", "everyday_material.pt")
@@ -76,17 +80,51 @@ def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyd
     head_steps = scaled_steps(eagle, n, None, eagle.eagle3_steps)
     draft_steps = scaled_steps(draft, n, None, draft.steps)
     if not _trained(point / EAGLE[3].bundled / "record.json", head_steps, eagle.answers_only):
-        for timed in (point / "bench.json", point / EAGLE[3].bundled / "tree.json"):
-            timed.unlink(missing_ok=True)  # they timed another head
+        for timed in (point / "bench.json", point / EAGLE[3].bundled / "tree.json", point / "answers.json"):
+            timed.unlink(missing_ok=True)  # they timed or scored another head
         train_eagle(target, point, preset, device=device, version=3, conversations=n, steps=head_steps,
                     stop_after_minutes=stop_after_minutes)
     if not _trained(point / "draft" / "record.json", draft_steps, draft.answers_only):
-        (point / "bench.json").unlink(missing_ok=True)
+        for timed in (point / "bench.json", point / "answers.json"):
+            timed.unlink(missing_ok=True)
         train_shared_draft(target, point, preset, device=device, conversations=n, steps=draft_steps,
                            stop_after_minutes=stop_after_minutes)
+    if not _answers_scored(point):
+        score_answers(target, point, eagle.eval_depth, device)
     if bench is not None and not (point / "bench.json").exists():
         bench(point)
     return point_summary(point, pair or target)
+
+
+def _answers_scored(point: Path) -> bool:
+    """Whether both drafters' records (or point/answers.json, for records from before) hold top-1 on answers."""
+    if (point / "answers.json").exists():
+        return True
+    head = json.loads((point / EAGLE[3].bundled / "record.json").read_text())["log"]["evals"][-1]
+    draft = json.loads((point / "draft" / "record.json").read_text())["log"]["evals"][-1]
+    return "heldout_answer_top1_by_step" in head and "heldout_answer_top1" in draft
+
+
+@torch.no_grad()
+def score_answers(target: str, point: Path, depth: int, device: str | None = None) -> dict:
+    """Held-out top-1 on the answers' positions (chat_data.answer_next) of a point's EAGLE-3 head (by draft
+    position, `depth` deep) and draft, for records written before their trainers kept it: scored from the saved
+    drafters and the point's cached features, and kept in point/answers.json."""
+    dev = pick_device(device)
+    target_model = load_model(target, dev, torch.float32)
+    features = torch.load(point / "features.pt")
+    layered = torch.load(point / "features_layers.pt")
+    rows, final = features["heldout_rows"].long().to(dev), features["heldout"].to(dev, torch.float32)
+    answers = answer_next(features["heldout_rows"], load_tokenizer(target)).to(dev)
+    embed, lm_head = target_model.get_input_embeddings(), target_model.get_output_embeddings()
+    head = FeatureHead.load(point / EAGLE[3].bundled, dev)
+    draft = shared_draft.load(point / "draft", target_model, torch.float32)
+    scored = {"head": unrolled_accuracy(head, embed, lm_head, rows, layered["heldout"].to(dev, torch.float32), final,
+                                        depth, answers),
+              "draft": round(draft_loss(draft, rows, final, features["heldout_next"].long().to(dev), lm_head,
+                                        answers)[2], 4)}
+    (point / "answers.json").write_text(json.dumps(scored) + "\n")
+    return scored
 
 
 def bench_argv(point: Path, pair: str = "smollm2", device: str | None = None) -> list[str]:
@@ -177,10 +215,9 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
                "draft": {"steps": last_draft["step"], "heldout_top1": last_draft["heldout_top1"],
                          "train_minutes": round(draft["log"]["seconds"] / 60, 1)},
                "bench": "python -m speclab " + shlex.join(bench_argv(point, pair))}
-    if "heldout_answer_top1_by_step" in last_head:
-        summary["head"]["heldout_answer_top1_by_step"] = last_head["heldout_answer_top1_by_step"]
-    if "heldout_answer_top1" in last_draft:
-        summary["draft"]["heldout_answer_top1"] = last_draft["heldout_answer_top1"]
+    scored = json.loads((point / "answers.json").read_text()) if (point / "answers.json").exists() else {}
+    summary["head"]["heldout_answer_top1_by_step"] = last_head.get("heldout_answer_top1_by_step", scored.get("head"))
+    summary["draft"]["heldout_answer_top1"] = last_draft.get("heldout_answer_top1", scored.get("draft"))
     if (point / "bench.json").exists():
         timed = json.loads((point / "bench.json").read_text())
         summary["speeds"], summary["in_loop"] = point_speeds(timed), in_loop_acceptance(timed)
@@ -191,13 +228,19 @@ def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-every
           stop_after_minutes: float | None = None, pair: str | None = None,
           bench: Callable[[Path], object] | None = None) -> dict:
     """Every point trained in turn, and timed by `bench` where given (train_point); the points the stream
-    cannot yet supply are said aloud and skipped. Writes and returns stream/curve.json. `pair`: the target's
-    pair name, for the bench commands."""
+    cannot yet supply are said aloud and skipped. Writes and returns stream/curve.json, which keeps the points
+    of earlier runs that this one did not name. `pair`: the target's pair name, for the bench commands."""
     curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)), "points": []}
     for n in sorted(points):
         try:
             curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair, bench))
         except ValueError as err:
             print(f"point {n}: {err}")
+    if (stream / "curve.json").exists():
+        earlier = json.loads((stream / "curve.json").read_text())
+        if earlier["preset"] == preset:
+            named = {p["conversations"] for p in curve["points"]}
+            curve["points"] += [p for p in earlier["points"] if p["conversations"] not in named]
+            curve["points"].sort(key=lambda p: p["conversations"])
     (stream / "curve.json").write_text(json.dumps(curve, indent=1) + "\n")
     return curve

@@ -5,7 +5,10 @@ import json
 import pytest
 import torch
 
+import speclab.train.scaling as scaling
 from speclab.cli.train import main as train_main
+from speclab.models import CONVERTED_PAIRS
+from speclab.packaged import ensure_converted
 from speclab.train.scaling import bench_argv, freeze_point, in_loop_acceptance, point_speeds
 from tests.test_packaged import cached_smollm2  # noqa: F401 (the fixture)
 from tests.train.test_chat_data import small_library  # noqa: F401 (the fixture)
@@ -30,11 +33,18 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
         assert point["head"]["steps"] == n // 2 and point["draft"]["steps"] == n // 2  # micro-chat: 4 steps / 8
         assert len(point["head"]["heldout_top1_by_step"]) >= 1 and 0 <= point["draft"]["heldout_top1"] <= 1
         assert f"--eagle3 {stream / f'c{n}' / 'eagle3'}" in point["bench"]
+        answers = point["head"]["heldout_answer_top1_by_step"]  # on the answers' positions alone, as recorded
+        assert len(answers) == len(point["head"]["heldout_top1_by_step"]) and 0 <= point["draft"]["heldout_answer_top1"] <= 1
     assert curve["points"][0]["tokens"] < curve["points"][1]["tokens"]
 
-    # again, with a bench: trained points are not trained again, each is timed once, and its speeds are summed up
-    import speclab.train.scaling as scaling
+    # a record from before the answers were scored in training gets them from the saved drafters: the same values
+    target_dir = str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged))
+    depth = len(curve["points"][0]["head"]["heldout_top1_by_step"])
+    scored = scaling.score_answers(target_dir, stream / "c4", depth, "cpu")
+    assert scored["head"] == pytest.approx(curve["points"][0]["head"]["heldout_answer_top1_by_step"], abs=1e-3)
+    assert scored["draft"] == pytest.approx(curve["points"][0]["draft"]["heldout_answer_top1"], abs=1e-3)
 
+    # again, with a bench: trained points are not trained again, each is timed once, and its speeds are summed up
     timed = []
 
     def bench(point):
@@ -49,8 +59,9 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     curve = scaling.scale("smollm2", stream, [4, 8], "micro-chat", "cpu", bench=bench)
     assert timed == [stream / "c4", stream / "c8"]
     assert all(p["speeds"]["head"]["eager"]["speedup"] == 1.5 and p["speeds"]["exact"] for p in curve["points"])
-    scaling.scale("smollm2", stream, [4], "micro-chat", "cpu", bench=bench)
+    again = scaling.scale("smollm2", stream, [4], "micro-chat", "cpu", bench=bench)
     assert len(timed) == 2  # its bench.json is there
+    assert [p["conversations"] for p in again["points"]] == [4, 8]  # the curve keeps the point this run left out
     # a point whose head's record names other steps is trained again, and what timed the old head goes
     (stream / "c4" / "eagle3" / "tree.json").write_text("{}")
     record = stream / "c4" / "eagle3" / "record.json"

@@ -317,17 +317,27 @@ def depth_figure(by_step: dict, end_rec: dict, evals3: list[dict], depth: int) -
 
 
 def scaling_figure(curve: dict) -> Figure:
-    """A data-scaling curve (`python -m speclab train scale`'s curve.json): left, held-out top-1 at draft positions
-    1 and 3 of the EAGLE-3 head and the draft's, against training tokens; right, each drafter's best speed over
-    target-only, eager and on the fast path, where the point was timed."""
+    """A data-scaling curve (`python -m speclab train scale`'s curve.json): left, how often each drafter's first
+    draft is the target's token, against training tokens: on the held-out conversations' answers (and, for the
+    head, at every held-out position, requests included), and in the decode loop on the held-out chat prompts
+    where the point was timed; right, each drafter's best speed over target-only, eager and on the fast path."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
-    tokens = [p["tokens"] / 1e6 for p in points]
-    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.2))
-    for j, marker in ((0, "o-"), (2, "o--")):
-        axes[0].plot(tokens, [p["head"]["heldout_top1_by_step"][j] for p in points], marker, color="#4c72b0",
-                     label=f"EAGLE-3 head, position {j + 1}")
-    axes[0].plot(tokens, [p["draft"]["heldout_top1"] for p in points], "s-", color="#999999", label="draft, position 1")
-    axes[0].set_ylabel("held-out top-1 = target", fontsize=FONT)
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.4))
+    first = {
+        ("head", "every held-out position"): lambda p: p["head"]["heldout_top1_by_step"][0],
+        ("head", "held-out answers"): lambda p: (p["head"].get("heldout_answer_top1_by_step") or [None])[0],
+        ("head", "in the loop"): lambda p: p.get("in_loop", {}).get("head", {}).get("by_position", [None])[0],
+        ("draft", "held-out answers"): lambda p: p["draft"].get("heldout_answer_top1"),
+        ("draft", "in the loop"): lambda p: p.get("in_loop", {}).get("draft", {}).get("by_position", [None])[0],
+    }
+    styles = {"every held-out position": ":", "held-out answers": "-", "in the loop": "--"}
+    for (name, where), value in first.items():
+        have = [(p["tokens"] / 1e6, value(p)) for p in points if value(p) is not None]
+        if have:
+            axes[0].plot(*zip(*have), ("o" if name == "head" else "s") + styles[where],
+                         color="#4c72b0" if name == "head" else "#999999",
+                         label=f"{'EAGLE-3 head' if name == 'head' else 'draft'}, {where}")
+    axes[0].set_ylabel("first draft = target's token", fontsize=FONT)
     timed = [p for p in points if "speeds" in p]
     for name, color in (("head", "#4c72b0"), ("draft", "#999999")):
         for path, style in (("eager", "-"), ("fast", ":")):

@@ -142,21 +142,31 @@ def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_doe
 
 def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds():
     def point(tokens, top1, timed=True):
-        p = {"tokens": tokens, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2]},
-             "draft": {"heldout_top1": top1 - 0.3}}
+        p = {"tokens": tokens, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2],
+                                        "heldout_answer_top1_by_step": [top1 - 0.05, top1 - 0.15, top1 - 0.25]},
+             "draft": {"heldout_top1": top1 - 0.3, "heldout_answer_top1": top1 - 0.35}}
         # each line its own speeds: head 1.x, draft 0.x; eager .1, fast .3; the more tokens, the faster
         speeds = {name: {path: {"speedup": base + tokens / 1e7 + extra, "row": "r", "tokens_per_round": 2.0}
                          for path, extra in (("eager", 0.1), ("fast", 0.3))}
                   for name, base in (("head", 1.0), ("draft", 0.0))}
-        return {**p, "speeds": speeds} if timed else p
+        in_loop = {"head": {"by_position": [top1 - 0.1, 0.5]}, "draft": {"by_position": [top1 - 0.4]}}
+        return {**p, "speeds": speeds, "in_loop": in_loop} if timed else p
     curve = {"points": [point(1_000_000, 0.6), point(350_000, 0.5), point(3_500_000, 0.7, timed=False)]}
     fig = ch08.scaling_figure(curve)
     left, right = fig.axes
     assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT - 1
     lines = {line.get_label(): line for line in left.lines}
-    assert list(lines["EAGLE-3 head, position 1"].get_xdata()) == [0.35, 1.0, 3.5]  # sorted by tokens, all three
-    assert list(lines["EAGLE-3 head, position 3"].get_ydata()) == pytest.approx([0.3, 0.4, 0.5])
-    assert list(lines["draft, position 1"].get_ydata()) == pytest.approx([0.2, 0.3, 0.4])
+    every = lines["EAGLE-3 head, every held-out position"]
+    assert list(every.get_xdata()) == [0.35, 1.0, 3.5]  # sorted by tokens, all three
+    assert list(every.get_ydata()) == pytest.approx([0.5, 0.6, 0.7])
+    assert list(lines["EAGLE-3 head, held-out answers"].get_ydata()) == pytest.approx([0.45, 0.55, 0.65])
+    assert list(lines["draft, held-out answers"].get_ydata()) == pytest.approx([0.15, 0.25, 0.35])
+    for label, values in {"EAGLE-3 head, in the loop": [0.4, 0.5], "draft, in the loop": [0.1, 0.2]}.items():
+        assert list(lines[label].get_xdata()) == [0.35, 1.0]  # the timed points only
+        assert list(lines[label].get_ydata()) == pytest.approx(values)
+    older = {**point(350_000, 0.5), "head": {"heldout_top1_by_step": [0.5]}}  # a record without the answers' top-1
+    labels = [line.get_label() for line in ch08.scaling_figure({"points": [older]}).axes[0].lines]
+    assert "EAGLE-3 head, held-out answers" not in labels and "EAGLE-3 head, in the loop" in labels
     speeds = {line.get_label(): line for line in right.lines if not line.get_label().startswith("_")}
     assert sorted(speeds) == ["EAGLE-3 head, eager", "EAGLE-3 head, fast", "draft, eager", "draft, fast"]
     for label, (base, extra) in {"EAGLE-3 head, eager": (1.0, 0.1), "EAGLE-3 head, fast": (1.0, 0.3),
