@@ -6,9 +6,12 @@ N, with the same recipe and the same steps per conversation at every N (data.sca
 
 Each point is frozen into stream/cN/ (the stream's first N conversations and its passage material,
 copied, so a point stays what it was while the stream grows), trained there, and summed up in
-stream/curve.json. The held-out rows of a point are its own last twentieth (chat_data.chat_rows); the
-speeds come from `bench` on the workloads' chat prompts, which no training request shares
-(chat_data.check_disjoint): curve.json names that command for each point.
+stream/curve.json. The held-out rows of a point are its own last twentieth (chat_data.chat_rows), scored at
+every position and at the answers' alone (chat_data.answer_next: the requests and passages are easier to
+predict, and a drafter never drafts them). The speeds come from `bench` on the workloads' chat prompts, which
+no training request shares (chat_data.check_disjoint), and so does the first draft's acceptance as decoding
+meets it (in_loop_acceptance: at the start of a round, which mostly follows a rejection, a draft is right less
+often than at the average position): curve.json names that command for each point.
 """
 from __future__ import annotations
 
