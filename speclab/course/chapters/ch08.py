@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import speclab
-from speclab.course.notebook import precision, tree_layout
+from speclab.course.notebook import html_table, precision, tree_layout
 from speclab.methods import REGISTRY, eagle
 from speclab.train.eagle import unroll_mask
 
@@ -353,6 +353,29 @@ def scaling_figure(curve: dict) -> Figure:
         ax.legend(fontsize=FONT - 1)
     fig.tight_layout()
     return fig
+
+
+def scaling_table(curve: dict):
+    """The data-scaling curve as a table, a row per point: its training data, how often each drafter's first
+    draft is the target's token (held-out answers; the head's at every held-out position too; in the decode
+    loop on the held-out chat prompts) and its best speed over target-only, eager and fast ("-": not measured)."""
+    def show(value, form: str = "{:.3f}") -> str:
+        return "-" if value is None else form.format(value)
+
+    rows = []
+    for p in sorted(curve["points"], key=lambda p: p["tokens"]):
+        loop, speeds = p.get("in_loop", {}), p.get("speeds", {})
+        rows.append([f"{p['conversations']:,}", f"{p['tokens'] / 1e6:.2f}M",
+                     show(p["head"]["heldout_top1_by_step"][0]),
+                     show((p["head"].get("heldout_answer_top1_by_step") or [None])[0]),
+                     show(loop.get("head", {}).get("by_position", [None])[0]),
+                     show(p["draft"].get("heldout_answer_top1")),
+                     show(loop.get("draft", {}).get("by_position", [None])[0])]
+                    + [show(speeds.get(name, {}).get(path, {}).get("speedup"), "{:.2f}x")
+                       for name in ("head", "draft") for path in ("eager", "fast")])
+    header = ["conversations", "tokens", "head: all", "head: answers", "head: loop", "draft: answers",
+              "draft: loop", "head eager", "head fast", "draft eager", "draft fast"]
+    return html_table(rows, header, align="r" * len(header))
 
 
 # ---------------------------------------------------------------- 8.7-8.8

@@ -1,4 +1,6 @@
 """Chapter 8's helpers: each figure draws from small made-up inputs, sized for the book's column."""
+import re
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -142,7 +144,7 @@ def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_doe
 
 def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds():
     def point(tokens, top1, timed=True):
-        p = {"tokens": tokens, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2],
+        p = {"tokens": tokens, "conversations": tokens // 250, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2],
                                         "heldout_answer_top1_by_step": [top1 - 0.05, top1 - 0.15, top1 - 0.25]},
              "draft": {"heldout_top1": top1 - 0.3, "heldout_answer_top1": top1 - 0.35}}
         # each line its own speeds: head 1.x, draft 0.x; eager .1, fast .3; the more tokens, the faster
@@ -164,6 +166,11 @@ def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds()
     for label, values in {"EAGLE-3 head, in the loop": [0.4, 0.5], "draft, in the loop": [0.1, 0.2]}.items():
         assert list(lines[label].get_xdata()) == [0.35, 1.0]  # the timed points only
         assert list(lines[label].get_ydata()) == pytest.approx(values)
+    table = ch08.scaling_table(curve).data  # the same points as rows, by tokens; what was not measured says "-"
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", table)
+    assert len(cells) == 3 * 11 and cells[:2] == ["1,400", "0.35M"] and cells[2:5] == ["0.500", "0.450", "0.400"]
+    assert cells[7:11] == [f"{1 + 0.035 + 0.1:.2f}x", f"{1 + 0.035 + 0.3:.2f}x", f"{0.035 + 0.1:.2f}x",
+                           f"{0.035 + 0.3:.2f}x"] and cells[-4:] == ["-"] * 4
     older = {**point(350_000, 0.5), "head": {"heldout_top1_by_step": [0.5]}}  # a record without the answers' top-1
     labels = [line.get_label() for line in ch08.scaling_figure({"points": [older]}).axes[0].lines]
     assert "EAGLE-3 head, held-out answers" not in labels and "EAGLE-3 head, in the loop" in labels
