@@ -216,15 +216,20 @@ def unrolled_accuracy(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.
     were, under greedy decoding. inputs: what the target hands over (final_h for EAGLE-1, the fused
     layers' hidden states for EAGLE-3). positions (B, T) bool, if given: count only the drafts of the
     tokens after them (chat_data.answer_next: an answer's tokens, the ones drafted at decode time)."""
+    return unrolled_accuracies(head, embed, lm_head, tokens, inputs, final_h, steps, [positions])[0]
+
+
+@torch.no_grad()
+def unrolled_accuracies(head: FeatureHead, embed: torch.nn.Module, lm_head: torch.nn.Module, tokens: torch.Tensor,
+                        inputs: torch.Tensor, final_h: torch.Tensor, steps: int,
+                        selections: list[torch.Tensor | None]) -> list[list[float]]:
+    """unrolled_accuracy over each of several `positions` (None: all), from one unrolled pass."""
     outputs = unroll(head, embed, tokens, head.fuse(inputs[:, :-1].float()), steps)
     n = tokens.shape[1] - steps
     truth = lm_head(final_h.float()).argmax(-1)
-    accuracy = []
-    for j, h in enumerate(outputs):
-        right = head.logits(h, lm_head).argmax(-1) == truth[:, 1 + j:1 + j + n]
-        accuracy.append(round(float(right.float().mean() if positions is None
-                                    else right[positions[:, 1 + j:1 + j + n]].float().mean()), 4))
-    return accuracy
+    right = [head.logits(h, lm_head).argmax(-1) == truth[:, 1 + j:1 + j + n] for j, h in enumerate(outputs)]
+    return [[round(float(r.float().mean() if kept is None else r[kept[:, 1 + j:1 + j + n]].float().mean()), 4)
+             for j, r in enumerate(right)] for kept in selections]
 
 
 @torch.no_grad()
@@ -450,13 +455,13 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
         head.eval()
         with torch.no_grad():
             loss, parts = loss_of(held_rows, held_in, held_h, answers=held_answers)
-        by_position = unrolled_accuracy(head, embed, lm_head, held_rows, seen(held_in), held_h, m.eval_depth)
+        by_position, on_answers = unrolled_accuracies(head, embed, lm_head, held_rows, seen(held_in), held_h,
+                                                      m.eval_depth, [None, held_answers])
         head.train()
         entry = {"step": step, "heldout_loss": round(float(loss), 4), "heldout_top1": by_position[0],
                  "heldout_top1_by_step": by_position}
         if held_answers is not None:  # the drafts an answer needs: what decoding a reply will meet
-            entry["heldout_answer_top1_by_step"] = unrolled_accuracy(head, embed, lm_head, held_rows, seen(held_in),
-                                                                     held_h, m.eval_depth, held_answers)
+            entry["heldout_answer_top1_by_step"] = on_answers
         if version == 1:
             entry.update(heldout_feature_loss=parts[0], heldout_ce=parts[1])
         else:
