@@ -7,6 +7,7 @@ The presets passed in are plain objects; each function names the fields it reads
 from __future__ import annotations
 
 import platform
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
@@ -164,6 +165,35 @@ def target_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.d
     return torch.cat(out)
 
 
+def resumable_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device, layers: Sequence[int],
+                       parts: Path, deadline: float | None = None, part_rows: int = 256
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """target_features over `rows` with the target's greedy next tokens, `part_rows` rows at a time, each part
+    saved in the folder `parts` as it is done: a run stopped (a deadline, a session's end) resumes at the
+    first part missing. Parts are named by their first row and the rows they hold, and checked against the
+    rows they were computed from. Returns (features (n, T, len(layers) * H) float16, greedy (n, T) int32)."""
+    parts.mkdir(parents=True, exist_ok=True)
+    features, greedy = [], []
+    bar = tqdm(total=len(rows), desc="target's features", mininterval=10)
+    for start in range(0, len(rows), part_rows):
+        chunk = rows[start:start + part_rows]
+        path = parts / f"rows{start:07d}-{len(chunk)}.pt"
+        saved = torch.load(path) if path.exists() else None
+        if saved is None or not torch.equal(saved["rows"], chunk.to(torch.int32)) or saved["layers"] != list(layers):
+            if deadline is not None and time.time() > deadline:
+                raise stopped("target's features", f"row {start}/{len(rows)}")
+            next_tokens: list = []
+            saved = {"rows": chunk.to(torch.int32), "layers": list(layers),
+                     "features": target_features(target, chunk, device, layers=layers, greedy=next_tokens),
+                     "greedy": torch.cat(next_tokens)}
+            torch.save(saved, path)
+        features.append(saved["features"])
+        greedy.append(saved["greedy"])
+        bar.update(len(chunk))
+    bar.close()
+    return torch.cat(features), torch.cat(greedy)
+
+
 def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, data, m, dev: torch.device,
                     seed: int, deadline: float | None = None) -> dict:
     """The frozen target's features over its training rows, computed once into out/features.pt and
@@ -198,19 +228,20 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
         # Chat rows are long and the target deep: one pass also keeps EAGLE-3's fused layers
         # (out/features_layers.pt, which speclab.train.eagle.eagle3_features then finds cached).
         fused = list(eagle3_layers(target.config.num_hidden_layers)) if m_corpus(m) == "chat" else []
-        train_next: list = []
-        held_next: list = []
-        train = target_features(target, rows, dev, layers=(*fused, -1), greedy=train_next)
-        heldout = target_features(target, held, dev, layers=(*fused, -1), greedy=held_next)
+        train, train_next = resumable_features(target, rows, dev, (*fused, -1), out / "features.parts", deadline)
+        heldout, held_next = resumable_features(target, held, dev, (*fused, -1), out / "features.parts.heldout",
+                                                deadline)
         width = target.config.hidden_size * len(fused)
         if fused:
             torch.save({"train": train[..., :width].clone(), "heldout": heldout[..., :width].clone(), "layers": fused,
                         "seconds": 0.0}, out / "features_layers.pt")
         features = {"train": train[..., width:].clone(), "heldout": heldout[..., width:].clone(),
-                    "train_next": torch.cat(train_next), "heldout_next": torch.cat(held_next),
+                    "train_next": train_next, "heldout_next": held_next,
                     "seconds": time.perf_counter() - started, "rows": spec if isinstance(spec, int) else len(rows)}
     features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32), spec=spec)
     torch.save(features, features_file)
+    for parts in (out / "features.parts", out / "features.parts.heldout"):
+        shutil.rmtree(parts, ignore_errors=True)  # features.pt holds them now
     return with_answers(features, m, target_dir)
 
 

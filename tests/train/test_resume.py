@@ -1,6 +1,6 @@
 """Stopping and resuming: a run stopped early (by its deadline, after N steps, or by Ctrl-C) and run again
 ends with exactly the weights and log of a run that was never stopped: the shared training loop, Medusa
-heads, and exit adapters (one run of the loop per layer)."""
+heads, and exit adapters (one run of the loop per layer); the target's features, part by part."""
 import shutil
 import time
 
@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from speclab.models import BUNDLED_DIR
+from speclab.train import data
 from speclab.train.loop import lr_at, train_loop
 from speclab.train.exit import train_exit
 from speclab.train.medusa import MEDUSA_PRESETS, train_medusa
@@ -137,3 +138,27 @@ def test_a_parallel_draft_stopped_and_resumed_trains_the_same_draft(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     drafter = load_drafter("pard", load_pair(device="cpu").target, model=whole / "pard")
     assert drafter.mask == record["mask_token_id"] == 4096 and len(record["log"]["evals"][-1]["heldout_top1_by_depth"]) == 3
+
+
+def test_the_targets_features_resume_at_the_first_missing_part(tmp_path, monkeypatch):
+    target = tiny_model("llama", layers=2, seed=0)
+    rows = torch.randint(0, 96, (5, 8), generator=torch.Generator().manual_seed(0))
+    expected_next: list = []
+    expected = data.target_features(target, rows, torch.device("cpu"), layers=(1, -1), greedy=expected_next)
+    parts = tmp_path / "parts"
+    features, greedy = data.resumable_features(target, rows, torch.device("cpu"), (1, -1), parts, part_rows=2)
+    assert torch.equal(features, expected) and torch.equal(greedy, torch.cat(expected_next))
+    assert sorted(p.name for p in parts.iterdir()) == ["rows0000000-2.pt", "rows0000002-2.pt", "rows0000004-1.pt"]
+
+    (parts / "rows0000004-1.pt").unlink()  # a run that ended before its last part
+    with pytest.raises(SystemExit, match="target's features: stopped at row 4/5"):
+        data.resumable_features(target, rows, torch.device("cpu"), (1, -1), parts, time.time() - 1, part_rows=2)
+    computed = []
+    real = data.target_features
+    monkeypatch.setattr(data, "target_features", lambda *a, **k: computed.append(len(a[1])) or real(*a, **k))
+    features, _ = data.resumable_features(target, rows, torch.device("cpu"), (1, -1), parts, part_rows=2)
+    assert computed == [1] and torch.equal(features, expected)  # the saved parts were read, not recomputed
+    other = rows.clone()
+    other[0, 0] = (other[0, 0] + 1) % 96  # a part saved from other rows is computed again
+    data.resumable_features(target, other, torch.device("cpu"), (1, -1), parts, part_rows=2)
+    assert computed == [1, 2]
