@@ -165,33 +165,41 @@ def target_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.d
     return torch.cat(out)
 
 
-def resumable_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device, layers: Sequence[int],
-                       parts: Path, deadline: float | None = None, part_rows: int = 256
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """target_features over `rows` with the target's greedy next tokens, `part_rows` rows at a time, each part
-    saved in the folder `parts` as it is done: a run stopped (a deadline, a session's end) resumes at the
-    first part missing. Parts are named by their first row and the rows they hold, and checked against the
-    rows they were computed from. Returns (features (n, T, len(layers) * H) float16, greedy (n, T) int32)."""
+def resumable_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device,
+                       groups: Sequence[Sequence[int]], parts: Path, deadline: float | None = None,
+                       part_rows: int = 256) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """target_features over `rows` for each group of layers, with the target's greedy next tokens, `part_rows`
+    rows at a time, each part saved in the folder `parts` as it is done: a run stopped (a deadline, a session's
+    end) resumes at the first part missing. A part is checked against the rows and layers it was computed
+    from. Each group's features are gathered into one tensor made once (a part at a time beside it, not all
+    of them twice). Returns ([(n, T, len(group) * H) float16 per group], greedy (n, T) int32)."""
     parts.mkdir(parents=True, exist_ok=True)
-    features, greedy = [], []
+    layers = [layer for group in groups for layer in group]
+    gathered: list[torch.Tensor] = []
+    greedy = torch.empty(rows.shape, dtype=torch.int32)
     bar = tqdm(total=len(rows), desc="target's features", mininterval=10)
     for start in range(0, len(rows), part_rows):
         chunk = rows[start:start + part_rows]
         path = parts / f"rows{start:07d}-{len(chunk)}.pt"
         saved = torch.load(path) if path.exists() else None
-        if saved is None or not torch.equal(saved["rows"], chunk.to(torch.int32)) or saved["layers"] != list(layers):
+        if saved is None or not torch.equal(saved["rows"], chunk.to(torch.int32)) or saved["layers"] != layers:
             if deadline is not None and time.time() > deadline:
                 raise stopped("target's features", f"row {start}/{len(rows)}")
             next_tokens: list = []
-            saved = {"rows": chunk.to(torch.int32), "layers": list(layers),
+            saved = {"rows": chunk.to(torch.int32), "layers": layers,
                      "features": target_features(target, chunk, device, layers=layers, greedy=next_tokens),
                      "greedy": torch.cat(next_tokens)}
             torch.save(saved, path)
-        features.append(saved["features"])
-        greedy.append(saved["greedy"])
+        width = saved["features"].shape[-1] // len(layers)
+        if not gathered:
+            gathered = [torch.empty((len(rows), rows.shape[1], width * len(group)), dtype=torch.float16)
+                        for group in groups]
+        for out, piece in zip(gathered, saved["features"].split([width * len(g) for g in groups], dim=-1)):
+            out[start:start + len(chunk)] = piece
+        greedy[start:start + len(chunk)] = saved["greedy"]
         bar.update(len(chunk))
     bar.close()
-    return torch.cat(features), torch.cat(greedy)
+    return gathered, greedy
 
 
 def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, data, m, dev: torch.device,
@@ -207,7 +215,8 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
     "heldout_next": the target's greedy next token at each position (n, T; absent from files written before
     they were kept); "seconds", "rows", "spec"}."""
     features_file = out / "features.pt"
-    features = torch.load(features_file) if features_file.exists() else None
+    # memory-mapped: a large point's features stay on disk, and a training step reads its batch's rows
+    features = torch.load(features_file, mmap=True) if features_file.exists() else None
     spec = rows_spec(m)
     if features is not None and features.get("spec", features.get("rows")) != spec:
         # Another head in this folder was trained on other rows (a different --generated): rebuild
@@ -217,6 +226,8 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
         features = None
     if features is not None and "train_rows" in features:
         return with_answers(features, m, target_dir)
+    if features is not None:  # a file from before rows were kept: read whole, since it is written again below
+        features = torch.load(features_file)
     if m_corpus(m) == "chat":
         rows, held = chat_rows(target, load_tokenizer(target_dir), out, m.conversations, m.seq_len, seed, deadline,
                                requests=getattr(m, "requests", "library"))
@@ -228,20 +239,20 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
         # Chat rows are long and the target deep: one pass also keeps EAGLE-3's fused layers
         # (out/features_layers.pt, which speclab.train.eagle.eagle3_features then finds cached).
         fused = list(eagle3_layers(target.config.num_hidden_layers)) if m_corpus(m) == "chat" else []
-        train, train_next = resumable_features(target, rows, dev, (*fused, -1), out / "features.parts", deadline)
-        heldout, held_next = resumable_features(target, held, dev, (*fused, -1), out / "features.parts.heldout",
-                                                deadline)
-        width = target.config.hidden_size * len(fused)
+        groups = [fused, [-1]] if fused else [[-1]]
+        train, train_next = resumable_features(target, rows, dev, groups, out / "features.parts", deadline)
+        heldout, held_next = resumable_features(target, held, dev, groups, out / "features.parts.heldout", deadline)
         if fused:
-            torch.save({"train": train[..., :width].clone(), "heldout": heldout[..., :width].clone(), "layers": fused,
-                        "seconds": 0.0}, out / "features_layers.pt")
-        features = {"train": train[..., width:].clone(), "heldout": heldout[..., width:].clone(),
-                    "train_next": train_next, "heldout_next": held_next,
+            torch.save({"train": train[0], "heldout": heldout[0], "layers": fused, "seconds": 0.0},
+                       out / "features_layers.pt")
+        features = {"train": train[-1], "heldout": heldout[-1], "train_next": train_next, "heldout_next": held_next,
                     "seconds": time.perf_counter() - started, "rows": spec if isinstance(spec, int) else len(rows)}
+        del train, heldout
     features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32), spec=spec)
     torch.save(features, features_file)
     for parts in (out / "features.parts", out / "features.parts.heldout"):
         shutil.rmtree(parts, ignore_errors=True)  # features.pt holds them now
+    features = torch.load(features_file, mmap=True)  # the same, mapped: the tensors in memory are let go
     return with_answers(features, m, target_dir)
 
 

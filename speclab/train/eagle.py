@@ -341,7 +341,7 @@ def eagle3_features(target: PreTrainedModel, out: Path, features: dict, layers: 
     """The fused layers' hidden states over the same rows as `features` (cached_features), computed
     once into out/features_layers.pt: {"train", "heldout": (n, T, len(layers) * H) float16, "layers"}."""
     path = out / "features_layers.pt"
-    cached = torch.load(path) if path.exists() else None
+    cached = torch.load(path, mmap=True) if path.exists() else None  # mapped, as cached_features' file
     if cached is not None and cached["layers"] == list(layers) and len(cached["train"]) == len(features["train_rows"]):
         return cached
     started = time.perf_counter()

@@ -115,8 +115,8 @@ def score_answers(target: str, point: Path, depth: int, device: str | None = Non
     drafters and the point's cached features, and kept in point/answers.json."""
     dev = pick_device(device)
     target_model = load_model(target, dev, torch.float32)
-    features = torch.load(point / "features.pt")
-    layered = torch.load(point / "features_layers.pt")
+    features = torch.load(point / "features.pt", mmap=True)
+    layered = torch.load(point / "features_layers.pt", mmap=True)
     rows, final = features["heldout_rows"].long().to(dev), features["heldout"].to(dev, torch.float32)
     answers = answer_next(features["heldout_rows"], load_tokenizer(target)).to(dev)
     embed, lm_head = target_model.get_input_embeddings(), target_model.get_output_embeddings()

@@ -144,21 +144,28 @@ def test_the_targets_features_resume_at_the_first_missing_part(tmp_path, monkeyp
     target = tiny_model("llama", layers=2, seed=0)
     rows = torch.randint(0, 96, (5, 8), generator=torch.Generator().manual_seed(0))
     expected_next: list = []
-    expected = data.target_features(target, rows, torch.device("cpu"), layers=(1, -1), greedy=expected_next)
+    expected = data.target_features(target, rows, torch.device("cpu"), layers=(0, 1, -1), greedy=expected_next)
+    width = expected.shape[-1] // 3
     parts = tmp_path / "parts"
-    features, greedy = data.resumable_features(target, rows, torch.device("cpu"), (1, -1), parts, part_rows=2)
-    assert torch.equal(features, expected) and torch.equal(greedy, torch.cat(expected_next))
+    (fused, last), greedy = data.resumable_features(target, rows, torch.device("cpu"), [[0, 1], [-1]], parts,
+                                                    part_rows=2)
+    assert torch.equal(fused, expected[..., :2 * width]) and torch.equal(last, expected[..., 2 * width:])
+    assert torch.equal(greedy, torch.cat(expected_next))
     assert sorted(p.name for p in parts.iterdir()) == ["rows0000000-2.pt", "rows0000002-2.pt", "rows0000004-1.pt"]
 
     (parts / "rows0000004-1.pt").unlink()  # a run that ended before its last part
     with pytest.raises(SystemExit, match="target's features: stopped at row 4/5"):
-        data.resumable_features(target, rows, torch.device("cpu"), (1, -1), parts, time.time() - 1, part_rows=2)
+        data.resumable_features(target, rows, torch.device("cpu"), [[0, 1], [-1]], parts, time.time() - 1,
+                                part_rows=2)
     computed = []
     real = data.target_features
     monkeypatch.setattr(data, "target_features", lambda *a, **k: computed.append(len(a[1])) or real(*a, **k))
-    features, _ = data.resumable_features(target, rows, torch.device("cpu"), (1, -1), parts, part_rows=2)
-    assert computed == [1] and torch.equal(features, expected)  # the saved parts were read, not recomputed
+    (fused, last), _ = data.resumable_features(target, rows, torch.device("cpu"), [[0, 1], [-1]], parts,
+                                               part_rows=2)
+    assert computed == [1] and torch.equal(last, expected[..., 2 * width:])  # saved parts read, not recomputed
     other = rows.clone()
     other[0, 0] = (other[0, 0] + 1) % 96  # a part saved from other rows is computed again
-    data.resumable_features(target, other, torch.device("cpu"), (1, -1), parts, part_rows=2)
+    data.resumable_features(target, other, torch.device("cpu"), [[0, 1], [-1]], parts, part_rows=2)
     assert computed == [1, 2]
+    data.resumable_features(target, other, torch.device("cpu"), [[-1]], parts, part_rows=2)  # and other layers
+    assert computed == [1, 2, 2, 2, 1]
