@@ -436,12 +436,12 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
     held_answers = None if held_answers is None else held_answers.to(dev)
 
     def loss_of(rows, layer_in, final, g=None, nxt=None, answers=None) -> tuple[torch.Tensor, list[float]]:
+        # answers: the positions to train on (m.answers_only), else None: every position
         if version == 1:
             loss, feature_loss, ce = eagle_loss(head, embed, lm_head, rows, final, m.noise if g else 0.0,
                                                 m.ce_weight, g, inputs=seen(final))
             return loss, [round(feature_loss, 4), round(ce, 4)]
-        loss, per_step = eagle3_loss(head, embed, lm_head, rows, layer_in, final, m.ttt_steps, m.decay, nxt,
-                                     answers if m.answers_only else None)
+        loss, per_step = eagle3_loss(head, embed, lm_head, rows, layer_in, final, m.ttt_steps, m.decay, nxt, answers)
         return loss, [round(x, 4) for x in per_step]
 
     def step_fn(step: int):
@@ -449,12 +449,12 @@ def train_feature_head(target_dir: str | Path, out: Path, m: EaglePreset, preset
         pick = torch.randint(0, len(train_h), (m.batch,), generator=g)
         return loss_of(train_rows[pick].to(dev), train_in[pick].to(dev, torch.float32),
                        train_h[pick].to(dev, torch.float32), g, None if train_next is None else train_next[pick].to(dev),
-                       None if train_answers is None else train_answers[pick].to(dev))
+                       train_answers[pick].to(dev) if m.answers_only else None)
 
     def evaluate(step: int, _):
         head.eval()
         with torch.no_grad():
-            loss, parts = loss_of(held_rows, held_in, held_h, answers=held_answers)
+            loss, parts = loss_of(held_rows, held_in, held_h, answers=held_answers if m.answers_only else None)
         by_position, on_answers = unrolled_accuracies(head, embed, lm_head, held_rows, seen(held_in), held_h,
                                                       m.eval_depth, [None, held_answers])
         head.train()

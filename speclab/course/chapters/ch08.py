@@ -316,6 +316,20 @@ def depth_figure(by_step: dict, end_rec: dict, evals3: list[dict], depth: int) -
     return fig
 
 
+FIRST_DRAFT = [("head", "every held-out position"), ("head", "held-out answers"), ("head", "in the loop"),
+               ("draft", "held-out answers"), ("draft", "in the loop")]
+
+
+def first_draft(point: dict) -> dict[tuple[str, str], float | None]:
+    """A scaling point's first-draft agreement by (drafter, where: FIRST_DRAFT), None where not measured."""
+    loop = point.get("in_loop", {})
+    return {("head", "every held-out position"): point["head"]["heldout_top1_by_step"][0],
+            ("head", "held-out answers"): (point["head"].get("heldout_answer_top1_by_step") or [None])[0],
+            ("head", "in the loop"): loop.get("head", {}).get("by_position", [None])[0],
+            ("draft", "held-out answers"): point["draft"].get("heldout_answer_top1"),
+            ("draft", "in the loop"): loop.get("draft", {}).get("by_position", [None])[0]}
+
+
 def scaling_figure(curve: dict) -> Figure:
     """A data-scaling curve (`python -m speclab train scale`'s curve.json): left, how often each drafter's first
     draft is the target's token, against training tokens: on the held-out conversations' answers (and, for the
@@ -323,16 +337,10 @@ def scaling_figure(curve: dict) -> Figure:
     where the point was timed; right, each drafter's best speed over target-only, eager and on the fast path."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.4))
-    first = {
-        ("head", "every held-out position"): lambda p: p["head"]["heldout_top1_by_step"][0],
-        ("head", "held-out answers"): lambda p: (p["head"].get("heldout_answer_top1_by_step") or [None])[0],
-        ("head", "in the loop"): lambda p: p.get("in_loop", {}).get("head", {}).get("by_position", [None])[0],
-        ("draft", "held-out answers"): lambda p: p["draft"].get("heldout_answer_top1"),
-        ("draft", "in the loop"): lambda p: p.get("in_loop", {}).get("draft", {}).get("by_position", [None])[0],
-    }
     styles = {"every held-out position": ":", "held-out answers": "-", "in the loop": "--"}
-    for (name, where), value in first.items():
-        have = [(p["tokens"] / 1e6, value(p)) for p in points if value(p) is not None]
+    for name, where in FIRST_DRAFT:
+        have = [(p["tokens"] / 1e6, first_draft(p)[name, where]) for p in points
+                if first_draft(p)[name, where] is not None]
         if have:
             axes[0].plot(*zip(*have), ("o" if name == "head" else "s") + styles[where],
                          color="#4c72b0" if name == "head" else "#999999",
@@ -364,13 +372,8 @@ def scaling_table(curve: dict):
 
     rows = []
     for p in sorted(curve["points"], key=lambda p: p["tokens"]):
-        loop, speeds = p.get("in_loop", {}), p.get("speeds", {})
-        rows.append([f"{p['conversations']:,}", f"{p['tokens'] / 1e6:.2f}M",
-                     show(p["head"]["heldout_top1_by_step"][0]),
-                     show((p["head"].get("heldout_answer_top1_by_step") or [None])[0]),
-                     show(loop.get("head", {}).get("by_position", [None])[0]),
-                     show(p["draft"].get("heldout_answer_top1")),
-                     show(loop.get("draft", {}).get("by_position", [None])[0])]
+        speeds, first = p.get("speeds", {}), first_draft(p)
+        rows.append([f"{p['conversations']:,}", f"{p['tokens'] / 1e6:.2f}M"] + [show(first[k]) for k in FIRST_DRAFT]
                     + [show(speeds.get(name, {}).get(path, {}).get("speedup"), "{:.2f}x")
                        for name in ("head", "draft") for path in ("eager", "fast")])
     header = ["conversations", "tokens", "head: all", "head: answers", "head: loop", "draft: answers",
