@@ -40,7 +40,10 @@ def test_a_batch_gives_each_row_what_its_sequence_gives_alone(step):
             for b, (cache, s) in enumerate(zip(alone, seqs)):
                 start = cache.get_seq_length()
                 own = step(s[t], cache, torch.arange(start, start + len(s[t])))
-                assert torch.allclose(together[b], own, atol=1e-5)
+                # float32 up to ~90 in size: a padded batch sums in another order than one row (by host's
+                # kernels, a few units in the last place of the largest value); a wrong row or slot is O(1)
+                scale = own.abs().max()
+                assert torch.allclose(together[b], own, rtol=1e-5, atol=1e-5 * scale)
             if t == 0:  # roll rows 1 and 2 back, row 0 keeps its length
                 for cache, (row, length) in zip((alone[1], alone[2]), ((1, 2), (2, 0))):
                     batch.rollback(row, length)
