@@ -196,7 +196,7 @@ def load_pair(name: str | None = None, device: str | torch.device | None = None,
 
     dtype sets both models (default: the device's, float32 on a CPU), draft_dtype the draft's; with neither,
     a CPU draft runs in float16 (devices.draft_dtype: cheaper steps, acceptance changes slightly, the output
-    never). fast: None (transformers' DynamicCache), "static" or "compiled": both models on the fast path
+    never). fast: None (transformers' DynamicCache), "static", "compiled" or "graphs": both models on the fast path
     (speclab.runner.enable_fast_path).
     """
     plain_fast = False

@@ -23,6 +23,7 @@ import torch._dynamo
 from transformers import DynamicCache
 
 from speclab.fast_model import FastLlama
+from speclab.graphs import GraphedCall
 from speclab.trees import chain_parents, pass_visibility, tree_attention_mask, tree_position_ids
 
 
@@ -242,6 +243,7 @@ class FastPath:
     bucket: int = 1  # attention reads the cache up to the pass's end rounded up to this (fixed shapes)
     pad_to: dict[int, int] = field(default_factory=dict)  # width -> cheapest measured width >= it
     width_ms: dict[int, float] = field(default_factory=dict)
+    mode: str = "static"  # FAST_MODES: "compiled" and "graphs" both run fixed shapes (compiled is True)
 
     def graph_width(self, n: int) -> int:
         """The width a pass of n rows runs at: compiled, graph_width(n); else n."""
@@ -267,9 +269,10 @@ class FastPath:
 FAST_PATH_ATTRIBUTE = "speclab_fast_path"  # where a model keeps its FastPath (use_fast_path sets it)
 
 
-FAST_MODES = ("static", "compiled")
+FAST_MODES = ("static", "compiled", "graphs")
 # the compiled path on a CPU reads the cache in buckets of this many positions: one graph per bucket and
-# width (inductor compiles each once); a GPU reads the whole cache, one CUDA graph per width
+# width (inductor compiles each once); a GPU reads the whole cache, one CUDA graph per width (and "graphs"
+# records those CUDA graphs itself, speclab.graphs, at the same fixed widths and batches)
 COMPILED_CPU_BUCKET = 256
 COMPILED_MAX_WIDTH = 64  # wider passes (prefills) run the same network uncompiled
 # the widths compiled verify passes run at (padded up): every chain up to K = 7, and steps beyond, so a tree
@@ -317,7 +320,9 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
     a static cache of max_len positions (default: the model's context length, at most 4096) for up to
     max_batch sequences at once (batched decoding: a list of prompts; the cache's size grows with it). "static"
     runs it eagerly; "compiled" through torch.compile (inductor on a CPU; on a GPU mode
-    "reduce-overhead", which records CUDA graphs). Models the fast path cannot take raise TypeError
+    "reduce-overhead", which records CUDA graphs); "graphs" records a CUDA graph of each pass's width and
+    batch directly, without inductor (speclab.graphs: seconds, not minutes; a CUDA device, or its CPU dry
+    run with SPECLAB_GRAPHS_DRY_RUN=1). Models the fast path cannot take raise TypeError
     (speclab.fast_model.check_fast_architecture), never fall back to the eager path silently."""
     if mode not in FAST_MODES:
         raise ValueError(f"the fast path's mode is one of {FAST_MODES}, got {mode!r}")
@@ -330,7 +335,13 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
                                      options=None if on_gpu else dict(COMPILED_CPU_OPTIONS))
         bucket = max_len if on_gpu else COMPILED_CPU_BUCKET
         network.gemv_rows = 0 if on_gpu else COMPILED_CPU_GEMV_ROWS
-    path = FastPath(network, step, mode == "compiled", bucket)
+    elif mode == "graphs":  # fixed shapes as compiled on a GPU: every pass reads the whole cache, masked
+        step, bucket = GraphedCall(network.forward), max_len
+        if model_device(model).type != "cuda" and not step.dry_run:
+            raise ValueError("the fast path's 'graphs' mode records CUDA graphs and needs the model on a CUDA "
+                             "device: use 'static' or 'compiled' here, or set SPECLAB_GRAPHS_DRY_RUN=1 to dry-run "
+                             "its bookkeeping on a CPU")
+    path = FastPath(network, step, mode != "static", bucket, mode=mode)
     use_fast_path(model, path)
     return path
 
@@ -480,7 +491,9 @@ class StaticRunner(Runner):
             torch.tensor(rows + [network.scratch_row] * (padded - batch), device=self.device)
         last = torch.tensor([n - 1 for n in widths] + [w - 1] * (padded - batch), device=self.device) \
             if last_only and (batch > 1 or order is not None) else None
-        if graphs and self.device.type == "cuda":  # a new step of the CUDA graphs: their outputs are overwritten
+        # torch.compile's CUDA graphs overwrite their outputs at the next replay (speclab.graphs' are copied)
+        recorded = graphs and self.device.type == "cuda" and self.path.mode == "compiled"
+        if recorded:  # a new step of those graphs
             torch.compiler.cudagraph_mark_step_begin()
         # a prompt's prefill (wider than any verify pass) runs uncompiled: one graph per prompt length would
         # cost a compilation per prompt
@@ -494,7 +507,7 @@ class StaticRunner(Runner):
             else:
                 logits, features = step(ids, slots, positions, sees, read, tuple(feature_layers), last_only,
                                         order, last)
-        if graphs and self.device.type == "cuda":  # so the caller's tensors outlive the next replay
+        if recorded:  # so the caller's tensors outlive the next replay
             logits, features = logits.clone(), (features.clone() if features is not None else None)
         out = []
         for b, (row, n) in enumerate(zip(rows, widths)):

@@ -125,17 +125,21 @@ def test_a_pass_past_the_static_cache_is_refused(pair, prompt):
 
 
 def test_an_unknown_mode_is_refused(pair):
-    with pytest.raises(ValueError, match="static.*compiled"):
+    with pytest.raises(ValueError, match="static.*compiled.*graphs"):
         enable_fast_path(pair[0], mode="fast")
 
 
-@pytest.fixture(scope="module", params=["static", "compiled"])
+@pytest.fixture(scope="module", params=["static", "compiled", "graphs"])
 def small_fast_pair(request):
     """test_lossless's small pair on each fast path: compiled, the products and attention of a few rows
-    are the generated loops the bench runs (a handful of graphs, compiled once for the module)."""
+    are the generated loops the bench runs (a handful of graphs, compiled once for the module); "graphs",
+    CUDA graphs on a GPU and their dry run on a CPU (speclab.graphs)."""
     target = tiny_model("llama", layers=2, vocab=8, seed=10, init=0.2)
     draft = tiny_model("llama", layers=1, vocab=8, seed=11, init=0.2)
-    enable_fast_path(target, request.param, max_len=16), enable_fast_path(draft, request.param, max_len=16)
+    with pytest.MonkeyPatch.context() as env:
+        if DEVICE.type != "cuda":
+            env.setenv("SPECLAB_GRAPHS_DRY_RUN", "1")
+        enable_fast_path(target, request.param, max_len=16), enable_fast_path(draft, request.param, max_len=16)
     yield target, draft
     disable_fast_path(target), disable_fast_path(draft)
 

@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "differ when sampling (--temperature above 0); chapter 13")
     b.add_argument("--fast", nargs="?", const="static", choices=FAST_MODES, default=None,
                    help="also run every speclab row on the fast path (a static cache written by position; "
-                   "'compiled' adds torch.compile), as '<row> (fast)', in the same interleaved runs: chapter 10")
+                   "'compiled' adds torch.compile; 'graphs' replays CUDA graphs recorded without it, on a GPU), as "
+                   "'<row> (fast)', in the same interleaved runs: chapter 10")
     b.add_argument("--stop-at-eos", action="store_true", help="stop each prompt's decoding at the tokenizer's "
                    "end-of-sequence token, included (a chat answer's end of turn), as Spec-Bench does; default: "
                    "decode --max-new-tokens tokens whatever comes, past the end of an answer too")

@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "nodes, and optionally the stop (min_confidence)")
     g.add_argument("--fast", dest="fast_path", nargs="?", const="static", choices=FAST_MODES, default=None,
                    help="run the target and draft on the fast path: a static cache written by position "
-                   "('compiled' adds torch.compile); same tokens, chapter 10")
+                   "('compiled' adds torch.compile; 'graphs' replays CUDA graphs, on a GPU); same tokens, chapter 10")
     g.add_argument("--mtp-tokens", type=int, default=1, help="MTP drafts per round (more chains the module)")
     g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")
     g.add_argument("--exit-adapter", action="store_true", help="layer_skip: with the exit adapter shipped for the "

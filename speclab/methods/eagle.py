@@ -569,8 +569,9 @@ class EagleDrafter(ChainDrafter):
         path = fast_path_of(self.target)
         if path is None or not path.compiled:
             return None
-        if self.compiled_head is None or self.compiled_head.max_len != path.network.max_len:
-            self.compiled_head = FastHeadStep(self.head, path.network.max_len)
+        if self.compiled_head is None or (self.compiled_head.max_len, self.compiled_head.mode) != \
+                (path.network.max_len, path.mode):
+            self.compiled_head = FastHeadStep(self.head, path.network.max_len, path.mode)
         self.compiled_head.reset()
         return self.compiled_head
 

@@ -89,10 +89,9 @@ class LayerSkipDrafter(ModelDrafter):
         if path is None:
             use_fast_path(self.model, None)
         else:
-            mode = "compiled" if path.compiled else "static"
-            shape = (mode, path.network.max_len, path.network.max_batch)
+            shape = (path.mode, path.network.max_len, path.network.max_batch)
             if shape not in self.view_paths:
-                self.view_paths[shape] = enable_fast_path(self.model, mode, path.network.max_len,
+                self.view_paths[shape] = enable_fast_path(self.model, path.mode, path.network.max_len,
                                                           path.network.max_batch)
             use_fast_path(self.model, self.view_paths[shape])
 

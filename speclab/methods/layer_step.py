@@ -18,6 +18,7 @@ from torch import nn
 
 from speclab.devices import linear
 from speclab.fast_model import LayerWeights, decoder_layer, looped_attention, write_slots
+from speclab.graphs import GraphedCall
 from speclab.runner import (COMPILED_CPU_BUCKET, COMPILED_CPU_GEMV_ROWS, COMPILED_CPU_OPTIONS, COMPILED_MAX_WIDTH,
                             compile_for_fast_path, graph_width, read_end)
 
@@ -251,25 +252,36 @@ class FastHeadStep:
     widths the target's passes use (speclab.runner.COMPILED_WIDTHS) and its cache read to a whole bucket,
     so a few graphs serve every chain step, catch-up and tree level; the padding rows see only themselves
     and are written past the length. On a CPU, steps of a few rows attend as generated loops, as the
-    target's do (speclab.fast_model.looped_attention)."""
+    target's do (speclab.fast_model.looped_attention). mode "graphs" (the target's): the same fixed shapes,
+    each step and its logits replayed from a CUDA graph (speclab.graphs) instead of compiled."""
 
-    def __init__(self, head: nn.Module, max_len: int):
+    def __init__(self, head: nn.Module, max_len: int, mode: str = "compiled"):
         step = head.layer_step
         if step is None:
             raise TypeError(f"the compiled fast path runs a head's layer through LayerStep, which covers {SUPPORTED}; "
                             f"this {head.name} head's layer is {type(head.layer).__name__}: run the target on the "
                             "static fast path or the eager path")
         like = head.fc.weight
-        on_cpu = like.device.type == "cpu"
+        inductor_cpu = like.device.type == "cpu" and mode == "compiled"
         step.freeze(max_len, like)  # frozen only during this class's steps: the eager paths see the head as it is
-        self.looped_rows = COMPILED_CPU_GEMV_ROWS if on_cpu else 0
-        self.layer_step, self.head, self.max_len = step, head, max_len
-        self.cache = RowCache(capacity=max_len, fixed=True, bucket=COMPILED_CPU_BUCKET if on_cpu else max_len)
+        self.looped_rows = COMPILED_CPU_GEMV_ROWS if inductor_cpu else 0
+        self.layer_step, self.head, self.max_len, self.mode = step, head, max_len, mode
+        self.cache = RowCache(capacity=max_len, fixed=True, bucket=COMPILED_CPU_BUCKET if inductor_cpu else max_len)
         self.cache.allocate(step.kv_heads, step.head_dim, like.dtype, like.device, max_len)  # never in a graph
+        if mode == "graphs":  # the step's slots are an argument, so the graph reads them from its own buffer
+            self.forward = GraphedCall(self._forward_at)
+            self.vocab_logits = GraphedCall(head.vocab_logits)
+            return
         # on a CPU the target's inductor options (speclab.runner.COMPILED_CPU_OPTIONS)
-        options = dict(COMPILED_CPU_OPTIONS) if on_cpu else None
+        options = dict(COMPILED_CPU_OPTIONS) if inductor_cpu else None
         self.forward = compile_for_fast_path(head.forward, options=options)
         self.vocab_logits = compile_for_fast_path(head.vocab_logits, options=options)
+
+    def _forward_at(self, embeds: torch.Tensor, features: torch.Tensor, slots: torch.Tensor,
+                    positions: torch.Tensor, sees: torch.Tensor) -> torch.Tensor:
+        """head.forward on this step's cache, its rows written at `slots` (what RowCache.begin set)."""
+        self.cache.step = (None, slots, self.cache.end)
+        return self.head.forward(embeds, features, self.cache, positions, sees)
 
     def reset(self) -> None:
         self.cache.reset()
@@ -295,11 +307,15 @@ class FastHeadStep:
             embeds = torch.cat([embeds, embeds.new_zeros(width - n, embeds.shape[1])])
             features = torch.cat([features, features.new_zeros(width - n, features.shape[1])])
             positions = torch.cat([positions, positions[-1:].expand(width - n)])
-        forward = self.forward if n <= COMPILED_MAX_WIDTH else self.head.forward  # the prompt's catch-up: eager
         self.layer_step.frozen, self.layer_step.looped_rows = True, self.looped_rows
         try:
             with torch.no_grad():
-                h = forward(embeds, features, self.cache, positions, sees)
+                if n > COMPILED_MAX_WIDTH:  # the prompt's catch-up: eager
+                    h = self.head.forward(embeds, features, self.cache, positions, sees)
+                elif self.mode == "graphs":  # its slots as an argument: the graph reads its own copy
+                    h = self.forward(embeds, features, self.cache.step[1], positions, sees)
+                else:
+                    h = self.forward(embeds, features, self.cache, positions, sees)
         finally:
             self.layer_step.frozen, self.layer_step.looped_rows = False, 0
         self.cache.advance([0], [n])
