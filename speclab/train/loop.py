@@ -38,6 +38,17 @@ def deadline_after(minutes: float | None) -> float | None:
     return time.time() + 60 * minutes if minutes else None
 
 
+def step_precision(bf16: bool, device: torch.device):
+    """The context a training step's forward runs in: bfloat16 autocast (the weights and AdamW's state stay
+    float32; losses and softmaxes autocast to float32), or float32 throughout. On a CPU, bfloat16 pays only
+    with bf16 units (AVX512-BF16 or AMX: about 2x a step); elsewhere it is emulated and slower, so refused."""
+    if bf16 and device.type == "cpu" and not (torch.cpu._is_avx512_bf16_supported()
+                                              or torch.cpu._is_amx_tile_supported()):
+        raise ValueError("bf16 training on this CPU would be emulated (no AVX512-BF16 or AMX units) and slower than "
+                         "float32: train with the preset's bf16=False here")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+
+
 def stopped(name: str, reached: str) -> SystemExit:
     """The exit of a run stopped early (deadline, Ctrl-C): where it got to and how to go on."""
     return SystemExit(f"{name}: stopped at {reached}; run the same command again to resume.")

@@ -31,7 +31,7 @@ from speclab.train.data import (
 )
 from speclab.train.eagle import soft_cross_entropy
 from speclab.train.frozen import frozen_start
-from speclab.train.loop import train_loop
+from speclab.train.loop import step_precision, train_loop
 
 
 @dataclass
@@ -54,6 +54,7 @@ class SharedDraftPreset:
     clip: float = 1.0
     eval_every: int = 250
     answers_only: bool = False  # train only where the target's next token is an answer's (as EAGLE-3's preset)
+    bf16: bool = False  # the steps' forward under bfloat16 autocast (as EAGLE-3's preset)
 
 
 PRESETS = {
@@ -130,12 +131,15 @@ def train_shared_draft(target_dir: str | Path, out: Path, preset: str = "smollm2
         raise ValueError("answers_only needs chat rows (corpus 'chat'): library rows have no answers to restrict it to")
     held_answers = None if held_answers is None else held_answers.to(dev)
 
+    precision = step_precision(m.bf16, dev)  # checked before the first step
+
     def step_fn(step: int):
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         pick = torch.randint(0, len(train_h), (m.batch,), generator=g)
-        loss, top1, _ = draft_loss(draft, train_rows[pick].to(dev), train_h[pick].to(dev, torch.float32),
-                                   train_next[pick].to(dev), lm_head,
-                                   None if train_answers is None else train_answers[pick].to(dev), m.answers_only)
+        with precision:
+            loss, top1, _ = draft_loss(draft, train_rows[pick].to(dev), train_h[pick].to(dev, torch.float32),
+                                       train_next[pick].to(dev), lm_head,
+                                       None if train_answers is None else train_answers[pick].to(dev), m.answers_only)
         return loss, [round(loss.item(), 4), round(top1, 4)]
 
     def evaluate(step: int, _):

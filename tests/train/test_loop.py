@@ -1,0 +1,48 @@
+"""speclab.train.loop: the training steps' precision (step_precision)."""
+import pytest
+import torch
+
+from speclab.methods.eagle import EagleHead
+from speclab.train.eagle import eagle3_loss
+from speclab.train.data import target_features
+from speclab.train.loop import step_precision
+from tests.conftest import tiny_model
+
+BF16_UNITS = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+@pytest.mark.skipif(not BF16_UNITS, reason="this CPU has no bf16 units: step_precision refuses bf16 here")
+def test_a_bf16_eagle3_step_is_near_float32s_and_training_under_it_lowers_every_step_loss():
+    target = tiny_model("llama", layers=4, seed=0).requires_grad_(False)
+    rows = torch.randint(0, 96, (8, 24), generator=torch.Generator().manual_seed(0))
+    final = target_features(target, rows, torch.device("cpu")).float()
+    torch.manual_seed(0)
+    head = EagleHead.for_target(target, version=3)
+    layered = target_features(target, rows, torch.device("cpu"), layers=head.feature_layers).float()
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    exact, _ = eagle3_loss(head, embed, lm_head, rows, layered, final, steps=3)
+    with step_precision(True, torch.device("cpu")):
+        halved, _ = eagle3_loss(head, embed, lm_head, rows, layered, final, steps=3)
+    # the products in bfloat16 (8 bits of mantissa), the loss in float32
+    assert halved.dtype == torch.float32 and halved.item() != exact.item()
+    assert abs(halved.item() - exact.item()) < 0.02 * exact.item()
+    opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    history = []
+    for _ in range(30):
+        with step_precision(True, torch.device("cpu")):
+            loss, per_step = eagle3_loss(head, embed, lm_head, rows, layered, final, steps=3)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append(per_step)
+    assert all(p.dtype == torch.float32 for p in head.parameters())  # the weights stay float32
+    assert all(last < first for first, last in zip(history[0], history[-1]))
+
+
+def test_bf16_on_a_cpu_without_bf16_units_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    with pytest.raises(ValueError, match="emulated.*bf16=False"):
+        step_precision(True, torch.device("cpu"))
+    with step_precision(False, torch.device("cpu")):  # float32 is always there
+        assert not torch.is_autocast_enabled("cpu")
