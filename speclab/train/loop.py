@@ -38,15 +38,29 @@ def deadline_after(minutes: float | None) -> float | None:
     return time.time() + 60 * minutes if minutes else None
 
 
-def step_precision(bf16: bool, device: torch.device):
+def has_bf16_units(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 natively: a CPU with AVX512-BF16 or AMX, a GPU from Ampere on."""
+    if device.type == "cpu":
+        return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    return device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def step_precision(bf16: bool | None, device: torch.device) -> torch.autocast:
     """The context a training step's forward runs in: bfloat16 autocast (the weights and AdamW's state stay
-    float32; losses and softmaxes autocast to float32), or float32 throughout. On a CPU, bfloat16 pays only
-    with bf16 units (AVX512-BF16 or AMX: about 2x a step); elsewhere it is emulated and slower, so refused."""
-    if bf16 and device.type == "cpu" and not (torch.cpu._is_avx512_bf16_supported()
-                                              or torch.cpu._is_amx_tile_supported()):
-        raise ValueError("bf16 training on this CPU would be emulated (no AVX512-BF16 or AMX units) and slower than "
-                         "float32: train with the preset's bf16=False here")
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+    float32; losses and softmaxes autocast to float32), or float32 throughout. bf16 None: bfloat16 where the
+    device has bf16 units (about 2x a step on a CPU with them), else float32; True where it has none is refused
+    (emulated, it would be slower). The context's fast_dtype and enabled say which (the trainers' records)."""
+    native = has_bf16_units(device)
+    if bf16 and not native:
+        raise ValueError(f"bf16 training on this {device.type} would be emulated (no bf16 units: AVX512-BF16 or AMX "
+                         "on a CPU) and slower than float32: train with the preset's bf16=False, or None to decide "
+                         "by device")
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=native if bf16 is None else bf16)
+
+
+def precision_name(precision: torch.autocast) -> str:
+    """What a record says of step_precision's context."""
+    return "bfloat16 autocast" if precision._enabled else "float32"
 
 
 def stopped(name: str, reached: str) -> SystemExit:

@@ -5,7 +5,7 @@ import torch
 from speclab.methods.eagle import EagleHead
 from speclab.train.eagle import eagle3_loss
 from speclab.train.data import target_features
-from speclab.train.loop import step_precision
+from speclab.train.loop import precision_name, step_precision
 from tests.conftest import tiny_model
 
 BF16_UNITS = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
@@ -42,7 +42,14 @@ def test_a_bf16_eagle3_step_is_near_float32s_and_training_under_it_lowers_every_
 def test_bf16_on_a_cpu_without_bf16_units_is_refused(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    with pytest.raises(ValueError, match="emulated.*bf16=False"):
+    with pytest.raises(ValueError, match="emulated.*bf16=False, or None"):
         step_precision(True, torch.device("cpu"))
     with step_precision(False, torch.device("cpu")):  # float32 is always there
         assert not torch.is_autocast_enabled("cpu")
+    assert precision_name(step_precision(None, torch.device("cpu"))) == "float32"  # by device: float32 here
+
+
+def test_bf16_by_device_follows_the_units():
+    chosen = step_precision(None, torch.device("cpu"))
+    assert chosen._enabled == BF16_UNITS
+    assert precision_name(chosen) == ("bfloat16 autocast" if BF16_UNITS else "float32")
