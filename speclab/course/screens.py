@@ -81,8 +81,12 @@ def free_port() -> int:
 def chromium(binary: str = "chromium"):
     """A headless Chromium; yields the DevTools websocket URL of its first page."""
     port, profile = free_port(), tempfile.mkdtemp(prefix="speclab-chromium-")
+    # --remote-allow-origins: Chromium 111 and later refuse a DevTools websocket from another origin (the
+    # client's own localhost port) without it; the background-networking flags keep it off a closed network
     proc = subprocess.Popen([binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                             f"--remote-debugging-port={port}", f"--user-data-dir={profile}", "about:blank"],
+                             f"--remote-debugging-port={port}", f"--remote-allow-origins=http://127.0.0.1:{port}",
+                             "--disable-background-networking", "--disable-component-update", "--no-first-run",
+                             f"--user-data-dir={profile}", "about:blank"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
