@@ -238,12 +238,16 @@ class FastPath:
     measured, the width each verify pass is padded to."""
 
     network: FastLlama
-    step: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # network.forward, or compiled
-    compiled: bool
+    step: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # network.forward, compiled or graphed
+    mode: str = "static"  # one of FAST_MODES
     bucket: int = 1  # attention reads the cache up to the pass's end rounded up to this (fixed shapes)
     pad_to: dict[int, int] = field(default_factory=dict)  # width -> cheapest measured width >= it
     width_ms: dict[int, float] = field(default_factory=dict)
-    mode: str = "static"  # FAST_MODES: "compiled" and "graphs" both run fixed shapes (compiled is True)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether passes run at fixed shapes (padded widths and batches): compiled, or replayed as graphs."""
+        return self.mode != "static"
 
     def graph_width(self, n: int) -> int:
         """The width a pass of n rows runs at: compiled, graph_width(n); else n."""
@@ -341,7 +345,7 @@ def enable_fast_path(model: torch.nn.Module, mode: str = "static", max_len: int 
             raise ValueError("the fast path's 'graphs' mode records CUDA graphs and needs the model on a CUDA "
                              "device: use 'static' or 'compiled' here, or set SPECLAB_GRAPHS_DRY_RUN=1 to dry-run "
                              "its bookkeeping on a CPU")
-    path = FastPath(network, step, mode != "static", bucket, mode=mode)
+    path = FastPath(network, step, mode, bucket)
     use_fast_path(model, path)
     return path
 

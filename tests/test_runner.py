@@ -199,7 +199,7 @@ def test_every_method_on_the_bundled_target_is_greedy_exact_on_both_paths(bundle
 def test_compiled_passes_run_at_a_few_widths():
     """Compiled, a pass is padded to the next of COMPILED_WIDTHS (one graph each); uncompiled, never."""
     from speclab.runner import COMPILED_MAX_WIDTH, FastPath
-    compiled, static = FastPath(None, None, True), FastPath(None, None, False)
+    compiled, static = FastPath(None, None, "compiled"), FastPath(None, None, "static")
     assert [compiled.graph_width(n) for n in (1, 5, 8, 9, 13, 33, 64)] == [1, 5, 8, 12, 16, 48, 64]
     assert compiled.graph_width(COMPILED_MAX_WIDTH + 1) == COMPILED_MAX_WIDTH + 1  # prefills: uncompiled
     assert all(static.graph_width(n) == n for n in (1, 9, 33))
