@@ -59,13 +59,14 @@ def by_batch(engine: str, o: Options) -> dict:
     if engine in ("vllm", "speclab"):
         return {"num_speculative_tokens_per_batch_size" if engine == "vllm" else "k_by_batch": ranges}
     if engine == "tensorrt-llm":
-        # {last batch size of a range: K}; batch sizes past the last key run without speculation, so K 0
-        # can only be the last range
-        on = [r for r in ranges if r[2] > 0]
-        if any(r[2] == 0 for r in ranges[:len(on)]) or len(on) < len(ranges) - 1:
-            raise no(engine, "draft_len_schedule turns speculation off only above its last batch size; "
-                             f"a K of 0 in the middle of {ranges} cannot be written")
-        return {"draft_len_schedule": {r[1]: r[2] for r in on}}
+        # {last batch size of a range: K}, and K = 0 past the largest key (TensorRT-LLM PR #10860); its
+        # validator wants the smallest key's K to be max_draft_len, so batch size 1 must draft the most
+        if ranges[0][2] != o.k:
+            raise no(engine, f"draft_len_schedule must draft max_draft_len = k = {o.k} at its smallest batch "
+                             f"size, and {ranges} drafts {ranges[0][2]} there")
+        while ranges[-1][2] == 0:  # implied past the largest key
+            ranges.pop()
+        return {"draft_len_schedule": {r[1]: r[2] for r in ranges}}
     raise no(engine, {"sglang": "no fixed K by batch size: --speculative-adaptive follows the acceptance "
                                 "length, and auto-spec picks among step sets per batch-size bucket",
                       "llama.cpp": "serves one draft length: --spec-draft-auto tunes it by measured speed, "

@@ -88,10 +88,10 @@ def engine_settings(engine: str, o: Options) -> dict:
         return {"--speculative-algorithm": "NEXTN", "--speculative-num-steps": o.k, "--speculative-eagle-topk": 1,
                 "--speculative-num-draft-tokens": o.k + 1}
     if engine == "tensorrt-llm":
-        # MTPDecodingConfig's validator sets max_draft_len = num_nextn_predict_layers, so the number of tokens
-        # drafted is num_nextn_predict_layers (a max_draft_len beside it is overwritten). On a checkpoint with one
-        # MTP layer (DeepSeek-V3's), K > 1 runs that layer K times, EAGLE-style (MTP_EAGLE modes)
-        return {"decoding_type": "MTP", "num_nextn_predict_layers": o.k, **by_batch(engine, o)}
+        # since TensorRT-LLM PR #12341 (March 2026) K is max_draft_len and num_nextn_predict_layers is read from
+        # the checkpoint; before it the validator copied num_nextn_predict_layers into max_draft_len. On a
+        # checkpoint with one MTP layer (DeepSeek-V3's), K > 1 runs that layer K times (MTP-Eagle)
+        return {"decoding_type": "MTP", "max_draft_len": o.k, **by_batch(engine, o)}
     if engine == "llama.cpp":
         by_batch(engine, o)
         return {"--spec-type": "draft-mtp", "--spec-draft-n-max": o.k}

@@ -7,7 +7,8 @@ a setting dropped silently would be another method measured as if it were the sa
 
 Sources: vLLM 0.32 vllm/config/speculative.py (checked against the installed SpeculativeConfig in
 tests/serving); SGLang docs/advanced_features/speculative_decoding.md @ 067ad4d3; TensorRT-LLM
-tensorrt_llm/llmapi/llm_args.py @ fcd3f316 and docs/source/features/speculative-decoding.md @ 04c8822c;
+docs/source/features/speculative-decoding.md @ 04c8822c, tensorrt_llm/llmapi/llm_args.py @ fcd3f316 (the
+Medusa and lookahead configs) and pull requests #10860 (draft_len_schedule) and #12341 (MTP's max_draft_len);
 llama.cpp docs/speculative.md (the --spec-* flags); transformers generation/configuration_utils.py @
 008f5c8c.
 """
@@ -73,8 +74,8 @@ def _check(o: Options) -> None:
         over = [list(r) for r in o.k_by_batch if r[2] > o.k]
         if over:
             raise ValueError(f"k_by_batch asks for more draft tokens than k = {o.k} in {over}: vLLM clamps each "
-                             f"range to min(num_speculative_tokens, K) and TensorRT-LLM caps it at max_draft_len, "
-                             f"so those ranges would run at K = {o.k}; set k to the schedule's largest K "
+                             f"range to min(num_speculative_tokens, K) without a word (TensorRT-LLM refuses a schedule "
+                             f"above max_draft_len), so those ranges would run at K = {o.k}; set k to the schedule's largest K "
                              f"({max(r[2] for r in o.k_by_batch)})")
     if o.acceptance not in ("rejection", "block"):
         raise ValueError(f"acceptance is 'rejection' or 'block'; got {o.acceptance!r}")

@@ -43,8 +43,11 @@ def test_k_by_batch_size_in_each_engine_that_has_it():
     assert vllm["num_speculative_tokens_per_batch_size"] == [[1, 4, 4], [5, 16, 2], [17, 32, 1], [33, 256, 0]]
     trt = engine_settings("draft_model", "tensorrt-llm", k=4, path="D", k_by_batch=schedule).settings
     assert trt["draft_len_schedule"] == {4: 4, 16: 2, 32: 1}  # past 32: no speculation
-    with pytest.raises(Unsupported, match="in the middle"):
-        engine_settings("draft_model", "tensorrt-llm", k=4, k_by_batch=((1, 4, 0), (5, 8, 2)))
+    # off in the middle and on again: each range's last batch size keyed, the 0 written
+    gap = engine_settings("draft_model", "tensorrt-llm", k=4, k_by_batch=((1, 7, 4), (8, 15, 0), (16, 64, 1)))
+    assert gap.settings["draft_len_schedule"] == {7: 4, 15: 0, 64: 1}
+    with pytest.raises(Unsupported, match="smallest batch size"):  # the validator's rule
+        engine_settings("draft_model", "tensorrt-llm", k=4, k_by_batch=((1, 4, 2), (5, 8, 4)))
     for engine in ("sglang", "llama.cpp", "transformers"):
         with pytest.raises(Unsupported, match=engine):
             engine_settings("ngram", engine, k=4, k_by_batch=schedule)
@@ -82,16 +85,16 @@ def test_what_an_engine_cannot_express_is_refused_with_the_reason():
             engine_settings(method, engine, **options)
 
 
-def test_tensorrt_llm_mtp_drafts_as_many_tokens_as_num_nextn_predict_layers():
-    """MTPDecodingConfig's validator (tensorrt_llm/llmapi/llm_args.py @ fcd3f316, set_max_total_draft_tokens)
-    sets max_draft_len = num_nextn_predict_layers: K is written there, and max_draft_len is not written at all."""
+def test_tensorrt_llm_mtp_takes_k_in_max_draft_len():
+    """Since TensorRT-LLM PR #12341 MTPDecodingConfig's draft length is max_draft_len, and num_nextn_predict_layers
+    is read from the checkpoint (before it, the validator copied num_nextn_predict_layers into max_draft_len)."""
     for k in (1, 3):
         s = engine_settings("mtp", "tensorrt-llm", k=k).settings
-        assert s == {"decoding_type": "MTP", "num_nextn_predict_layers": k}
+        assert s == {"decoding_type": "MTP", "max_draft_len": k}
 
 
 def test_a_schedule_above_k_is_refused_not_clamped():
-    """vLLM clamps a range's K to num_speculative_tokens; TensorRT-LLM caps it at max_draft_len."""
+    """vLLM clamps a range's K to num_speculative_tokens without a word; TensorRT-LLM's validator refuses it."""
     schedule = ((1, 1, 8), (2, 64, 2))
     for engine in ("vllm", "tensorrt-llm", "speclab"):
         with pytest.raises(ValueError, match=r"more draft tokens than k = 4.*largest K \(8\)"):
