@@ -108,8 +108,9 @@ def engine_settings(engine: str, o: Options) -> dict:
                 "prompt_lookup_min": o.min_ngram, **by_batch(engine, o)}
     if engine == "sglang":
         by_batch(engine, o)
-        # not prompt lookup: SGLang's NGRAM keeps one cache of n-grams from earlier requests' prompts and
-        # outputs (a trie, --speculative-ngram-capacity) and searches it breadth-first (match type BFS), so a
+        # not prompt lookup: SGLang's NGRAM keeps one cache of n-grams shared by all requests, fed with each
+        # request's last tokens after every verification (generated text and the prompt's tail, not its body:
+        # ngram_worker.py @ f3b0fcd5), a trie (--speculative-ngram-capacity) searched breadth-first, so a
         # request drafts from other requests' text too. The nearest to speclab's lookup in the request alone: a
         # chain (one branch at every level); SGLang's budget counts the pending token
         return {"--speculative-algorithm": "NGRAM", "--speculative-ngram-min-match-window-size": o.min_ngram,
@@ -119,8 +120,9 @@ def engine_settings(engine: str, o: Options) -> dict:
         if o.min_ngram != 1:
             raise no(engine, f"NGram matches every size up to max_matching_ngram_size; no minimum "
                              f"(min_ngram {o.min_ngram})")
+        # is_public_pool (default True) shares one pool between all requests; lookup is in the request alone
         return {"decoding_type": "NGram", "max_draft_len": o.k, "max_matching_ngram_size": o.max_ngram,
-                **by_batch(engine, o)}
+                "is_public_pool": False, **by_batch(engine, o)}
     if engine == "llama.cpp":
         by_batch(engine, o)
         if o.min_ngram != o.max_ngram:

@@ -73,10 +73,9 @@ def _check(o: Options) -> None:
             expected = last + 1
         over = [list(r) for r in o.k_by_batch if r[2] > o.k]
         if over:
-            raise ValueError(f"k_by_batch asks for more draft tokens than k = {o.k} in {over}: vLLM clamps each "
-                             f"range to min(num_speculative_tokens, K) without a word (TensorRT-LLM refuses a schedule "
-                             f"above max_draft_len), so those ranges would run at K = {o.k}; set k to the schedule's largest K "
-                             f"({max(r[2] for r in o.k_by_batch)})")
+            raise ValueError(f"k_by_batch asks for more draft tokens than k = {o.k} in {over}: vLLM would clamp "
+                             f"those ranges to K = {o.k} without a word and TensorRT-LLM refuses the schedule; set k "
+                             f"to the schedule's largest K ({max(r[2] for r in o.k_by_batch)})")
     if o.acceptance not in ("rejection", "block"):
         raise ValueError(f"acceptance is 'rejection' or 'block'; got {o.acceptance!r}")
 
