@@ -227,13 +227,26 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
     return summary
 
 
+def answering(stream: Path) -> dict:
+    """How the stream's conversations were answered: how many, the answer tokens the target wrote and the
+    seconds it took (summed over every run that added to it), their rate, and the host of the last run that
+    finished (stream/answers.json), where one did."""
+    state = torch.load(stream / STREAM_FILES[0])
+    tokens, seconds = int(state.get("answer_tokens", 0)), float(state.get("answer_seconds", 0.0))
+    done = stream / "answers.json"
+    return {"conversations": len(state["conversations"]), "answer_tokens": tokens,
+            "answer_seconds": round(seconds, 1), "answer_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
+            "host": json.loads(done.read_text())["host"] if done.exists() else None}
+
+
 def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-everyday", device: str | None = None,
           stop_after_minutes: float | None = None, pair: str | None = None,
           bench: Callable[[Path], object] | None = None) -> dict:
     """Every point trained in turn, and timed by `bench` where given (train_point); the points the stream
     cannot yet supply are said aloud and skipped. Writes and returns stream/curve.json, which keeps the points
     of earlier runs that this one did not name. `pair`: the target's pair name, for the bench commands."""
-    curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)), "points": []}
+    curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)),
+             "answers": answering(stream), "points": []}
     for n in sorted(points):
         try:
             curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair, bench))
