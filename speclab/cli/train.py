@@ -357,8 +357,9 @@ def run_answers(args) -> None:
     report = self_answers(args.target, args.out, args.conversations, batch=args.batch, seed=args.seed,
                           stop_after_minutes=args.stop_after_minutes)
     print(f"{report['conversations']} conversations, {report['tokens']:,} tokens ({report['answer_tokens']:,} "
-          f"written by the target) at {report['answer_tokens_per_s']:.0f} tokens/s on {report['host']}; "
-          f"record: {args.out / 'answers.json'}")
+          f"written by the target) at {report['answer_tokens_per_s']:.0f} tokens/s over the batches' wall time "
+          f"(pauses included; the median batch: {report['median_batch_tokens_per_s']} tokens/s) on "
+          f"{report['host']}; record: {args.out / 'answers.json'}")
 
 
 def run_scale(args) -> None:

@@ -10,6 +10,7 @@ data points of a scaling curve nested: train with --conversations 1400, 4000, 14
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -24,6 +25,13 @@ from speclab.train.loop import deadline_after
 from speclab.train.replies import MAX_PROMPT_TOKENS
 
 MAX_NEW_TOKENS = 256  # chat_conversations' default: a first reply; a second turn gets half
+
+
+def median_batch_rate(state: dict) -> float | None:
+    """The median of the batches' answer tokens per second (None before batches were timed one by one): the
+    rate the generation ran at, which a pause in the middle of a batch does not move as it moves the sums."""
+    rates = sorted(tokens / seconds for tokens, seconds in state.get("batches", []) if seconds > 0)
+    return round(statistics.median(rates), 1) if rates else None
 
 
 def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, seed: int = 0,
@@ -47,5 +55,6 @@ def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, see
               "answer_tokens": int(state.get("answer_tokens", 0)), "host": hardware(dev),
               "this_run_seconds": round(time.time() - started, 1)}
     record["answer_tokens_per_s"] = record["answer_tokens"] / max(state.get("answer_seconds", 0.0), 1e-9)
+    record["median_batch_tokens_per_s"] = median_batch_rate(state)
     (out / "answers.json").write_text(json.dumps(record, indent=1) + "\n")
     return record

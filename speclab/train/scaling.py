@@ -29,6 +29,7 @@ from speclab.measure.bench import FAST
 from speclab.methods import draft_model_method
 from speclab.methods.eagle import FeatureHead
 from speclab.models import load_model, load_tokenizer
+from speclab.train.answers import median_batch_rate
 from speclab.train.chat_data import answer_next
 from speclab.train.data import hardware, scaled_steps
 from speclab.train.eagle import EAGLE_PRESETS, train_eagle, unrolled_accuracy
@@ -229,13 +230,14 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
 
 def answering(stream: Path) -> dict:
     """How the stream's conversations were answered: how many, the answer tokens the target wrote and the
-    seconds it took (summed over every run that added to it), their rate, and the host of the last run that
-    finished (stream/answers.json), where one did."""
+    wall seconds of their batches (summed over every run that added to it, pauses included), the median
+    batch's tokens per second over the batches timed one by one, and the host of the last run that finished
+    (stream/answers.json), where one did."""
     state = torch.load(stream / STREAM_FILES[0])
-    tokens, seconds = int(state.get("answer_tokens", 0)), float(state.get("answer_seconds", 0.0))
     done = stream / "answers.json"
-    return {"conversations": len(state["conversations"]), "answer_tokens": tokens,
-            "answer_seconds": round(seconds, 1), "answer_tokens_per_s": round(tokens / seconds, 1) if seconds else None,
+    return {"conversations": len(state["conversations"]), "answer_tokens": int(state.get("answer_tokens", 0)),
+            "answer_seconds": round(float(state.get("answer_seconds", 0.0)), 1),
+            "batches_timed": len(state.get("batches", [])), "median_batch_tokens_per_s": median_batch_rate(state),
             "host": json.loads(done.read_text())["host"] if done.exists() else None}
 
 

@@ -58,4 +58,7 @@ def test_the_command_records_tokens_per_second_and_the_host(fake_replies, tmp_pa
     record = self_answers(target_dir, tmp_path / "run", n=7, batch=4)
     saved = json.loads((tmp_path / "run" / "answers.json").read_text())
     assert saved["conversations"] == 7 and saved["answer_tokens"] > 0 and saved["answer_tokens_per_s"] > 0
+    batches = torch.load(tmp_path / "run" / "chat_conversations.pt")["batches"]  # 7 at 4 a batch: 2 batches
+    assert len(batches) == 2 and saved["median_batch_tokens_per_s"] > 0
+    assert sum(tokens for tokens, _ in batches) == saved["answer_tokens"]
     assert "fast path" in saved["decoder"] and "CPU thread" in saved["host"] and record == saved

@@ -36,10 +36,11 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
         answers = point["head"]["heldout_answer_top1_by_step"]  # on the answers' positions alone, as recorded
         assert len(answers) == len(point["head"]["heldout_top1_by_step"]) and 0 <= point["draft"]["heldout_answer_top1"] <= 1
     assert curve["points"][0]["tokens"] < curve["points"][1]["tokens"]
-    answered = curve["answers"]  # how the stream was answered: the rate the generation ran at
-    assert answered["conversations"] == 8 and answered["answer_tokens"] > 0
-    assert answered["answer_tokens_per_s"] == pytest.approx(answered["answer_tokens"] / answered["answer_seconds"],
-                                                           rel=0.01)
+    answered = curve["answers"]  # how the stream was answered: the rate the generation ran at, batch by batch
+    batches = torch.load(stream / "chat_conversations.pt")["batches"]
+    assert answered["conversations"] == 8 and answered["batches_timed"] == len(batches) >= 1
+    assert sum(t for t, _ in batches) == answered["answer_tokens"] > 0
+    assert answered["median_batch_tokens_per_s"] > 0
 
     # a record from before the answers were scored in training gets them from the saved drafters: the same values
     target_dir = str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged))
