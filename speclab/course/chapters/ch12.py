@@ -25,8 +25,9 @@ SPEEDS = {  # part III's records with speclab's eager target-only decode, and wh
 }
 
 
-def wrap(text: str, width: int = 96, indent: str = "  ") -> str:
-    """`text` wrapped to `width` characters, continuation lines indented by `indent` plus two spaces."""
+def wrap(text: str, width: int = 88, indent: str = "  ") -> str:
+    """`text` wrapped to `width` characters (the code column's), continuation lines indented by `indent` plus two
+    spaces."""
     return textwrap.fill(text, width, subsequent_indent=indent + "  ", break_on_hyphens=False,
                          break_long_words=False)
 
