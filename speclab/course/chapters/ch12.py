@@ -191,8 +191,8 @@ def eagle3_beside(run: dict, live: bool) -> str:
     if live:
         vllm_engine.check_agreement(run, E3, LIVE_TOLERANCE)
     where = ("live here, in the serving environment:" if live else
-             "from this section's record, not run here (to run it live: install the serving environment,\n"
-             "  README's 'Serving engines', and set SPECLAB_REQUIRE_SERVING=1):")
+             "from this section's record, not run here (to run it live: install the serving\n"
+             "  environment, README's 'Serving engines', and set SPECLAB_REQUIRE_SERVING=1):")
     lines = [where, f"  vLLM {run['vllm']}, {run['prompts']} prompt{'s' * (run['prompts'] != 1)} of "
                     f"{run['max_new_tokens']} new tokens, K = {run['k']}"]
     shown = {"vllm": "vLLM"}  # the engines' names as the prose writes them
