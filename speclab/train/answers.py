@@ -30,7 +30,7 @@ MAX_NEW_TOKENS = 256  # chat_conversations' default: a first reply; a second tur
 def median_batch_rate(state: dict) -> float | None:
     """The median of the batches' answer tokens per second (None before batches were timed one by one): the
     rate the generation ran at, which a pause in the middle of a batch does not move as it moves the sums."""
-    rates = sorted(tokens / seconds for tokens, seconds in state.get("batches", []) if seconds > 0)
+    rates = [tokens / seconds for tokens, seconds in state.get("batches", []) if seconds > 0]
     return round(statistics.median(rates), 1) if rates else None
 
 
