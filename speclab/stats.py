@@ -119,15 +119,16 @@ class GenerationStats:
         return d
 
     def __str__(self) -> str:
-        lines = [f"{self.method}: {self.new_tokens} new tokens in {self.wall_s * 1000:.1f} ms "
-                 f"({self.ms_per_token:.2f} ms/token, {self.tokens_per_s:.1f} tokens/s) on {self.device}",
-                 f"  target forward calls {self.target_calls}; time: prefill {1000 * self.prefill_s:.1f} ms, "
-                 f"target {1000 * self.target_s:.1f} ms, drafting {1000 * self.draft_s:.1f} ms, "
-                 f"other {1000 * self.other_s:.1f} ms"]
+        # lines of at most about 88 characters: what a book page's code column shows without scrolling
+        lines = [f"{self.method}: {self.new_tokens} new tokens in {self.wall_s * 1000:.1f} ms on {self.device}",
+                 f"  {self.ms_per_token:.2f} ms/token, {self.tokens_per_s:.1f} tokens/s; "
+                 f"target forward calls {self.target_calls}",
+                 f"  time: prefill {1000 * self.prefill_s:.1f} ms, target {1000 * self.target_s:.1f} ms, "
+                 f"drafting {1000 * self.draft_s:.1f} ms, other {1000 * self.other_s:.1f} ms"]
         if self.k:
             lines += [f"  K={self.k}: drafted {self.drafted}, accepted {self.accepted} "
-                      f"(acceptance rate {self.acceptance_rate:.3f}, alpha {self.alpha:.3f}), "
-                      f"{self.mean_tokens_per_round:.2f} tokens per round, draft calls {self.draft_calls}",
+                      f"(acceptance rate {self.acceptance_rate:.3f}, alpha {self.alpha:.3f})",
+                      f"  {self.mean_tokens_per_round:.2f} tokens per round, draft calls {self.draft_calls}",
                       f"  accepted-length histogram (0..K): {self.accepted_lengths}"]
         if not self.lossless:
             lines.append("  NOT LOSSLESS: typical acceptance does not preserve the target's distribution")

@@ -16,7 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = {"hide-input", "remove-input", "remove-cell"}   # tags that keep a cell's code out of view
 NO_OUTPUT = {"remove-output", "remove-cell"}             # tags that keep a cell's output off the page
-PRINT_WIDTH = 100                                        # characters of output that fit the column
+PRINT_WIDTH = 88                                         # characters of output that fit the code column (784 px at 1400)
 NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")     # 3, 1.27, 4,000 (not the 2 of EAGLE-2)
 GLUED = re.compile(r"\{glue(?::text)?\}`[^`]+`")
 
@@ -59,8 +59,8 @@ def output_text(output: dict) -> str:
     if output.get("output_type") == "stream":
         return "".join(output.get("text", ""))
     data = output.get("data", {})
-    if "text/html" in data or "image/png" in data:
-        return ""
+    if {"text/html", "image/png", "application/vnd.jupyter.widget-view+json"} & data.keys():
+        return ""  # the page shows the table, the figure or the widget, not the text beside it
     return "".join(data.get("text/plain", ""))
 
 

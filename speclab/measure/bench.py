@@ -704,18 +704,20 @@ def row_label(method: str) -> str:
 
 
 def format_table(rows: list[BenchRow], baseline: str = TARGET_ONLY) -> str:
-    """The rows as a table about 90 characters wide, so that a page shows it whole: tokens/s, the
-    speedup over `baseline` and its 95% range over the prompts (speedup_interval), acceptance
-    (of drafts; alpha, per token), tokens a target pass emits, drafts and verified positions a round,
-    and whether the greedy output equals target-only; a legend under it says which is which, and a
-    row marked * decodes with a rule that is not lossless."""
+    """The rows as a table at most 88 characters wide (a book page's code column) for names of up to 22
+    characters: tokens/s, the speedup over `baseline` and its 95% range over the prompts (speedup_interval;
+    the column is left out where no row has one), acceptance (of drafts; alpha, per token), tokens a target
+    pass emits, drafts and verified positions a round, and whether the greedy output equals target-only; a
+    legend under it says which is which, and a row marked * decodes with a rule that is not lossless."""
     base = next((r for r in rows if r.method == baseline), rows[0])
     # a row whose rule does not keep the target's distribution (typical acceptance) is marked
     label = {r.method: row_label(r.method) + ("*" if r.stats is not None and not r.stats.lossless else "")
              for r in rows}
     name = max([12] + [len(n) for n in label.values()])  # sweeps' rows carry their setting in the name
-    lines = [f"{'method':{name}} {'tok/s':>6} {'speedup':>7} {'95% range':>11} {'accept':>6} {'alpha':>5} "
-             f"{'tok/pass':>8} {'drafts':>6} {'width':>5} {'same':>4}"]
+    intervals = {r.method: speedup_interval(r, base) for r in rows if r is not base}
+    ranged = any(intervals.values())  # too few prompts: no row has a range, and the footer says why
+    lines = [f"{'method':{name}} {'tok/s':>6} {'speedup':>7}" + (f" {'95% range':>11}" if ranged else "")
+             + f" {'accept':>6} {'alpha':>5} {'tok/pass':>8} {'drafts':>6} {'width':>5} {'same':>4}"]
     for r in rows:
         accept = f"{r.acceptance_rate:.3f}" if r.acceptance_rate is not None else "-"
         alpha = f"{r.alpha:.3f}" if r.alpha is not None else "-"
@@ -723,14 +725,16 @@ def format_table(rows: list[BenchRow], baseline: str = TARGET_ONLY) -> str:
         per_round = f"{r.stats.drafted / r.stats.rounds:.1f}" if r.has_drafts else "-"
         width = f"{r.stats.verified_positions / r.stats.rounds:.1f}" if r.has_drafts else "-"
         same = "-" if r.matches_target_only is None else ("yes" if r.matches_target_only else "no")
-        interval = speedup_interval(r, base) if r is not base else None
+        interval = intervals.get(r.method)
         spread = f"{interval[0]:.2f}-{interval[1]:.2f}x" if interval else "-"
         speedup = f"{r.tokens_per_s / base.tokens_per_s:.2f}x"
-        lines.append(f"{label[r.method]:{name}} {r.tokens_per_s:6.1f} {speedup:>7} {spread:>11} {accept:>6} "
-                     f"{alpha:>5} {tpr:>8} {per_round:>6} {width:>5} {same:>4}")
+        lines.append(f"{label[r.method]:{name}} {r.tokens_per_s:6.1f} {speedup:>7}"
+                     + (f" {spread:>11}" if ranged else "")
+                     + f" {accept:>6} {alpha:>5} {tpr:>8} {per_round:>6} {width:>5} {same:>4}")
     tokens = ", ".join(str(n) for n in sorted({r.new_tokens for r in rows}))
     prompts = len(base.prompt_seconds)
-    lines += [f"speedup: tokens/s over {row_label(base.method)}; 95% range: a bootstrap over the prompts;",
+    lines += [f"speedup: tokens/s over {row_label(base.method)}"
+              + ("; 95% range: a bootstrap over the prompts;" if ranged else ";"),
               "accept: of drafted tokens; alpha: per token; tok/pass: tokens a target pass emits;",
               "drafts, width: drafted tokens and verified positions a round; same: greedy output",
               f"equals target-only; new tokens a row, summed over its {prompts} prompts: {tokens}"]
