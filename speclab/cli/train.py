@@ -244,6 +244,9 @@ def add_eagle_tree_command(sub) -> None:
                      help="the head's directory (e.g. speclab/pairs/smollm2/eagle3)")
     cmd.add_argument("--prompts", choices=PROMPTS, default="code", help="what the settings are timed on: held-out "
                      "library code, or chat requests (a chat target's; none is a bench prompt)")
+    cmd.add_argument("--trained-on", type=Path, default=None, help="with --prompts chat: the chat_conversations.pt "
+                     "the head learnt from; every request it holds is skipped (default: the one beside the head, "
+                     "if any)")
     cmd.add_argument("--candidates", choices=sorted(CANDIDATES), default="deep", help="the settings tried: deep "
                      "chains and trees (a head accepted often), or short ones (a head accepted under half the time)")
     cmd.add_argument("--num-prompts", type=int, default=8)
@@ -331,11 +334,13 @@ def run_head(args) -> None:
 
 
 def choose_preset_tree(target: str, head_dir: Path, device: str, preset: str) -> None:
-    """choose_tree with the tuning the head's training preset names (its corpus's prompts, sizes, candidates)."""
+    """choose_tree with the tuning the head's training preset names (its corpus's prompts, sizes, candidates),
+    chat requests drawn outside the conversations it learnt from (beside it, in its --out)."""
     m = EAGLE_PRESETS[preset]
+    trained_on = head_dir.parent / "chat_conversations.pt"  # where train eagle3 and train scale keep them
     choose_tree(target, head_dir, device, prompts="chat" if m.corpus == "chat" else "code",
                 candidate_set=m.tree_candidates, num_prompts=m.tree_prompts, max_new_tokens=m.tree_tokens,
-                repeats=m.tree_repeats)
+                repeats=m.tree_repeats, training=trained_on if m.corpus == "chat" and trained_on.exists() else None)
 
 
 def choose_tree(target: str, head_dir: Path, device: str, **tuning) -> None:
@@ -387,8 +392,13 @@ def time_point(args, point: Path) -> None:
 
 
 def run_eagle_tree(args) -> None:
+    beside = args.head.parent / "chat_conversations.pt"
+    trained_on = args.trained_on or (beside if args.prompts == "chat" and beside.exists() else None)
+    if trained_on is not None and args.prompts != "chat":
+        raise SystemExit("--trained-on applies to --prompts chat: code prompts are held out by construction")
     choose_tree(args.target, args.head, args.device, prompts=args.prompts, candidate_set=args.candidates,
-                num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats)
+                num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
+                training=trained_on)
 
 
 def run_exit(args) -> None:

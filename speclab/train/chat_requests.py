@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import re
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -278,14 +279,24 @@ TUNING_CATEGORIES = ("conversation", "qa", "math", "code")
 TUNING_SEED = 7919
 
 
-def tuning_requests(n: int) -> list[list[dict]]:
+def tuning_requests(n: int, seen: Callable[[str], bool] | None = None) -> list[list[dict]]:
     """n first user messages for timing EAGLE-2's settings on a chat target: TUNING_CATEGORIES in turn,
-    drawn with TUNING_SEED (reproducible, and needing no target)."""
+    drawn with TUNING_SEED (reproducible, and needing no target). `seen(text)`: whether a request is in the
+    head's training data; such a request is skipped (the templates' pools are finite, so a training stream
+    of thousands of conversations holds many of them, and settings timed on trained-on requests flatter
+    deep trees)."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"ask for at least one tuning request, not {n!r}")
-    rng = random.Random(TUNING_SEED)
-    return [[{"role": "user", "content": request(TUNING_CATEGORIES[i % len(TUNING_CATEGORIES)], rng, "", ("", ""))}]
-            for i in range(n)]
+    rng, found = random.Random(TUNING_SEED), []
+    for _ in range(100 * n):
+        category = TUNING_CATEGORIES[len(found) % len(TUNING_CATEGORIES)]
+        text = request(category, rng, "", ("", ""))
+        if seen is None or not seen(text):
+            found.append([{"role": "user", "content": text}])
+            if len(found) == n:
+                return found
+    raise ValueError(f"found only {len(found)} of {n} tuning requests outside the training data in {100 * n} "
+                     "draws: ask for fewer (--num-prompts), or time on held-out code (--prompts code)")
 
 
 # Past this many passages (7,000 conversations) the requests reuse them in turn, each time with another form

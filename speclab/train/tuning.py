@@ -45,24 +45,37 @@ CANDIDATES = {"deep": (EAGLE_TREE_CANDIDATES, EAGLE_SAMPLED_CANDIDATES),
 PROMPTS = ("code", "chat")  # what the settings are timed on: held-out library code, or chat requests
 
 
-def tuning_inputs(tokenizer, prompts: str, n: int) -> tuple[list[torch.Tensor], str]:
+def tuning_inputs(tokenizer, prompts: str, n: int, training: Path | None = None) -> tuple[list[torch.Tensor], str]:
     """The token ids of n tuning prompts and what they are: "code", held-out library code
     (speclab.measure.workloads.tuning_prompts); "chat", everyday requests through the chat template
-    (speclab.train.chat_requests.tuning_requests), for a chat target."""
+    (speclab.train.chat_requests.tuning_requests), none of them in `training` (a chat_conversations.pt the
+    head learnt from, where given), for a chat target."""
     if prompts == "code":
         return ([tokenizer(p, return_tensors="pt").input_ids[0] for p in tuning_prompts(n)],
                 f"held-out code prompts {TUNING.start + 1}-{TUNING.start + n}")
     if prompts == "chat":
-        requests = tuning_requests(n)
+        texts = trained_texts(tokenizer, training) if training is not None else None
+        requests = tuning_requests(n, None if texts is None else lambda r: any(r in t for t in texts))
         check_disjoint(requests)
+        held_out = "" if texts is None else f", none in the head's {len(texts):,} training conversations"
         return ([encode_chat(tokenizer, messages) for messages in requests],
-                f"{n} chat requests ({', '.join(TUNING_CATEGORIES)} in turn; chat_requests.tuning_requests)")
+                f"{n} chat requests ({', '.join(TUNING_CATEGORIES)} in turn; chat_requests.tuning_requests"
+                f"{held_out})")
     raise ValueError(f"unknown tuning prompts {prompts!r}; choose from {PROMPTS}")
+
+
+def trained_texts(tokenizer, training: Path) -> list[str]:
+    """The conversations of a chat_conversations.pt (chat_data.chat_conversations) as text."""
+    if not training.is_file():
+        raise FileNotFoundError(f"no training conversations at {training}: pass the chat_conversations.pt the "
+                                "head was trained on, or none")
+    return tokenizer.batch_decode([c.tolist() for c in torch.load(training)["conversations"]])
 
 
 def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, num_prompts: int = 8,
                       max_new_tokens: int = 128, repeats: int = 3, device: str | None = None,
-                      temperature: float = 0.0, prompts: str = "code", candidate_set: str = "deep") -> dict:
+                      temperature: float = 0.0, prompts: str = "code", candidate_set: str = "deep",
+                      training: Path | None = None) -> dict:
     """Pick EAGLE-2's settings for a head on this device by timing them: decoding of held-out code prompts
     with each (top_k, depth, total_tokens, min_confidence) and with target-only decoding, `repeats`
     times, interleaved prompt by prompt as `speclab bench` does (bench.time_interleaved); the setting
@@ -73,15 +86,16 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
     prompts they are then measured on would flatter them. Writes head_dir/tree.json, which
     load_drafter("eagle" / "eagle3") reads for its defaults: the greedy choice at the top, the sampled
     one under "sampled" (each run keeps the other's entry); `train eagle` and `train eagle3` run both
-    when training ends. prompts="chat" times on chat requests instead (tuning_inputs), and
-    candidate_set="short" tries the short chains and narrow trees of a rarely accepted head."""
+    when training ends. prompts="chat" times on chat requests instead (tuning_inputs; none of them in
+    `training`, the head's chat_conversations.pt, where given), and candidate_set="short" tries the short
+    chains and narrow trees of a rarely accepted head."""
     if candidate_set not in CANDIDATES:
         raise ValueError(f"unknown candidate set {candidate_set!r}; choose from {tuple(CANDIDATES)}")
     dev = pick_device(device)
     target = load_model(target_dir, dev, torch.float32)
     tok = load_tokenizer(target_dir)
     room = target.config.max_position_embeddings - max_new_tokens  # a small model's context may be short
-    encoded, described = tuning_inputs(tok, prompts, num_prompts)
+    encoded, described = tuning_inputs(tok, prompts, num_prompts, training)
     inputs = [ids[-room:].to(dev) for ids in encoded]
     head = FeatureHead.load(head_dir, device=dev, dtype=head_dtype(target))  # timed as it drafts
     greedy = temperature == 0

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from speclab.measure.workloads import chat_records, encode_chat
+from speclab.models import BUNDLED_DIR, load_tokenizer
 from speclab.train import chat_data, chat_requests
 from speclab.train.data import rows_spec
 from speclab.train.replies import MAX_PROMPT_TOKENS, reply_text
@@ -99,6 +100,28 @@ def test_tuning_requests_are_reproducible_need_no_target_and_meet_no_bench_promp
         chat_requests.tuning_requests(0)
     with pytest.raises(ValueError, match="choose from"):
         tuning_inputs(None, "prose", 2)
+
+
+def test_tuning_requests_skip_the_heads_training_conversations(tmp_path):
+    plain = chat_requests.tuning_requests(6)
+    trained = {plain[0][0]["content"], plain[2][0]["content"]}
+    kept = chat_requests.tuning_requests(6, seen=lambda text: text in trained)
+    assert not trained & {r[0]["content"] for r in kept} and len(kept) == 6
+    assert chat_requests.tuning_requests(6, seen=lambda text: False) == plain  # nothing trained on: the same draws
+    assert "Python" in kept[chat_requests.TUNING_CATEGORIES.index("code")][0]["content"]  # categories in turn
+    with pytest.raises(ValueError, match="outside the training data"):
+        chat_requests.tuning_requests(2, seen=lambda text: True)
+    # from a chat_conversations.pt: a request that occurs anywhere in a conversation is skipped (the bundled
+    # tokenizer round-trips text; it has no chat template, so encode_chat writes "User:" lines)
+    tok = load_tokenizer(BUNDLED_DIR / "target")
+    conversation = encode_chat(tok, plain[0]).to(torch.int32)
+    torch.save({"conversations": [conversation]}, tmp_path / "chat_conversations.pt")
+    ids, described = tuning_inputs(tok, "chat", 4, tmp_path / "chat_conversations.pt")
+    assert [i.tolist() for i in ids] == [encode_chat(tok, r).tolist() for r in
+                                         chat_requests.tuning_requests(4, seen=lambda t: t == plain[0][0]["content"])]
+    assert "none in the head's 1 training conversations" in described
+    with pytest.raises(FileNotFoundError, match="no training conversations"):
+        tuning_inputs(tok, "chat", 4, tmp_path / "missing.pt")
 
 
 def test_a_reply_is_read_after_the_prompt_answer_kept_even_where_it_cut_the_prompt():
