@@ -11,7 +11,9 @@ every position and at the answers' alone (chat_data.answer_next: the requests an
 predict, and a drafter never drafts them). The speeds come from `bench` on the workloads' chat prompts, which
 no training request shares (chat_data.check_disjoint), and so does the first draft's acceptance as decoding
 meets it (in_loop_acceptance: at the start of a round, which mostly follows a rejection, a draft is right less
-often than at the average position): curve.json names that command for each point.
+often than at the average position): curve.json names that command for each point. Beside them, each head's
+EAGLE-2 timing on held-out requests of its training's own kind (request_speeds): the bench's prompts are
+written by hand, the training requests come from templates, and the two speeds show how far apart they are.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from speclab import shared_draft
 from speclab.devices import pick_device
 from speclab.measure.bench import FAST
 from speclab.methods import draft_model_method
-from speclab.methods.eagle import FeatureHead
+from speclab.methods.eagle import FeatureHead, describe_tree
 from speclab.models import load_model, load_tokenizer
 from speclab.train.answers import median_batch_rate
 from speclab.train.chat_data import answer_next
@@ -225,7 +227,32 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
     if (point / "bench.json").exists():
         timed = json.loads((point / "bench.json").read_text())
         summary["speeds"], summary["in_loop"] = point_speeds(timed), in_loop_acceptance(timed)
+    requests = request_speeds(head_dir)
+    if requests is not None:
+        summary["requests"] = requests
     return summary
+
+
+CHAIN = {"top_k": 1, "depth": 4, "total_tokens": 4, "min_confidence": None}  # as the bench's chain row, K = 4
+
+
+def request_speeds(head_dir: Path) -> dict | None:
+    """The head on held-out requests of its training's own kind: its greedy EAGLE-2 timing (tree.json, eager,
+    side by side with target-only), the chain four deep (CHAIN, every point's same setting) and the fastest
+    setting, each as speed over target-only and tokens a pass; None where tree.json is missing or was timed
+    on requests the head trained on."""
+    path = head_dir / "tree.json"
+    if not path.exists():
+        return None
+    tree = json.loads(path.read_text())
+    if not tree.get("held_out"):
+        return None
+    chain = next((r for r in tree["table"] if all(r[k] == v for k, v in CHAIN.items())), None)
+    best = max(tree["table"], key=lambda r: r["speedup"])
+    def speed(row: dict) -> dict:
+        return {"speedup": row["speedup"], "tokens_per_pass": row["tokens_per_pass"]}
+    return {"prompts": tree["prompts"], "hardware": tree["hardware"],
+            "chain": None if chain is None else speed(chain), "best": {"setting": describe_tree(best), **speed(best)}}
 
 
 def answering(stream: Path) -> dict:

@@ -129,7 +129,10 @@ def choose_eagle_tree(target_dir: str | Path, head_dir: Path, candidates=None, n
               "prompts": described,
               "max_new_tokens": max_new_tokens,
               "repeats": repeats, "temperature": temperature, "device": str(dev),
-              "hardware": hardware(dev), "threads": torch.get_num_threads()}
+              "hardware": hardware(dev), "threads": torch.get_num_threads(),
+              # whether no prompt was one the head trained on: code is held out by construction, chat requests
+              # where `training` was given
+              "held_out": prompts == "code" or training is not None}
     written = measured_settings(head_dir)
     if greedy:
         written = {**choice, **({"sampled": written["sampled"]} if "sampled" in written else {})}

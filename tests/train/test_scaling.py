@@ -76,6 +76,23 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert not (stream / "c4" / "bench.json").exists() and not (stream / "c4" / "eagle3" / "tree.json").exists()
 
 
+def test_a_heads_speed_on_requests_of_its_trainings_kind_comes_from_its_held_out_tuning(tmp_path):
+    def row(top_k, depth, total, speedup):
+        return {"top_k": top_k, "depth": depth, "total_tokens": total, "min_confidence": None,
+                "tokens_per_pass": depth / 2, "speedup": speedup}
+    tree = {"prompts": "8 chat requests", "hardware": "a CPU", "held_out": True,
+            "table": [row(1, 2, 2, 0.9), row(1, 4, 4, 1.3), row(2, 3, 6, 1.4)]}
+    (tmp_path / "tree.json").write_text(json.dumps(tree))
+    speeds = scaling.request_speeds(tmp_path)
+    assert speeds["chain"] == {"speedup": 1.3, "tokens_per_pass": 2.0}  # the bench's chain, four deep
+    assert speeds["best"]["speedup"] == 1.4 and speeds["best"]["setting"].startswith("top_k 2, depth 3")
+    for trained_on in ({"held_out": False}, {"held_out": None}):  # timed on requests it trained on: no speed
+        (tmp_path / "tree.json").write_text(json.dumps({**tree, **trained_on}))
+        assert scaling.request_speeds(tmp_path) is None
+    (tmp_path / "tree.json").unlink()
+    assert scaling.request_speeds(tmp_path) is None
+
+
 def test_a_point_past_the_stream_names_the_command_that_answers_more(tmp_path):
     torch.save({"conversations": [torch.ones(3, dtype=torch.int32)] * 2, "seconds": 1.0, "requests": "everyday"},
                tmp_path / "chat_conversations.pt")

@@ -334,7 +334,8 @@ def scaling_figure(curve: dict) -> Figure:
     """A data-scaling curve (`python -m speclab train scale`'s curve.json): left, how often each drafter's first
     draft is the target's token, against training tokens: on the held-out conversations' answers (and, for the
     head, at every held-out position, requests included), and in the decode loop on the held-out chat prompts
-    where the point was timed; right, each drafter's best speed over target-only, eager and on the fast path."""
+    where the point was timed; right, each drafter's best speed over target-only, eager and on the fast path, on
+    the held-out chat prompts, and the head's chain on held-out requests of its training's kind (request_speeds)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.4))
     styles = {"every held-out position": ":", "held-out answers": "-", "in the loop": "--"}
@@ -352,6 +353,10 @@ def scaling_figure(curve: dict) -> Figure:
             have = [p for p in timed if path in p["speeds"].get(name, {})]
             axes[1].plot([p["tokens"] / 1e6 for p in have], [p["speeds"][name][path]["speedup"] for p in have],
                          "o" + style, color=color, label=f"{'EAGLE-3 head' if name == 'head' else 'draft'}, {path}")
+    held = [p for p in points if (p.get("requests") or {}).get("chain")]
+    if held:  # the head's chain on held-out requests of its training's kind (its EAGLE-2 timing, eager)
+        axes[1].plot([p["tokens"] / 1e6 for p in held], [p["requests"]["chain"]["speedup"] for p in held], "^--",
+                     color="#dd8452", label="EAGLE-3 head, eager, requests like its training's")
     axes[1].axhline(1, color="k", lw=0.8)
     axes[1].set_ylabel("speed vs target-only", fontsize=FONT)
     for ax in axes:
@@ -366,7 +371,8 @@ def scaling_figure(curve: dict) -> Figure:
 def scaling_table(curve: dict):
     """The data-scaling curve as a table, a row per point: its training data, how often each drafter's first
     draft is the target's token (held-out answers; the head's at every held-out position too; in the decode
-    loop on the held-out chat prompts) and its best speed over target-only, eager and fast ("-": not measured)."""
+    loop on the held-out chat prompts) and its best speed over target-only, eager and fast, and the head's chain
+    on held-out requests of its training's kind, eager ("-": not measured)."""
     def show(value, form: str = "{:.3f}") -> str:
         return "-" if value is None else form.format(value)
 
@@ -375,9 +381,10 @@ def scaling_table(curve: dict):
         speeds, first = p.get("speeds", {}), first_draft(p)
         rows.append([f"{p['conversations']:,}", f"{p['tokens'] / 1e6:.2f}M"] + [show(first[k]) for k in FIRST_DRAFT]
                     + [show(speeds.get(name, {}).get(path, {}).get("speedup"), "{:.2f}x")
-                       for name in ("head", "draft") for path in ("eager", "fast")])
+                       for name in ("head", "draft") for path in ("eager", "fast")]
+                    + [show(((p.get("requests") or {}).get("chain") or {}).get("speedup"), "{:.2f}x")])
     header = ["conversations", "tokens", "head: all", "head: answers", "head: loop", "draft: answers",
-              "draft: loop", "head eager", "head fast", "draft eager", "draft fast"]
+              "draft: loop", "head eager", "head fast", "draft eager", "draft fast", "head, requests"]
     return html_table(rows, header, align="r" * len(header))
 
 

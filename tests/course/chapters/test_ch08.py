@@ -143,7 +143,7 @@ def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_doe
 
 
 def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds():
-    def point(tokens, top1, timed=True):
+    def point(tokens, top1, timed=True, requests=None):
         p = {"tokens": tokens, "conversations": tokens // 250, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2],
                                         "heldout_answer_top1_by_step": [top1 - 0.05, top1 - 0.15, top1 - 0.25]},
              "draft": {"heldout_top1": top1 - 0.3, "heldout_answer_top1": top1 - 0.35}}
@@ -152,8 +152,11 @@ def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds()
                          for path, extra in (("eager", 0.1), ("fast", 0.3))}
                   for name, base in (("head", 1.0), ("draft", 0.0))}
         in_loop = {"head": {"by_position": [top1 - 0.1, 0.5]}, "draft": {"by_position": [top1 - 0.4]}}
+        if requests is not None:  # the head's chain on held-out requests of its training's kind
+            p = {**p, "requests": {"chain": {"speedup": requests, "tokens_per_pass": 2.5}}}
         return {**p, "speeds": speeds, "in_loop": in_loop} if timed else p
-    curve = {"points": [point(1_000_000, 0.6), point(350_000, 0.5), point(3_500_000, 0.7, timed=False)]}
+    curve = {"points": [point(1_000_000, 0.6, requests=1.2), point(350_000, 0.5),
+                        point(3_500_000, 0.7, timed=False, requests=1.4)]}
     fig = ch08.scaling_figure(curve)
     left, right = fig.axes
     assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT - 1
@@ -168,14 +171,18 @@ def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds()
         assert list(lines[label].get_ydata()) == pytest.approx(values)
     table = ch08.scaling_table(curve).data  # the same points as rows, by tokens; what was not measured says "-"
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", table)
-    assert len(cells) == 3 * 11 and cells[:2] == ["1,400", "0.35M"] and cells[2:5] == ["0.500", "0.450", "0.400"]
+    assert len(cells) == 3 * 12 and cells[:2] == ["1,400", "0.35M"] and cells[2:5] == ["0.500", "0.450", "0.400"]
     assert cells[7:11] == [f"{1 + 0.035 + 0.1:.2f}x", f"{1 + 0.035 + 0.3:.2f}x", f"{0.035 + 0.1:.2f}x",
-                           f"{0.035 + 0.3:.2f}x"] and cells[-4:] == ["-"] * 4
+                           f"{0.035 + 0.3:.2f}x"] and cells[-5:] == ["-"] * 4 + ["1.40x"]
+    assert cells[11] == "-" and cells[23] == "1.20x"  # held-out requests: where the head was timed on them
     older = {**point(350_000, 0.5), "head": {"heldout_top1_by_step": [0.5]}}  # a record without the answers' top-1
     labels = [line.get_label() for line in ch08.scaling_figure({"points": [older]}).axes[0].lines]
     assert "EAGLE-3 head, held-out answers" not in labels and "EAGLE-3 head, in the loop" in labels
     speeds = {line.get_label(): line for line in right.lines if not line.get_label().startswith("_")}
-    assert sorted(speeds) == ["EAGLE-3 head, eager", "EAGLE-3 head, fast", "draft, eager", "draft, fast"]
+    held = "EAGLE-3 head, eager, requests like its training's"
+    assert sorted(speeds) == ["EAGLE-3 head, eager", "EAGLE-3 head, eager, requests like its training's",
+                              "EAGLE-3 head, fast", "draft, eager", "draft, fast"]
+    assert list(speeds[held].get_xdata()) == [1.0, 3.5] and list(speeds[held].get_ydata()) == [1.2, 1.4]
     for label, (base, extra) in {"EAGLE-3 head, eager": (1.0, 0.1), "EAGLE-3 head, fast": (1.0, 0.3),
                                  "draft, eager": (0.0, 0.1), "draft, fast": (0.0, 0.3)}.items():
         assert list(speeds[label].get_xdata()) == [0.35, 1.0]  # the timed points only
