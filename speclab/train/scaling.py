@@ -4,16 +4,11 @@ N, with the same recipe and the same steps per conversation at every N (data.sca
 
     python -m speclab train scale --target smollm2 --stream runs/smollm2-scale --points 1400,4000,14000
 
-Each point is frozen into stream/cN/ (the stream's first N conversations and its passage material,
-copied, so a point stays what it was while the stream grows), trained there, and summed up in
-stream/curve.json. The held-out rows of a point are its own last twentieth (chat_data.chat_rows), scored at
-every position and at the answers' alone (chat_data.answer_next: the requests and passages are easier to
-predict, and a drafter never drafts them). The speeds come from `bench` on the workloads' chat prompts, which
-no training request shares (chat_data.check_disjoint), and so does the first draft's acceptance as decoding
-meets it (in_loop_acceptance: at the start of a round, which mostly follows a rejection, a draft is right less
-often than at the average position): curve.json names that command for each point. Beside them, each head's
-EAGLE-2 timing on held-out requests of its training's own kind (request_speeds): the bench's prompts are
-written by hand, the training requests come from templates, and the two speeds show how far apart they are.
+Each point is frozen into stream/cN/ (its first N conversations and passage material, copied) and trained
+there. Its held-out rows, its own last twentieth, are scored at every position and at the answers' alone
+(chat_data.answer_next). The speeds come from `bench` on the workloads' hand-written chat prompts, which no
+training request shares, and so does the first draft's acceptance in the loop (in_loop_acceptance); beside
+them, the head's EAGLE-2 timing on held-out requests of its training's templated kind (request_speeds).
 """
 from __future__ import annotations
 
