@@ -337,10 +337,15 @@ def choose_preset_tree(target: str, head_dir: Path, device: str, preset: str) ->
     """choose_tree with the tuning the head's training preset names (its corpus's prompts, sizes, candidates),
     chat requests drawn outside the conversations it learnt from (beside it, in its --out)."""
     m = EAGLE_PRESETS[preset]
-    trained_on = head_dir.parent / "chat_conversations.pt"  # where train eagle3 and train scale keep them
     choose_tree(target, head_dir, device, prompts="chat" if m.corpus == "chat" else "code",
                 candidate_set=m.tree_candidates, num_prompts=m.tree_prompts, max_new_tokens=m.tree_tokens,
-                repeats=m.tree_repeats, training=trained_on if m.corpus == "chat" and trained_on.exists() else None)
+                repeats=m.tree_repeats, training=conversations_beside(head_dir) if m.corpus == "chat" else None)
+
+
+def conversations_beside(head_dir: Path) -> Path | None:
+    """The chat_conversations.pt a head learnt from, where train eagle3 and train scale keep it (its --out)."""
+    path = head_dir.parent / "chat_conversations.pt"
+    return path if path.exists() else None
 
 
 def choose_tree(target: str, head_dir: Path, device: str, **tuning) -> None:
@@ -392,8 +397,7 @@ def time_point(args, point: Path) -> None:
 
 
 def run_eagle_tree(args) -> None:
-    beside = args.head.parent / "chat_conversations.pt"
-    trained_on = args.trained_on or (beside if args.prompts == "chat" and beside.exists() else None)
+    trained_on = args.trained_on or (conversations_beside(args.head) if args.prompts == "chat" else None)
     if trained_on is not None and args.prompts != "chat":
         raise SystemExit("--trained-on applies to --prompts chat: code prompts are held out by construction")
     choose_tree(args.target, args.head, args.device, prompts=args.prompts, candidate_set=args.candidates,
