@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import statistics
+import time
 
 import torch
 
@@ -343,8 +344,9 @@ def main(argv: list[str] | None = None) -> None:
     target, draft, tok, device = load(args)
     paths = None
     if args.fast:  # built and warmed up once; the verify widths measured before any timing
+        start = time.perf_counter()
         paths = prepare_fast_paths(target, draft, args.fast, max_width=max(args.k, args.lookup_k or 0, 8) + 1)
-        print(f"fast path ({args.fast}): verify pass ms by width "
+        print(f"fast path ({args.fast}) built in {time.perf_counter() - start:.1f} s; verify pass ms by width "
               + ", ".join(f"{w}: {ms:.1f}" for w, ms in paths[target].width_ms.items())
               + "; padded: " + (", ".join(f"{w}->{v}" for w, v in paths[target].pad_to.items() if v != w) or "none"))
     summaries = [bench_workload(args, target, draft, tok, device, w, counts[w], paths) for w in workloads]

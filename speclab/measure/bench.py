@@ -615,7 +615,10 @@ def run_plan(bench: Bench, repeats: int = 1, warmup: bool = True, time_alone: bo
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if warmup:
+        start = time.perf_counter()
         bench.warm_up()
+        if progress:  # a fast row's graphs are recorded (or compiled) here: what "graphs" makes seconds
+            progress(f"warm-up, each row once: {time.perf_counter() - start:.1f} s")
     rows = bench.plan.rows
     alone = [row for row in rows if time_alone and row.alone]
     timed = time_interleaved({**{row.label: partial(bench.run, row) for row in rows},

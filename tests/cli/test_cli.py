@@ -73,7 +73,7 @@ def test_bench_fast_runs_every_speclab_row_on_both_paths(micro, tmp_path, capsys
           "--methods", "speclab target-only,speclab draft_model,speclab ngram,hf assisted",
           "--json", str(tmp_path / "fast.json")])
     out = capsys.readouterr().out
-    assert "fast path (static): verify pass ms by width 1:" in out and "on the fast path" in out
+    assert "fast path (static) built in " in out and "verify pass ms by width 1:" in out and "on the fast path" in out
     record = json.loads((tmp_path / "fast.json").read_text())
     rows = {r["method"]: r for r in record["rows"]}
     assert set(rows) == {"speclab target-only", "speclab draft_model", "speclab ngram", "hf assisted",
