@@ -12,7 +12,7 @@ from speclab.measure.acceptance import chi_square_pvalue
 from speclab.methods import METHODS, load_drafter
 from speclab.methods.draft_model import ModelDrafter
 from speclab.runner import ModelRunner, Runner, StaticRunner, disable_fast_path, enable_fast_path, fast_path_of
-from tests.conftest import DEVICE, tiny_model
+from tests.conftest import CACHE_TOLERANCE, DEVICE, tiny_model
 from tests.test_lossless import SETTINGS, exact_joint, sampled_joint
 from tests.test_tree_decoding import RandomTreeDrafter
 
@@ -78,8 +78,8 @@ def test_the_static_cache_equals_a_fresh_forward_after_every_round(fast_pair, pr
             with torch.no_grad():
                 target(input_ids=ids[:-1].view(1, -1), past_key_values=fresh, use_cache=True)
             for layer, theirs in zip(runner.path.network.layers, fresh.layers):
-                torch.testing.assert_close(layer.keys[:, :, :runner.length], theirs.keys, atol=1e-5, rtol=1e-4)
-                torch.testing.assert_close(layer.values[:, :, :runner.length], theirs.values, atol=1e-5, rtol=1e-4)
+                torch.testing.assert_close(layer.keys[:, :, :runner.length], theirs.keys, **CACHE_TOLERANCE)
+                torch.testing.assert_close(layer.values[:, :, :runner.length], theirs.values, **CACHE_TOLERANCE)
             checked.append(num_accepted)
 
     out = speculative_generate(target, Checking(reference, len(prompt), 96, seed=1), prompt, k=5, max_new_tokens=30)

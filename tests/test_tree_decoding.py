@@ -15,7 +15,7 @@ from speclab.measure.lossless import replayed_passes
 from speclab.methods.draft_model import ModelDrafter
 from speclab.runner import ModelRunner
 from speclab.sampling import sample
-from tests.conftest import tiny_model
+from tests.conftest import CACHE_TOLERANCE, tiny_model
 from tests.test_lossless import PROMPT, VOCAB, exact_joint
 
 
@@ -71,8 +71,8 @@ class CacheCheckingDrafter(RandomTreeDrafter):
             self.target(input_ids=ids[:-1].view(1, -1), past_key_values=fresh, use_cache=True)
         assert runner.length == len(ids) - 1
         for mine, theirs in zip(runner.cache.layers, fresh.layers):
-            torch.testing.assert_close(mine.keys, theirs.keys, atol=1e-5, rtol=1e-4)
-            torch.testing.assert_close(mine.values, theirs.values, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(mine.keys, theirs.keys, **CACHE_TOLERANCE)
+            torch.testing.assert_close(mine.values, theirs.values, **CACHE_TOLERANCE)
         self.rounds_checked += 1
 
 

@@ -104,15 +104,16 @@ def path_table(bench: dict) -> tuple[dict[str, tuple[float, float]], list[list],
     return ratios, table, header
 
 
-def speedup_figure(ratios: dict[str, tuple[float, float]], host: str) -> Figure:
-    """Each method's speedup over target-only on the eager path and on the fast path, joined by a line."""
+def speedup_figure(ratios: dict[str, tuple[float, float]], host: str, fast: str = "fast path") -> Figure:
+    """Each method's speedup over target-only on the eager path and on the fast path (named `fast`),
+    joined by a line."""
     names = list(ratios)
     fig, ax = plt.subplots(figsize=(7.5, 5.2))
     for i, name in enumerate(names):
         e, f = ratios[name]
         ax.plot([e, f], [i, i], color="0.6", lw=1.5, zorder=1)
     ax.scatter([ratios[n][0] for n in names], range(len(names)), color="C0", label="eager path", zorder=2)
-    ax.scatter([ratios[n][1] for n in names], range(len(names)), color="C3", label="fast path", zorder=2)
+    ax.scatter([ratios[n][1] for n in names], range(len(names)), color="C3", label=fast, zorder=2)
     ax.axvline(1.0, color="k", lw=1, ls="--")
     ax.set_yticks(range(len(names)), names, fontsize=9)
     ax.invert_yaxis()
