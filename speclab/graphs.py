@@ -1,8 +1,9 @@
 """CUDA graphs recorded directly on the fast path's fixed buffers: gpt-fast's "reduce-overhead" idea without
 inductor's compile time (chapter 10.7).
 
-A small model's GPU step is launch overhead: hundreds of kernels of a few microseconds each. A CUDA graph
-records a pass's kernels once and replays them with one launch. Replaying is exact only if every tensor the
+A small model's eager GPU step is mostly launch overhead: hundreds of kernels, each launched from Python. A
+CUDA graph records a pass's kernels once and replays them with one launch (the kernels' own time remains:
+chapter 10.7). Replaying is exact only if every tensor the
 pass reads or writes sits at the address it had when it was recorded, which the fast path already arranges:
 the static cache is allocated once, and a pass's inputs (ids, slots, positions, the visibility mask) are
 copied into buffers this module owns before each replay. Everything else that varies from call to call
