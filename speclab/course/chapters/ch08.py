@@ -337,7 +337,7 @@ def scaling_figure(curve: dict) -> Figure:
     where the point was timed; right, each drafter's best speed over target-only, eager and on the fast path, on
     the held-out chat prompts, and the head's chain on held-out requests of its training's kind (request_speeds)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
-    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.4))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 5.0))
     styles = {"every held-out position": ":", "held-out answers": "-", "in the loop": "--"}
     for name, where in FIRST_DRAFT:
         have = [(p["tokens"] / 1e6, first_draft(p)[name, where]) for p in points
@@ -359,33 +359,39 @@ def scaling_figure(curve: dict) -> Figure:
                      color="#dd8452", label="EAGLE-3 head, eager, requests like its training's")
     axes[1].axhline(1, color="k", lw=0.8)
     axes[1].set_ylabel("speed vs target-only", fontsize=FONT)
+    ticks = [p["tokens"] / 1e6 for p in points]
     for ax in axes:
         ax.set_xscale("log")
+        ax.set_xticks(ticks, [f"{t:.2f}" for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("training tokens (millions)", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
-        ax.legend(fontsize=FONT - 1)
+        ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     fig.tight_layout()
     return fig
 
 
 def scaling_table(curve: dict):
-    """The data-scaling curve as a table, a row per point: its training data, how often each drafter's first
-    draft is the target's token (held-out answers; the head's at every held-out position too; in the decode
-    loop on the held-out chat prompts) and its best speed over target-only, eager and fast, and the head's chain
-    on held-out requests of its training's kind, eager ("-": not measured)."""
+    """The data-scaling curve as a table, a column per point (by training tokens) and a row per measure: how
+    often each drafter's first draft is the target's token (held-out answers; the head's at every held-out
+    position too; in the decode loop on the held-out chat prompts), each drafter's best speed over
+    target-only, eager and fast, and the head's chain on held-out requests of its training's kind, eager
+    ("-": not measured)."""
     def show(value, form: str = "{:.3f}") -> str:
         return "-" if value is None else form.format(value)
 
-    rows = []
-    for p in sorted(curve["points"], key=lambda p: p["tokens"]):
-        speeds, first = p.get("speeds", {}), first_draft(p)
-        rows.append([f"{p['conversations']:,}", f"{p['tokens'] / 1e6:.2f}M"] + [show(first[k]) for k in FIRST_DRAFT]
-                    + [show(speeds.get(name, {}).get(path, {}).get("speedup"), "{:.2f}x")
-                       for name in ("head", "draft") for path in ("eager", "fast")]
-                    + [show(((p.get("requests") or {}).get("chain") or {}).get("speedup"), "{:.2f}x")])
-    header = ["conversations", "tokens", "head: all", "head: answers", "head: loop", "draft: answers",
-              "draft: loop", "head eager", "head fast", "draft eager", "draft fast", "head, requests"]
-    return html_table(rows, header, align="r" * len(header))
+    points = sorted(curve["points"], key=lambda p: p["tokens"])
+    first = [first_draft(p) for p in points]
+    rows = [["training tokens"] + [f"{p['tokens'] / 1e6:.2f}M" for p in points]]
+    rows += [[f"first draft right: {name}, {where}"] + [show(f[name, where]) for f in first]
+             for name, where in FIRST_DRAFT]
+    rows += [[f"speed: {name}, {path}, chat prompts"]
+             + [show(p.get("speeds", {}).get(name, {}).get(path, {}).get("speedup"), "{:.2f}x") for p in points]
+             for name in ("head", "draft") for path in ("eager", "fast")]
+    rows += [["speed: head, eager, held-out requests"]
+             + [show(((p.get("requests") or {}).get("chain") or {}).get("speedup"), "{:.2f}x") for p in points]]
+    header = ["training conversations"] + [f"{p['conversations']:,}" for p in points]
+    return html_table(rows, header, align="l" + "r" * len(points))
 
 
 # ---------------------------------------------------------------- 8.7-8.8

@@ -169,12 +169,17 @@ def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds()
     for label, values in {"EAGLE-3 head, in the loop": [0.4, 0.5], "draft, in the loop": [0.1, 0.2]}.items():
         assert list(lines[label].get_xdata()) == [0.35, 1.0]  # the timed points only
         assert list(lines[label].get_ydata()) == pytest.approx(values)
-    table = ch08.scaling_table(curve).data  # the same points as rows, by tokens; what was not measured says "-"
-    cells = re.findall(r"<td[^>]*>([^<]*)</td>", table)
-    assert len(cells) == 3 * 12 and cells[:2] == ["1,400", "0.35M"] and cells[2:5] == ["0.500", "0.450", "0.400"]
-    assert cells[7:11] == [f"{1 + 0.035 + 0.1:.2f}x", f"{1 + 0.035 + 0.3:.2f}x", f"{0.035 + 0.1:.2f}x",
-                           f"{0.035 + 0.3:.2f}x"] and cells[-5:] == ["-"] * 4 + ["1.40x"]
-    assert cells[11] == "-" and cells[23] == "1.20x"  # held-out requests: where the head was timed on them
+    table = ch08.scaling_table(curve).data  # the same points as columns, by tokens; not measured says "-"
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    assert heads == ["training conversations", "1,400", "4,000", "14,000"]
+    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
+    assert len(rows) == 11 and all(len(row) == 4 for row in rows)
+    assert rows[0][1:] == ["0.35M", "1.00M", "3.50M"] and rows[1][1:] == ["0.500", "0.600", "0.700"]
+    assert rows[2][1:] == ["0.450", "0.550", "0.650"] and rows[3][1:] == ["0.400", "0.500", "-"]
+    assert [row[1] for row in rows[6:10]] == [f"{1 + 0.035 + 0.1:.2f}x", f"{1 + 0.035 + 0.3:.2f}x",
+                                              f"{0.035 + 0.1:.2f}x", f"{0.035 + 0.3:.2f}x"]
+    assert [row[3] for row in rows[6:10]] == ["-"] * 4  # the untimed point
+    assert rows[10][1:] == ["-", "1.20x", "1.40x"]  # held-out requests: where the head was timed on them
     older = {**point(350_000, 0.5), "head": {"heldout_top1_by_step": [0.5]}}  # a record without the answers' top-1
     labels = [line.get_label() for line in ch08.scaling_figure({"points": [older]}).axes[0].lines]
     assert "EAGLE-3 head, held-out answers" not in labels and "EAGLE-3 head, in the loop" in labels
