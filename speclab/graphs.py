@@ -6,9 +6,9 @@ CUDA graph records a pass's kernels once and replays them with one launch (the k
 chapter 10.7). Replaying is exact only if every tensor the pass reads or writes sits at the address it had
 when it was recorded, which the fast path already arranges: the static cache is allocated once, and a
 pass's inputs (ids, slots, positions, the visibility mask) are copied into buffers this module owns before
-each replay. Everything else that varies from call to call
-(the pass's width, padded batch, how far it reads, which features it returns) is part of the key: one graph
-per key, recorded the first time it is met, all in one memory pool.
+each replay. Everything else that varies from call to call (the pass's width, padded batch, how far it
+reads, which features it returns) is part of the key: one graph per key, recorded the first time it is
+met, all in one memory pool.
 
 `GraphedCall(fn)` is that wrapper. On a CPU, SPECLAB_GRAPHS_DRY_RUN=1 (or `dry_run=True`) dry-runs its
 bookkeeping: a "replay" calls fn again on the same static buffers and copies its outputs into the static
