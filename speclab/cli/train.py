@@ -56,7 +56,8 @@ drafters for a frozen target: drafts, Medusa heads, EAGLE heads, an MTP module, 
     python -m speclab train shared-draft --target smollm2 --out runs/smollm2 --preset smollm2
                                         # a draft reading SmolLM2's embeddings, over a draft vocabulary
     python -m speclab train answers --target smollm2 --out runs/smollm2-scale --conversations 14000
-                                        # the target's own chat answers, batched on the fast path (resumable)
+                                        # the target's own chat answers, batched on the fast path (resumable;
+                                        # --requests varied goes on in more forms)
     python -m speclab train scale --target smollm2 --stream runs/smollm2-scale --points 1400,4000,14000
                                         # EAGLE-3 head and draft on the first N of those answers, each N
     python -m speclab train eagle-tree --target smollm2 --head speclab/pairs/smollm2/eagle3 --prompts chat
@@ -210,6 +211,9 @@ def add_answers_command(sub) -> None:
                      "out/answers.json, the run's tokens and tokens per second)")
     cmd.add_argument("--conversations", type=int, default=14000, help="how many (14,000: about 3.5M tokens)")
     cmd.add_argument("--batch", type=int, default=64, help="requests answered at once")
+    cmd.add_argument("--requests", choices=("everyday", "varied"), default="everyday",
+                     help="everyday: chat_requests' forms; varied: more forms with follow-ups of their category "
+                     "(speclab.train.varied_requests); a stream of everyday requests goes on with varied ones")
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     cmd.add_argument("--stop-after-minutes", type=float, help="save and stop after this long; rerun to resume")
@@ -365,7 +369,7 @@ def run_answers(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     report = self_answers(args.target, args.out, args.conversations, batch=args.batch, seed=args.seed,
-                          stop_after_minutes=args.stop_after_minutes)
+                          stop_after_minutes=args.stop_after_minutes, requests=args.requests)
     print(f"{report['conversations']} conversations, {report['tokens']:,} tokens ({report['answer_tokens']:,} "
           f"written by the target) at {report['answer_tokens_per_s']:.0f} tokens/s over the batches' wall time "
           f"(pauses included; the median batch: {report['median_batch_tokens_per_s']} tokens/s) on "

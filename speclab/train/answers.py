@@ -35,10 +35,10 @@ def median_batch_rate(state: dict) -> float | None:
 
 
 def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, seed: int = 0,
-                 stop_after_minutes: float | None = None) -> dict:
-    """Answer n everyday requests (chat_conversations with requests="everyday") on the fast path, B = batch
-    at a time, into out/chat_conversations.pt; write and return out/answers.json: tokens, seconds, tokens
-    per second of the answering, and the host."""
+                 stop_after_minutes: float | None = None, requests: str = "everyday") -> dict:
+    """Answer n chat requests (chat_conversations; requests "everyday", or "varied", which a stream of
+    everyday ones goes on with) on the fast path, B = batch at a time, into out/chat_conversations.pt;
+    write and return out/answers.json: tokens, seconds, tokens per second of the answering, and the host."""
     if n < 1 or batch < 1:
         raise ValueError(f"ask for at least one conversation and a batch of at least one, not {n} and {batch}")
     out.mkdir(parents=True, exist_ok=True)
@@ -49,7 +49,7 @@ def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, see
     enable_fast_path(target, "static", max_len=MAX_PROMPT_TOKENS + MAX_NEW_TOKENS, max_batch=batch)
     started = time.time()
     chat_conversations(target, tokenizer, out, n, max_new_tokens=MAX_NEW_TOKENS, seed=seed, batch=batch,
-                       deadline=deadline_after(stop_after_minutes), requests="everyday")
+                       deadline=deadline_after(stop_after_minutes), requests=requests)
     state = torch.load(out / "chat_conversations.pt")
     record = {**summary(out), "decoder": f"speclab generate, fast path (static cache), batch {batch}",
               "answer_tokens": int(state.get("answer_tokens", 0)), "host": hardware(dev),

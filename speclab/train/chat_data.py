@@ -27,7 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from speclab import corpus
 from speclab.measure.workloads import chat_records
-from speclab.train import chat_requests
+from speclab.train import chat_requests, varied_requests
 from speclab.train.replies import answer, reply_length, reply_text
 from speclab.train.loop import stopped
 
@@ -125,27 +125,61 @@ def follow_up(messages: list[dict], answer: str, rng: random.Random,
     return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": rng.choice(follow_ups)}]
 
 
-REQUESTS = ("library", "everyday")  # where the first user messages come from: instructions, or chat_requests
+# where the first user messages come from: instructions, chat_requests, or varied_requests
+REQUESTS = ("library", "everyday", "varied")
+CONTINUES = {"everyday": "varied"}  # a stream of one kind may go on with the other (stream_kinds)
 
 
 def first_messages(requests: str, target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int,
-                   seed: int, batch: int) -> list[list[dict]]:
+                   seed: int, batch: int, start: int = 0) -> list[list[dict]]:
     """n first user messages, the categories in turn: "library", templates over the standard library
-    (instructions); "everyday", everyday requests over the target's own passages (chat_requests)."""
+    (instructions); "everyday", everyday requests over the target's own passages (chat_requests); "varied",
+    the same categories in more forms (varied_requests), for conversations start, start + 1, ... of a stream."""
     if requests == "library":
         return instructions(n, seed)
     if requests == "everyday":
         firsts = chat_requests.everyday_requests(target, tokenizer, out, n, seed, batch)
-        check_disjoint(firsts)
-        return firsts
-    raise ValueError(f"unknown requests {requests!r}; choose from {REQUESTS}")
+    elif requests == "varied":
+        firsts = varied_requests.varied_requests(target, tokenizer, out, n, seed, batch, start)
+    else:
+        raise ValueError(f"unknown requests {requests!r}; choose from {REQUESTS}")
+    check_disjoint(firsts)
+    return firsts
+
+
+def stream_kinds(state: dict) -> list[tuple[str, int]]:
+    """(kind of requests, first conversation) of each stretch of a stream: its first kind from 0, then each
+    kind it went on with (state["continued"])."""
+    return [(state.get("requests", "library"), 0), *[(kind, start) for kind, start in state.get("continued", [])]]
+
+
+def continue_stream(state: dict, requests: str, n: int, path: Path) -> None:
+    """Check that a stream holding `state` can give n conversations of `requests`: reading the first n
+    needs a kind it holds; answering more needs its latest kind, or the one it may go on with (CONTINUES),
+    which then starts at the next conversation."""
+    kinds, have = stream_kinds(state), len(state["conversations"])
+    if n <= have and requests in {kind for kind, _ in kinds} or n > have and requests == kinds[-1][0]:
+        return
+    if n > have and CONTINUES.get(kinds[-1][0]) == requests:
+        state.setdefault("continued", []).append((requests, have))
+        return
+    raise ValueError(f"{path} holds answers to {kinds[-1][0]} requests, not {requests}: pass another --out"
+                     + (f", or go on with --requests {CONTINUES[kinds[-1][0]]}" if kinds[-1][0] in CONTINUES else ""))
 
 
 def second_turns(requests: str, n_convs: int, start: int, rng: random.Random) -> list[int]:
-    """Which of a batch's conversations get a second turn: a quarter of them, and with everyday requests
-    also every conversation-category one (the bench's conversations are two turns long)."""
+    """Which of a batch's conversations get a second turn: a quarter of them, and with everyday or varied
+    requests also every conversation-category one (the bench's conversations are two turns long)."""
     return [i for i in range(n_convs) if rng.random() < 0.25
-            or (requests == "everyday" and CATEGORIES[(start + i) % len(CATEGORIES)] == "conversation")]
+            or (requests != "library" and CATEGORIES[(start + i) % len(CATEGORIES)] == "conversation")]
+
+
+def follow_ups_for(requests: str, category: str) -> tuple[str, ...]:
+    """The second turns a conversation of this kind and category draws from: varied requests' follow from
+    the request's category, the others' are general."""
+    if requests == "varied":
+        return varied_requests.FOLLOW_UPS[category]
+    return FOLLOW_UPS if requests == "library" else chat_requests.FOLLOW_UPS
 
 
 # ---------------------------------------------------------------- the target's answers
@@ -159,12 +193,14 @@ def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
     interrupted run resumes where it stopped."""
     path = out / "chat_conversations.pt"
     state = torch.load(path) if path.exists() else {"conversations": [], "seconds": 0.0, "requests": requests}
-    if state.get("requests", "library") != requests:
-        raise ValueError(f"{path} holds answers to {state.get('requests', 'library')} requests, not {requests}: "
-                         "pass another --out")
+    continue_stream(state, requests, n, path)
     started = time.perf_counter()
-    firsts = first_messages(requests, target, tokenizer, out, n, seed, batch)
-    follow_ups = FOLLOW_UPS if requests == "library" else chat_requests.FOLLOW_UPS
+    # each stretch's first messages, asked only when there are conversations left to answer (reading a
+    # frozen point's answers needs none, nor the target's passages they were drawn over)
+    kinds, firsts = stream_kinds(state), []
+    if len(state["conversations"]) < n:
+        for (kind, begin), (_, end) in zip(kinds, [*kinds[1:], (None, n)]):
+            firsts += first_messages(kind, target, tokenizer, out, min(end, n) - begin, seed, batch, begin)
     state["material_seconds"] = state.get("material_seconds", 0.0) + time.perf_counter() - started
     bar = tqdm(total=n, initial=len(state["conversations"]), desc="chat conversations", mininterval=10)
     while len(state["conversations"]) < n:
@@ -177,10 +213,12 @@ def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
         started = time.perf_counter()
         rows = answer(target, tokenizer, convs, max_new_tokens, sampled, seed + index)
         written = sum(reply_length(tokenizer, c, r) for c, r in zip(convs, rows))
-        second = second_turns(requests, len(convs), start, rng)
+        kind = [k for k, begin in kinds if begin <= start][-1]
+        second = second_turns(kind, len(convs), start, rng)
         if second:  # a second turn: the target's reply, then a follow-up question
             replies = [reply_text(tokenizer, convs[i], rows[i]) for i in second]
-            turns = [follow_up(convs[i], r, rng, follow_ups) for i, r in zip(second, replies)]
+            turns = [follow_up(convs[i], r, rng, follow_ups_for(kind, CATEGORIES[(start + i) % len(CATEGORIES)]))
+                     for i, r in zip(second, replies)]
             longer = answer(target, tokenizer, turns, max_new_tokens // 2, sampled, seed + index + 7)
             written += sum(reply_length(tokenizer, c, r) for c, r in zip(turns, longer))
             for i, row in zip(second, longer):
@@ -266,7 +304,11 @@ def summary(out: Path) -> dict | None:
                              "(speclab.train.chat_requests), answered by the target, half the batches greedy "
                              "and half sampled at T = 1, every conversation-category one and a quarter of "
                              "the others with a second turn")
+        if state.get("continued"):
+            instructions_were += ("; from conversation {1:,} on, requests in more forms with follow-ups of their "
+                                  "category (speclab.train.varied_requests)").format(*state["continued"][0])
     return {"conversations": len(state["conversations"]), "tokens": sum(len(c) for c in state["conversations"]),
             "answer_seconds": round(state["seconds"], 1), "categories": list(CATEGORIES),
             "requests": state.get("requests", "library"),
+            **({"continued": [list(c) for c in state["continued"]]} if state.get("continued") else {}),
             "material_seconds": round(state.get("material_seconds", 0.0), 1), "instructions": instructions_were}

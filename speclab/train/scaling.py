@@ -50,7 +50,8 @@ def freeze_point(stream: Path, n: int) -> Path:
     point.mkdir(exist_ok=True)
     frozen = point / STREAM_FILES[0]
     if not frozen.exists():
-        kept = {**state, "conversations": state["conversations"][:n]}
+        kept = {**state, "conversations": state["conversations"][:n],
+                "continued": [c for c in state.get("continued", []) if c[1] < n]}  # the kinds these n hold
         # the counts of the whole stream do not describe the first n: a point's tokens are counted from its rows
         kept.pop("answer_tokens", None), kept.pop("answer_seconds", None)
         kept["seconds"] = state["seconds"] * n / have

@@ -101,6 +101,13 @@ def test_a_point_past_the_stream_names_the_command_that_answers_more(tmp_path):
     assert len(torch.load(freeze_point(tmp_path, 1) / "chat_conversations.pt")["conversations"]) == 1
 
 
+def test_a_point_keeps_only_the_kinds_of_requests_its_conversations_hold(tmp_path):
+    torch.save({"conversations": [torch.ones(3, dtype=torch.int32)] * 4, "seconds": 1.0, "requests": "everyday",
+                "continued": [("varied", 2)]}, tmp_path / "chat_conversations.pt")
+    assert torch.load(freeze_point(tmp_path, 2) / "chat_conversations.pt")["continued"] == []
+    assert torch.load(freeze_point(tmp_path, 3) / "chat_conversations.pt")["continued"] == [("varied", 2)]
+
+
 def bench_row(method: str, tokens_per_s: float, tokens_per_round: float = 1.0, exact=True) -> dict:
     """A bench row of 64 new tokens at `tokens_per_s`, in 64 / tokens_per_round rounds."""
     return {"method": method, "new_tokens": 64, "seconds": 64 / tokens_per_s, "matches_target_only": exact,
