@@ -280,8 +280,8 @@ TUNING_SEED = 7919
 
 
 def tuning_requests(n: int, seen: Callable[[str], bool] | None = None) -> list[list[dict]]:
-    """n first user messages for timing EAGLE-2's settings on a chat target: TUNING_CATEGORIES in turn,
-    drawn with TUNING_SEED (reproducible, and needing no target). `seen(text)`: whether a request is in the
+    """n different first user messages for timing EAGLE-2's settings on a chat target: TUNING_CATEGORIES in
+    turn, drawn with TUNING_SEED (reproducible, and needing no target). `seen(text)`: whether a request is in the
     head's training data; such a request is skipped (the templates' pools are finite, so a training stream
     of thousands of conversations holds many of them, and settings timed on trained-on requests flatter
     deep trees)."""
@@ -291,7 +291,7 @@ def tuning_requests(n: int, seen: Callable[[str], bool] | None = None) -> list[l
     for _ in range(100 * n):
         category = TUNING_CATEGORIES[len(found) % len(TUNING_CATEGORIES)]
         text = request(category, rng, "", ("", ""))
-        if seen is None or not seen(text):
+        if [{"role": "user", "content": text}] not in found and (seen is None or not seen(text)):  # each once
             found.append([{"role": "user", "content": text}])
             if len(found) == n:
                 return found

@@ -21,18 +21,23 @@ from pathlib import Path
 import torch
 
 from speclab import shared_draft
+from speclab.decoding import speculative_generate
 from speclab.devices import pick_device
 from speclab.measure.bench import FAST
-from speclab.methods import draft_model_method
+from speclab.measure.workloads import encode_chat
+from speclab.methods import draft_model_method, load_drafter
 from speclab.methods.eagle import FeatureHead, describe_tree
-from speclab.models import load_model, load_tokenizer
+from speclab.models import CONVERTED_PAIRS, load_model, load_pair, load_tokenizer
+from speclab.packaged import ensure_converted
 from speclab.train.answers import median_batch_rate
-from speclab.train.chat_data import answer_next
+from speclab.train.chat_data import answer_next, check_disjoint
+from speclab.train.chat_requests import TUNING_CATEGORIES, tuning_requests
 from speclab.train.data import hardware, scaled_steps
 from speclab.train.eagle import EAGLE_PRESETS, train_eagle, unrolled_accuracy
 from speclab.train.eagle import METHODS as EAGLE
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
 from speclab.train.shared_draft import draft_loss, train_shared_draft
+from speclab.train.tuning import trained_texts
 
 POINTS = (1400, 4000, 14000)  # 0.35M, 1M and 3.5M tokens of SmolLM2's answers (issue 67)
 STREAM_FILES = ("chat_conversations.pt", "everyday_material.pt")
@@ -142,35 +147,43 @@ def bench_argv(point: Path, pair: str = "smollm2", device: str | None = None) ->
 
 def point_speeds(bench: dict) -> dict:
     """A point's bench.json summed up: for the draft and the EAGLE-3 head ("head"), on each path (eager, fast),
-    the row that decoded fastest over every workload (the chat categories' prompts together: their tokens over
-    their seconds), its speed over target-only's on the same path, and its tokens a round; "exact": whether
-    every row compared with target-only decoded its tokens (None where none was compared)."""
-    totals: dict[str, list[float]] = {}  # method: new tokens, seconds, rounds
+    the setting that decoded fastest over every workload (the chat categories' prompts together: their tokens
+    over their seconds), its speed over target-only's on the same path, and its tokens a round; "exact":
+    whether every row compared with target-only decoded its tokens (None where none was compared). Rows that
+    decoded alike (the same rounds and accepted lengths on every prompt set) are one setting timed twice, and
+    count once, at their pooled speed: the faster of two timings of one setting would flatter it."""
+    totals: dict[str, list] = {}  # method: new tokens, seconds, rounds, how it decoded
     compared = []
     for workload in bench["workloads"]:
         for row in workload["rows"]:
-            total = totals.setdefault(row["method"], [0, 0.0, 0])
+            total = totals.setdefault(row["method"], [0, 0.0, 0, []])
             total[0] += row["new_tokens"]
             total[1] += row["seconds"]
             total[2] += row["stats"]["rounds"]
+            total[3].append((row["stats"]["rounds"], tuple(row["stats"].get("accepted_lengths", ()))))
             if row["matches_target_only"] is not None:
                 compared.append(row["matches_target_only"])
     drafters = {"draft": draft_model_method().row(), "head": EAGLE[3].row()}
     speeds: dict = {"exact": all(compared) if compared else None}
     for path, suffix in (("eager", ""), ("fast", FAST)):
-        on_path = {method.removesuffix(suffix): (tokens / seconds, tokens / rounds)
-                   for method, (tokens, seconds, rounds) in totals.items()
+        on_path = {method.removesuffix(suffix): total for method, total in totals.items()
                    if method.endswith(FAST) == (path == "fast")}
-        base = on_path.get("speclab target-only")
-        if base is None:
+        if "speclab target-only" not in on_path:
             continue
+        base = on_path["speclab target-only"][0] / on_path["speclab target-only"][1]
         for name, prefix in drafters.items():
-            mine = {m: v for m, v in on_path.items() if m == prefix or m.startswith(prefix + " ")}
-            if not mine:
+            settings: dict[tuple, list[str]] = {}  # how it decoded: the rows that decoded so
+            for m, total in on_path.items():
+                if m == prefix or m.startswith(prefix + " "):
+                    settings.setdefault(tuple(total[3]), []).append(m)
+            if not settings:
                 continue
-            best = max(mine, key=lambda m: mine[m][0])
-            speeds.setdefault(name, {})[path] = {"row": best, "speedup": round(mine[best][0] / base[0], 3),
-                                                 "tokens_per_round": round(mine[best][1], 3)}
+            pooled = {tuple(rows): [sum(on_path[m][i] for m in rows) for i in range(3)] for rows in settings.values()}
+            rows = max(pooled, key=lambda r: pooled[r][0] / pooled[r][1])
+            tokens, seconds, rounds = pooled[rows]
+            speeds.setdefault(name, {})[path] = {"row": rows[-1], "speedup": round(tokens / seconds / base, 3),
+                                                 "tokens_per_round": round(tokens / rounds, 3),
+                                                 **({"same_as": list(rows[:-1])} if len(rows) > 1 else {})}
     return speeds
 
 
@@ -251,6 +264,61 @@ def request_speeds(head_dir: Path) -> dict | None:
             "chain": None if chain is None else speed(chain), "best": {"setting": describe_tree(best), **speed(best)}}
 
 
+SAME_REQUESTS = 32  # the held-out chat requests every point's drafters decode (same_requests)
+
+
+def same_requests(tokenizer, stream: Path, n: int | None = None) -> tuple[list[str], str]:
+    """n different requests of the templates' kind (chat_requests.tuning_requests: TUNING_CATEGORIES in turn)
+    that no conversation of the stream holds, so none is in any point's training data: the same prompts for
+    every point, and what they are."""
+    n = n or SAME_REQUESTS
+    texts = trained_texts(tokenizer, stream / STREAM_FILES[0])
+    requests = tuning_requests(n, lambda r: any(r in t for t in texts))
+    check_disjoint(requests)
+    return ([r[0]["content"] for r in requests],
+            f"{n} chat requests ({', '.join(TUNING_CATEGORIES)} in turn; chat_requests.tuning_requests), none in "
+            f"the stream's {len(texts):,} conversations")
+
+
+@torch.no_grad()
+def request_acceptance(target: str, point: Path, requests: list[str], max_new_tokens: int = 64,
+                       device: str | None = None) -> dict:
+    """Tokens a round of a point's drafters on single-turn `requests`, greedy: the head's chain and the draft,
+    each K = 4 (the bench's in-loop rows). Greedy rounds follow the drafters' guesses, not the clock, so this
+    needs no quiet machine, and every point can be scored on the same prompts whenever the stream grows."""
+    pair = load_pair(target, draft=str(point / "draft"), device=device)  # as the bench loads them
+    target_model, dev = pair.target, pair.device
+    inputs = [encode_chat(pair.tokenizer, [{"role": "user", "content": r}]) for r in requests]
+    drafters = {"head": load_drafter(EAGLE[3].name, target_model, head=str(point / EAGLE[3].bundled), tree="chain"),
+                "draft": pair.draft}
+    scored = {}
+    for name, drafter in drafters.items():
+        runs = [speculative_generate(target_model, drafter, ids.to(dev), k=4, max_new_tokens=max_new_tokens).stats
+                for ids in inputs]
+        scored[name] = {"tokens_per_round": round(sum(r.new_tokens for r in runs) / sum(r.rounds for r in runs), 3)}
+    return scored
+
+
+def score_same_requests(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
+    """Every trained point among `points` decoding the same held-out requests (same_requests,
+    request_acceptance); each point's scores kept in cN/same_requests.json with the requests they were
+    scored on, and scored again only when those change (a longer stream may hold some of them)."""
+    named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
+    requests, described = same_requests(load_tokenizer(ensure_converted(named.packaged) if named else target), stream)
+    scored = {}
+    for n in sorted(points):
+        point, kept = stream / f"c{n}", None
+        if not (point / "draft" / "record.json").exists() or not (point / EAGLE[3].bundled / "record.json").exists():
+            continue
+        if (point / "same_requests.json").exists():
+            kept = json.loads((point / "same_requests.json").read_text())
+        if kept is None or kept["requests"] != requests:
+            kept = {"requests": requests, **request_acceptance(target, point, requests, device=device)}
+            (point / "same_requests.json").write_text(json.dumps(kept, indent=1) + "\n")
+        scored[str(n)] = {name: kept[name] for name in ("head", "draft")}
+    return {"prompts": described, "points": scored}
+
+
 def answering(stream: Path) -> dict:
     """How the stream's conversations were answered: how many, the answer tokens the target wrote and the
     wall seconds of their batches (summed over every run that added to it, pauses included), the median
@@ -277,11 +345,15 @@ def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-every
             curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair, bench))
         except ValueError as err:
             print(f"point {n}: {err}")
+    trained = bool(curve["points"])
     if (stream / "curve.json").exists():
         earlier = json.loads((stream / "curve.json").read_text())
         if earlier["preset"] == preset:
             named = {p["conversations"] for p in curve["points"]}
             curve["points"] += [p for p in earlier["points"] if p["conversations"] not in named]
             curve["points"].sort(key=lambda p: p["conversations"])
+    if trained:  # every point, earlier ones too, scored on the same held-out requests
+        curve["same_requests"] = score_same_requests(target, stream, [p["conversations"] for p in curve["points"]],
+                                                     device)
     (stream / "curve.json").write_text(json.dumps(curve, indent=1) + "\n")
     return curve

@@ -21,6 +21,7 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     train_main(["shared-draft", "--target", "smollm2", "--out", str(stream), "--preset", "micro-chat",
                 "--device", "cpu", "--steps", "1"])
     whole = torch.load(stream / "chat_conversations.pt")["conversations"]
+    monkeypatch.setattr(scaling, "SAME_REQUESTS", 8)  # (32 for a real curve)
     train_main(["scale", "--target", "smollm2", "--stream", str(stream), "--points", "4,8,16",
                 "--preset", "micro-chat", "--device", "cpu"])
     assert "holds 8 conversations, not 16" in capsys.readouterr().out  # said aloud, not trained
@@ -41,6 +42,12 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert answered["conversations"] == 8 and answered["batches_timed"] == len(batches) >= 1
     assert sum(t for t, _ in batches) == answered["answer_tokens"] > 0
     assert answered["median_batch_tokens_per_s"] > 0
+    same = curve["same_requests"]  # every point decoded the same requests, none of them in the stream
+    assert same["prompts"].startswith("8 chat requests") and "none in the stream's 8 conversations" in same["prompts"]
+    assert set(same["points"]) == {"4", "8"} and all(1 <= same["points"][n][d]["tokens_per_round"] <= 5
+                                                     for n in ("4", "8") for d in ("head", "draft"))
+    kept = json.loads((stream / "c4" / "same_requests.json").read_text())
+    assert len(kept["requests"]) == len(set(kept["requests"])) == 8
 
     # a record from before the answers were scored in training gets them from the saved drafters: the same values
     target_dir = str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged))
@@ -61,6 +68,7 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
         raise AssertionError("a trained point was trained again")
     monkeypatch.setattr(scaling, "train_eagle", no_training)
     monkeypatch.setattr(scaling, "train_shared_draft", no_training)
+    monkeypatch.setattr(scaling, "request_acceptance", no_training)  # scored on these requests already: kept
     curve = scaling.scale("smollm2", stream, [4, 8], "micro-chat", "cpu", bench=bench)
     assert timed == [stream / "c4", stream / "c8"]
     assert all(p["speeds"]["head"]["eager"]["speedup"] == 1.5 and p["speeds"]["exact"] for p in curve["points"])
@@ -108,10 +116,21 @@ def test_a_point_keeps_only_the_kinds_of_requests_its_conversations_hold(tmp_pat
     assert torch.load(freeze_point(tmp_path, 3) / "chat_conversations.pt")["continued"] == [("varied", 2)]
 
 
-def bench_row(method: str, tokens_per_s: float, tokens_per_round: float = 1.0, exact=True) -> dict:
-    """A bench row of 64 new tokens at `tokens_per_s`, in 64 / tokens_per_round rounds."""
+def bench_row(method: str, tokens_per_s: float, tokens_per_round: float = 1.0, exact=True, lengths=None) -> dict:
+    """A bench row of 64 new tokens at `tokens_per_s`, in 64 / tokens_per_round rounds (accepted `lengths`:
+    how many rounds accepted 0, 1, ... drafts; by default one count per row, so no two rows decoded alike)."""
     return {"method": method, "new_tokens": 64, "seconds": 64 / tokens_per_s, "matches_target_only": exact,
-            "stats": {"rounds": 64 / tokens_per_round}}
+            "stats": {"rounds": 64 / tokens_per_round, "accepted_lengths": lengths or [len(method), tokens_per_s]}}
+
+
+def test_rows_that_decoded_alike_are_one_setting_at_their_pooled_speed():
+    """The bench's `speclab eagle3` (a head without tree.json drafts its chain) and `speclab eagle3 chain` decode
+    alike: their faster timing would flatter the setting, so the two count once, 128 tokens over both seconds."""
+    rows = [bench_row("speclab target-only", 10, exact=None), bench_row("speclab eagle3", 16, 2.0, lengths=[9, 9]),
+            bench_row("speclab eagle3 chain", 12, 2.0, lengths=[9, 9]), bench_row("speclab eagle3 x", 13.5, 1.5)]
+    head = point_speeds({"workloads": [{"rows": rows}]})["head"]["eager"]
+    assert head == {"row": "speclab eagle3 chain", "same_as": ["speclab eagle3"], "tokens_per_round": 2.0,
+                    "speedup": round(128 / (64 / 16 + 64 / 12) / 10, 3)}  # 1.371: not 1.6, and above x's 1.35
 
 
 def test_a_points_speeds_are_each_drafters_fastest_row_over_target_only_on_the_same_path():
