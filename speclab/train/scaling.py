@@ -187,15 +187,17 @@ def point_speeds(bench: dict) -> dict:
     return speeds
 
 
-def in_loop_acceptance(bench: dict) -> dict:
+def in_loop_acceptance(bench: dict, categories: tuple[str, ...] | None = None) -> dict:
     """From a point's bench.json, each drafter's greedy chain as decoding met it on the held-out chat prompts (every
-    category's rounds together): at draft position j, the share of rounds that reached j whose draft j was
-    accepted (from the rounds' accepted lengths), and tokens a round. The head's chain row and the draft's K=4
-    row, eager (the fast path's decisions are the same)."""
+    category's rounds together, or those of `categories`' workloads, chat-CATEGORY): at draft position j, the
+    share of rounds that reached j whose draft j was accepted (from the rounds' accepted lengths), and tokens a
+    round. The head's chain row and the draft's K=4 row, eager (the fast path's decisions are the same)."""
     rows = {"head": EAGLE[3].row("chain"), "draft": f"{draft_model_method().row()} K=4"}
     found: dict = {}
     for workload in bench["workloads"]:
         if workload.get("temperature", 0.0) != 0.0:
+            continue
+        if categories is not None and workload.get("workload", "").removeprefix("chat-") not in categories:
             continue
         for name, method in rows.items():
             for row in workload["rows"]:
@@ -236,6 +238,8 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
     if (point / "bench.json").exists():
         timed = json.loads((point / "bench.json").read_text())
         summary["speeds"], summary["in_loop"] = point_speeds(timed), in_loop_acceptance(timed)
+        # the categories the held-out requests have (same_requests), for a like-for-like comparison
+        summary["in_loop_request_categories"] = in_loop_acceptance(timed, TUNING_CATEGORIES)
     requests = request_speeds(head_dir)
     if requests is not None:
         summary["requests"] = requests

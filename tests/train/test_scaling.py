@@ -184,3 +184,6 @@ def test_in_loop_acceptance_is_each_positions_share_of_the_rounds_that_reached_i
     assert seen["head"]["by_position"] == [0.5, 0.6, 0.6667, 0.75]
     assert seen["head"]["tokens_per_round"] == round((0 * 10 + 1 * 4 + 2 * 2 + 3 + 4 * 3 + 20) / 20, 3)
     assert seen["draft"]["by_position"] == [7 / 20, 0.0] and seen["draft"]["row"] == "speclab draft_model K=4"
+    # a few categories' workloads alone (those the held-out requests have): the others' rounds are left out
+    named = {"workloads": [{"workload": "chat-qa", "rows": first}, {"workload": "chat-rag", "rows": second}]}
+    assert in_loop_acceptance(named, ("qa", "math"))["head"]["by_position"] == [0.4, 0.5, 0.5, 0.0]

@@ -316,49 +316,64 @@ def depth_figure(by_step: dict, end_rec: dict, evals3: list[dict], depth: int) -
     return fig
 
 
-FIRST_DRAFT = [("head", "every held-out position"), ("head", "held-out answers"), ("head", "in the loop"),
-               ("draft", "held-out answers"), ("draft", "in the loop")]
+DRAFTERS = {"head": "EAGLE-3 head", "draft": "draft"}
+# where a point's drafters were met, greedy, K = 4: the same held-out requests at every point; the bench's
+# chat prompts of those requests' categories; and every bench prompt
+ROUNDS_WHERE = {"held-out requests": "same requests", "bench, their categories": "bench, same categories",
+                "bench, every category": "bench, every category"}
 
 
-def first_draft(point: dict) -> dict[tuple[str, str], float | None]:
-    """A scaling point's first-draft agreement by (drafter, where: FIRST_DRAFT), None where not measured."""
-    loop = point.get("in_loop", {})
-    return {("head", "every held-out position"): point["head"]["heldout_top1_by_step"][0],
-            ("head", "held-out answers"): (point["head"].get("heldout_answer_top1_by_step") or [None])[0],
-            ("head", "in the loop"): loop.get("head", {}).get("by_position", [None])[0],
-            ("draft", "held-out answers"): point["draft"].get("heldout_answer_top1"),
-            ("draft", "in the loop"): loop.get("draft", {}).get("by_position", [None])[0]}
+def tokens_a_round(curve: dict, point: dict) -> dict[tuple[str, str], float | None]:
+    """A scaling point's tokens a round by (drafter, where: ROUNDS_WHERE), None where not measured."""
+    same = curve.get("same_requests", {}).get("points", {}).get(str(point["conversations"]), {})
+    bench4, bench = point.get("in_loop_request_categories", {}), point.get("in_loop", {})
+    return {(d, where): source.get(d, {}).get("tokens_per_round") for d in DRAFTERS
+            for where, source in (("held-out requests", same), ("bench, their categories", bench4),
+                                  ("bench, every category", bench))}
+
+
+def scaling_rows(curve: dict) -> list[tuple[str, list]]:
+    """The data-scaling curve's measures, a (label, values by point) pair each, the points by training tokens
+    (None: not measured): the data and steps, how often the first draft is the target's token on held-out
+    answers, tokens a round (tokens_a_round), and speed over target-only on the bench's chat prompts."""
+    points = sorted(curve["points"], key=lambda p: p["tokens"])
+    rounds = [tokens_a_round(curve, p) for p in points]
+    rows = [("conversations trained on", [p["conversations"] - max(1, p["conversations"] // 20) for p in points]),
+            ("training tokens (requests included)", [p["tokens"] for p in points]),
+            ("training steps: head", [p["head"]["steps"] for p in points]),
+            ("training steps: draft", [p["draft"]["steps"] for p in points]),
+            ("first draft right, held-out answers: head",
+             [(p["head"].get("heldout_answer_top1_by_step") or [None])[0] for p in points]),
+            ("first draft right, held-out answers: draft", [p["draft"].get("heldout_answer_top1") for p in points])]
+    rows += [(f"tokens a round, {where}: {d}", [r[d, where] for r in rounds]) for d in DRAFTERS for where in ROUNDS_WHERE]
+    rows += [(f"speed, bench prompts, {path}: {d}",
+              [p.get("speeds", {}).get(d, {}).get(path, {}).get("speedup") for p in points])
+             for d in DRAFTERS for path in ("eager", "fast")]
+    return rows
 
 
 def scaling_figure(curve: dict) -> Figure:
-    """A data-scaling curve (`python -m speclab train scale`'s curve.json): left, how often each drafter's first
-    draft is the target's token, against training tokens: on the held-out conversations' answers (and, for the
-    head, at every held-out position, requests included), and in the decode loop on the held-out chat prompts
-    where the point was timed; right, each drafter's best speed over target-only, eager and on the fast path, on
-    the held-out chat prompts, and the head's chain on held-out requests of its training's kind (request_speeds)."""
+    """A data-scaling curve (`python -m speclab train scale`'s curve.json) against training tokens: left, each
+    drafter's tokens a round, greedy, K = 4, on the same held-out requests at every point and on the bench's
+    chat prompts of their categories; right, each drafter's speed over target-only on the bench's chat
+    prompts, eager and on the fast path (the timed points only)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
-    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 5.0))
-    styles = {"every held-out position": ":", "held-out answers": "-", "in the loop": "--"}
-    for name, where in FIRST_DRAFT:
-        have = [(p["tokens"] / 1e6, first_draft(p)[name, where]) for p in points
-                if first_draft(p)[name, where] is not None]
-        if have:
-            axes[0].plot(*zip(*have), ("o" if name == "head" else "s") + styles[where],
-                         color="#4c72b0" if name == "head" else "#999999",
-                         label=f"{'EAGLE-3 head' if name == 'head' else 'draft'}, {where}")
-    axes[0].set_ylabel("first draft = target's token", fontsize=FONT)
-    timed = [p for p in points if "speeds" in p]
-    for name, color in (("head", "#4c72b0"), ("draft", "#999999")):
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.6))
+    colors = {"head": "#4c72b0", "draft": "#999999"}
+    for d in DRAFTERS:
+        for where, style in (("held-out requests", "-"), ("bench, their categories", "--")):
+            have = [(p["tokens"] / 1e6, tokens_a_round(curve, p)[d, where]) for p in points
+                    if tokens_a_round(curve, p)[d, where] is not None]
+            if have:
+                axes[0].plot(*zip(*have), ("o" if d == "head" else "s") + style, color=colors[d],
+                             label=f"{DRAFTERS[d]}, {ROUNDS_WHERE[where]}")
         for path, style in (("eager", "-"), ("fast", ":")):
-            have = [p for p in timed if path in p["speeds"].get(name, {})]
-            axes[1].plot([p["tokens"] / 1e6 for p in have], [p["speeds"][name][path]["speedup"] for p in have],
-                         "o" + style, color=color, label=f"{'EAGLE-3 head' if name == 'head' else 'draft'}, {path}")
-    held = [p for p in points if (p.get("requests") or {}).get("chain")]
-    if held:  # the head's chain on held-out requests of its training's kind (its EAGLE-2 timing, eager)
-        axes[1].plot([p["tokens"] / 1e6 for p in held], [p["requests"]["chain"]["speedup"] for p in held], "^--",
-                     color="#dd8452", label="EAGLE-3 head, eager, requests like its training's")
+            have = [p for p in points if path in p.get("speeds", {}).get(d, {})]
+            axes[1].plot([p["tokens"] / 1e6 for p in have], [p["speeds"][d][path]["speedup"] for p in have],
+                         ("o" if d == "head" else "s") + style, color=colors[d], label=f"{DRAFTERS[d]}, {path}")
+    axes[0].set_ylabel("tokens a round (K = 4, greedy)", fontsize=FONT)
     axes[1].axhline(1, color="k", lw=0.8)
-    axes[1].set_ylabel("speed vs target-only", fontsize=FONT)
+    axes[1].set_ylabel("speed vs target-only, bench prompts", fontsize=FONT)
     ticks = [p["tokens"] / 1e6 for p in points]
     for ax in axes:
         ax.set_xscale("log")
@@ -366,31 +381,27 @@ def scaling_figure(curve: dict) -> Figure:
         ax.minorticks_off()
         ax.set_xlabel("training tokens (millions)", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
-        ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     fig.tight_layout()
     return fig
 
 
 def scaling_table(curve: dict):
-    """The data-scaling curve as a table, a column per point (by training tokens) and a row per measure: how
-    often each drafter's first draft is the target's token (held-out answers; the head's at every held-out
-    position too; in the decode loop on the held-out chat prompts), each drafter's best speed over
-    target-only, eager and fast, and the head's chain on held-out requests of its training's kind, eager
-    ("-": not measured)."""
-    def show(value, form: str = "{:.3f}") -> str:
-        return "-" if value is None else form.format(value)
+    """The data-scaling curve as a table (scaling_rows), a column per point, by training tokens ("-": not
+    measured)."""
+    def show(label: str, value) -> str:
+        if value is None:
+            return "-"
+        if label.startswith("training tokens"):
+            return f"{value / 1e6:.2f}M"
+        if isinstance(value, int):
+            return f"{value:,}"
+        return f"{value:.2f}x" if label.startswith("speed") else f"{value:.3f}" if "right" in label else f"{value:.2f}"
 
     points = sorted(curve["points"], key=lambda p: p["tokens"])
-    first = [first_draft(p) for p in points]
-    rows = [["training tokens"] + [f"{p['tokens'] / 1e6:.2f}M" for p in points]]
-    rows += [[f"first draft right: {name}, {where}"] + [show(f[name, where]) for f in first]
-             for name, where in FIRST_DRAFT]
-    rows += [[f"speed: {name}, {path}, chat prompts"]
-             + [show(p.get("speeds", {}).get(name, {}).get(path, {}).get("speedup"), "{:.2f}x") for p in points]
-             for name in ("head", "draft") for path in ("eager", "fast")]
-    rows += [["speed: head, eager, held-out requests"]
-             + [show(((p.get("requests") or {}).get("chain") or {}).get("speedup"), "{:.2f}x") for p in points]]
-    header = ["training conversations"] + [f"{p['conversations']:,}" for p in points]
+    rows = [[label] + [show(label, v) for v in values] for label, values in scaling_rows(curve)]
+    header = ["point (its first N conversations)"] + [f"{p['conversations']:,}" for p in points]
     return html_table(rows, header, align="l" + "r" * len(points))
 
 

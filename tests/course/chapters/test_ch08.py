@@ -142,53 +142,50 @@ def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_doe
             ch08.ablation_order(ablation_record({**made_up, key: evals}))
 
 
-def test_the_scaling_figure_draws_every_point_and_only_the_timed_points_speeds():
-    def point(tokens, top1, timed=True, requests=None):
-        p = {"tokens": tokens, "conversations": tokens // 250, "head": {"heldout_top1_by_step": [top1, top1 - 0.1, top1 - 0.2],
-                                        "heldout_answer_top1_by_step": [top1 - 0.05, top1 - 0.15, top1 - 0.25]},
-             "draft": {"heldout_top1": top1 - 0.3, "heldout_answer_top1": top1 - 0.35}}
-        # each line its own speeds: head 1.x, draft 0.x; eager .1, fast .3; the more tokens, the faster
+def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points_speeds():
+    def point(n, tokens, top1, timed=True):
+        p = {"tokens": tokens, "conversations": n, "head": {"steps": n, "heldout_top1_by_step": [top1 + 0.05],
+                                                           "heldout_answer_top1_by_step": [top1]},
+             "draft": {"steps": 2 * n, "heldout_top1": top1 - 0.25, "heldout_answer_top1": top1 - 0.3}}
+        # each line its own values: head 1.x, draft 0.x; eager .1, fast .3; the more tokens, the faster
         speeds = {name: {path: {"speedup": base + tokens / 1e7 + extra, "row": "r", "tokens_per_round": 2.0}
                          for path, extra in (("eager", 0.1), ("fast", 0.3))}
                   for name, base in (("head", 1.0), ("draft", 0.0))}
-        in_loop = {"head": {"by_position": [top1 - 0.1, 0.5]}, "draft": {"by_position": [top1 - 0.4]}}
-        if requests is not None:  # the head's chain on held-out requests of its training's kind
-            p = {**p, "requests": {"chain": {"speedup": requests, "tokens_per_pass": 2.5}}}
-        return {**p, "speeds": speeds, "in_loop": in_loop} if timed else p
-    curve = {"points": [point(1_000_000, 0.6, requests=1.2), point(350_000, 0.5),
-                        point(3_500_000, 0.7, timed=False, requests=1.4)]}
+        loop = {"head": {"tokens_per_round": 1.5 + top1}, "draft": {"tokens_per_round": 1.2 + top1}}
+        four = {"head": {"tokens_per_round": 1.6 + top1}, "draft": {"tokens_per_round": 1.3 + top1}}
+        return {**p, "speeds": speeds, "in_loop": loop, "in_loop_request_categories": four} if timed else p
+    curve = {"points": [point(4000, 1_000_000, 0.6), point(1400, 350_000, 0.5), point(14000, 3_500_000, 0.7, False)],
+             "same_requests": {"points": {str(n): {"head": {"tokens_per_round": 2.0 + i / 2},
+                                                   "draft": {"tokens_per_round": 1.8 + i / 2}}
+                                          for i, n in enumerate((1400, 4000, 14000))}}}
+    table = ch08.scaling_table(curve).data  # the points as columns, by tokens; not measured says "-"
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    assert heads[1:] == ["1,400", "4,000", "14,000"]
+    rows = {r[0]: r[1:] for r in (re.findall(r"<td[^>]*>([^<]*)</td>", row)
+                                  for row in re.findall(r"<tr>(.*?)</tr>", table)[1:])}
+    assert rows["conversations trained on"] == ["1,330", "3,800", "13,300"]  # a twentieth of each held out
+    assert rows["training tokens (requests included)"] == ["0.35M", "1.00M", "3.50M"]
+    assert rows["training steps: draft"] == ["2,800", "8,000", "28,000"]
+    assert rows["first draft right, held-out answers: head"] == ["0.500", "0.600", "0.700"]
+    assert rows["tokens a round, held-out requests: head"] == ["2.00", "2.50", "3.00"]  # every point
+    assert rows["tokens a round, bench, their categories: draft"] == ["1.80", "1.90", "-"]  # the timed points
+    assert rows["tokens a round, bench, every category: head"] == ["2.00", "2.10", "-"]
+    assert rows["speed, bench prompts, fast: head"] == [f"{1 + 0.035 + 0.3:.2f}x", f"{1.1 + 0.3:.2f}x", "-"]
+    assert rows["speed, bench prompts, eager: draft"] == [f"{0.035 + 0.1:.2f}x", f"{0.1 + 0.1:.2f}x", "-"]
     fig = ch08.scaling_figure(curve)
     left, right = fig.axes
-    assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT - 1
+    assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT
     lines = {line.get_label(): line for line in left.lines}
-    every = lines["EAGLE-3 head, every held-out position"]
-    assert list(every.get_xdata()) == [0.35, 1.0, 3.5]  # sorted by tokens, all three
-    assert list(every.get_ydata()) == pytest.approx([0.5, 0.6, 0.7])
-    assert list(lines["EAGLE-3 head, held-out answers"].get_ydata()) == pytest.approx([0.45, 0.55, 0.65])
-    assert list(lines["draft, held-out answers"].get_ydata()) == pytest.approx([0.15, 0.25, 0.35])
-    for label, values in {"EAGLE-3 head, in the loop": [0.4, 0.5], "draft, in the loop": [0.1, 0.2]}.items():
-        assert list(lines[label].get_xdata()) == [0.35, 1.0]  # the timed points only
-        assert list(lines[label].get_ydata()) == pytest.approx(values)
-    table = ch08.scaling_table(curve).data  # the same points as columns, by tokens; not measured says "-"
-    heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
-    assert heads == ["training conversations", "1,400", "4,000", "14,000"]
-    rows = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
-    assert len(rows) == 11 and all(len(row) == 4 for row in rows)
-    assert rows[0][1:] == ["0.35M", "1.00M", "3.50M"] and rows[1][1:] == ["0.500", "0.600", "0.700"]
-    assert rows[2][1:] == ["0.450", "0.550", "0.650"] and rows[3][1:] == ["0.400", "0.500", "-"]
-    assert [row[1] for row in rows[6:10]] == [f"{1 + 0.035 + 0.1:.2f}x", f"{1 + 0.035 + 0.3:.2f}x",
-                                              f"{0.035 + 0.1:.2f}x", f"{0.035 + 0.3:.2f}x"]
-    assert [row[3] for row in rows[6:10]] == ["-"] * 4  # the untimed point
-    assert rows[10][1:] == ["-", "1.20x", "1.40x"]  # held-out requests: where the head was timed on them
-    older = {**point(350_000, 0.5), "head": {"heldout_top1_by_step": [0.5]}}  # a record without the answers' top-1
-    labels = [line.get_label() for line in ch08.scaling_figure({"points": [older]}).axes[0].lines]
-    assert "EAGLE-3 head, held-out answers" not in labels and "EAGLE-3 head, in the loop" in labels
+    same = lines["EAGLE-3 head, same requests"]
+    assert list(same.get_xdata()) == [0.35, 1.0, 3.5] and list(same.get_ydata()) == [2.0, 2.5, 3.0]
+    bench = lines["draft, bench, same categories"]
+    assert list(bench.get_xdata()) == [0.35, 1.0] and list(bench.get_ydata()) == pytest.approx([1.8, 1.9])
     speeds = {line.get_label(): line for line in right.lines if not line.get_label().startswith("_")}
-    held = "EAGLE-3 head, eager, requests like its training's"
-    assert sorted(speeds) == ["EAGLE-3 head, eager", "EAGLE-3 head, eager, requests like its training's",
-                              "EAGLE-3 head, fast", "draft, eager", "draft, fast"]
-    assert list(speeds[held].get_xdata()) == [1.0, 3.5] and list(speeds[held].get_ydata()) == [1.2, 1.4]
+    assert sorted(speeds) == ["EAGLE-3 head, eager", "EAGLE-3 head, fast", "draft, eager", "draft, fast"]
     for label, (base, extra) in {"EAGLE-3 head, eager": (1.0, 0.1), "EAGLE-3 head, fast": (1.0, 0.3),
                                  "draft, eager": (0.0, 0.1), "draft, fast": (0.0, 0.3)}.items():
         assert list(speeds[label].get_xdata()) == [0.35, 1.0]  # the timed points only
         assert list(speeds[label].get_ydata()) == pytest.approx([base + 0.035 + extra, base + 0.1 + extra])
+    older = {"points": [point(1400, 350_000, 0.5, False)]}  # a curve from before the same requests were decoded
+    assert ch08.tokens_a_round(older, older["points"][0])["head", "held-out requests"] is None
+    assert not ch08.scaling_figure(older).axes[0].lines
