@@ -30,14 +30,14 @@ from speclab.methods.eagle import FeatureHead, describe_tree
 from speclab.models import CONVERTED_PAIRS, load_model, load_pair, load_tokenizer
 from speclab.packaged import ensure_converted
 from speclab.train.answers import median_batch_rate
-from speclab.train.chat_data import answer_next, check_disjoint
-from speclab.train.chat_requests import TUNING_CATEGORIES, tuning_requests
+from speclab.train.chat_data import CATEGORIES, answer_next, assistant_header, check_disjoint
+from speclab.train.chat_requests import TUNING_CATEGORIES
 from speclab.train.data import hardware, scaled_steps
 from speclab.train.eagle import EAGLE_PRESETS, train_eagle, unrolled_accuracy
 from speclab.train.eagle import METHODS as EAGLE
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
 from speclab.train.shared_draft import draft_loss, train_shared_draft
-from speclab.train.tuning import trained_texts
+from speclab.train.varied_requests import held_out_requests
 
 POINTS = (1400, 4000, 14000)  # 0.35M, 1M and 3.5M tokens of SmolLM2's answers (issue 67)
 STREAM_FILES = ("chat_conversations.pt", "everyday_material.pt")
@@ -238,7 +238,7 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
     if (point / "bench.json").exists():
         timed = json.loads((point / "bench.json").read_text())
         summary["speeds"], summary["in_loop"] = point_speeds(timed), in_loop_acceptance(timed)
-        # the categories the held-out requests have (same_requests), for a like-for-like comparison
+        # the categories of the prompts every point decodes (same_prompts), for a like-for-like comparison
         summary["in_loop_request_categories"] = in_loop_acceptance(timed, TUNING_CATEGORIES)
     requests = request_speeds(head_dir)
     if requests is not None:
@@ -268,59 +268,82 @@ def request_speeds(head_dir: Path) -> dict | None:
             "chain": None if chain is None else speed(chain), "best": {"setting": describe_tree(best), **speed(best)}}
 
 
-SAME_REQUESTS = 32  # the held-out chat requests every point's drafters decode (same_requests)
+SAME_PROMPTS = 32  # prompts in each set every point's drafters decode (same_prompts)
 
 
-def same_requests(tokenizer, stream: Path, n: int | None = None) -> tuple[list[str], str]:
-    """n different requests of the templates' kind (chat_requests.tuning_requests: TUNING_CATEGORIES in turn)
-    that no conversation of the stream holds, so none is in any point's training data: the same prompts for
-    every point, and what they are."""
-    n = n or SAME_REQUESTS
-    texts = trained_texts(tokenizer, stream / STREAM_FILES[0])
-    requests = tuning_requests(n, lambda r: any(r in t for t in texts))
-    check_disjoint(requests)
-    return ([r[0]["content"] for r in requests],
-            f"{n} chat requests ({', '.join(TUNING_CATEGORIES)} in turn; chat_requests.tuning_requests), none in "
-            f"the stream's {len(texts):,} conversations")
+def same_prompts(tokenizer, stream: Path, largest: int, n: int | None = None) -> dict[str, dict]:
+    """Two sets of n prompts, the same for every point up to `largest` conversations, each
+    {"prompts": token ids, "about": what they are}, all in TUNING_CATEGORIES (no passages to copy):
+    "training's kind", the opening requests of the largest point's held-out conversations (its last
+    twentieth, so no point trained on them, though the templates repeat requests across conversations);
+    "new forms", varied_requests.held_out_requests, none in the stream's conversations."""
+    n = n or SAME_PROMPTS
+    state = torch.load(stream / STREAM_FILES[0])
+    first_held = largest - max(1, largest // 20)
+    mine = [i for i in range(first_held, largest) if CATEGORIES[i % len(CATEGORIES)] in TUNING_CATEGORIES][:n]
+    if not mine:  # (a curve of a few conversations holds out fewer than n: those it has)
+        raise ValueError(f"the first {largest} conversations hold none out in {TUNING_CATEGORIES}")
+    opener = assistant_header(tokenizer)
+    texts = tokenizer.batch_decode([c.tolist() for c in state["conversations"]])
+    new = held_out_requests(n, TUNING_CATEGORIES, lambda r: any(r in t for t in texts))
+    check_disjoint([[{"role": "user", "content": r}] for r in new])
+    categories = ", ".join(TUNING_CATEGORIES)
+    return {"training's kind": {"prompts": [opening_request(state["conversations"][i], opener) for i in mine],
+                                "about": f"the opening requests of {len(mine)} of conversations {first_held + 1:,}-"
+                                         f"{largest:,} ({categories}), held out from every point"},
+            "new forms": {"prompts": [encode_chat(tokenizer, [{"role": "user", "content": r}]) for r in new],
+                          "about": f"{n} requests in speclab.train.varied_requests' forms ({categories}), none "
+                                   f"in the stream's {len(texts):,} conversations"}}
+
+
+def opening_request(conversation: torch.Tensor, opener: list[int]) -> torch.Tensor:
+    """A conversation's tokens up to the end of its first assistant header: the prompt its first answer
+    followed, as the target saw it."""
+    ids, width = conversation.long(), len(opener)
+    for end in range(width, len(ids) + 1):
+        if ids[end - width:end].tolist() == opener:
+            return ids[:end]
+    raise ValueError("a conversation without an assistant header")
 
 
 @torch.no_grad()
-def request_acceptance(target: str, point: Path, requests: list[str], max_new_tokens: int = 64,
+def request_acceptance(target: str, point: Path, prompts: list[torch.Tensor], max_new_tokens: int = 64,
                        device: str | None = None) -> dict:
-    """Tokens a round of a point's drafters on single-turn `requests`, greedy: the head's chain and the draft,
+    """Tokens a round of a point's drafters on `prompts` (token ids), greedy: the head's chain and the draft,
     each K = 4 (the bench's in-loop rows). Greedy rounds follow the drafters' guesses, not the clock, so this
-    needs no quiet machine, and every point can be scored on the same prompts whenever the stream grows."""
+    needs no quiet machine, and every point can be scored on the same prompts whenever the curve grows."""
     pair = load_pair(target, draft=str(point / "draft"), device=device)  # as the bench loads them
-    target_model, dev = pair.target, pair.device
-    inputs = [encode_chat(pair.tokenizer, [{"role": "user", "content": r}]) for r in requests]
-    drafters = {"head": load_drafter(EAGLE[3].name, target_model, head=str(point / EAGLE[3].bundled), tree="chain"),
+    drafters = {"head": load_drafter(EAGLE[3].name, pair.target, head=str(point / EAGLE[3].bundled), tree="chain"),
                 "draft": pair.draft}
     scored = {}
     for name, drafter in drafters.items():
-        runs = [speculative_generate(target_model, drafter, ids.to(dev), k=4, max_new_tokens=max_new_tokens).stats
-                for ids in inputs]
+        runs = [speculative_generate(pair.target, drafter, ids.to(pair.device), k=4,
+                                     max_new_tokens=max_new_tokens).stats for ids in prompts]
         scored[name] = {"tokens_per_round": round(sum(r.new_tokens for r in runs) / sum(r.rounds for r in runs), 3)}
     return scored
 
 
-def score_same_requests(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
-    """Every trained point among `points` decoding the same held-out requests (same_requests,
-    request_acceptance); each point's scores kept in cN/same_requests.json with the requests they were
-    scored on, and scored again only when those change (a longer stream may hold some of them)."""
+def score_same_prompts(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
+    """Every trained point among `points` decoding the same prompts (same_prompts, request_acceptance):
+    {set: {"about": ..., "points": {N: scores}}}; each point's scores kept in cN/same_prompts.json with the
+    prompts they were scored on, and scored again only when those change."""
     named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
-    requests, described = same_requests(load_tokenizer(ensure_converted(named.packaged) if named else target), stream)
-    scored = {}
+    tokenizer = load_tokenizer(ensure_converted(named.packaged) if named else target)
+    sets = same_prompts(tokenizer, stream, max(points))
+    scored: dict = {kind: {"about": s["about"], "points": {}} for kind, s in sets.items()}
     for n in sorted(points):
-        point, kept = stream / f"c{n}", None
+        point = stream / f"c{n}"
         if not (point / "draft" / "record.json").exists() or not (point / EAGLE[3].bundled / "record.json").exists():
             continue
-        if (point / "same_requests.json").exists():
-            kept = json.loads((point / "same_requests.json").read_text())
-        if kept is None or kept["requests"] != requests:
-            kept = {"requests": requests, **request_acceptance(target, point, requests, device=device)}
-            (point / "same_requests.json").write_text(json.dumps(kept, indent=1) + "\n")
-        scored[str(n)] = {name: kept[name] for name in ("head", "draft")}
-    return {"prompts": described, "points": scored}
+        path = point / "same_prompts.json"
+        kept = json.loads(path.read_text()) if path.exists() else {}
+        for kind, s in sets.items():
+            ids = [p.tolist() for p in s["prompts"]]
+            if kept.get(kind, {}).get("prompts") != ids:
+                kept[kind] = {"prompts": ids, **request_acceptance(target, point, s["prompts"], device=device)}
+                path.write_text(json.dumps(kept) + "\n")
+            scored[kind]["points"][str(n)] = {d: kept[kind][d] for d in ("head", "draft")}
+    return scored
 
 
 def answering(stream: Path) -> dict:
@@ -357,7 +380,7 @@ def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-every
             curve["points"] += [p for p in earlier["points"] if p["conversations"] not in named]
             curve["points"].sort(key=lambda p: p["conversations"])
     if trained:  # every point, earlier ones too, scored on the same held-out requests
-        curve["same_requests"] = score_same_requests(target, stream, [p["conversations"] for p in curve["points"]],
-                                                     device)
+        curve["same_prompts"] = score_same_prompts(target, stream, [p["conversations"] for p in curve["points"]],
+                                                   device)
     (stream / "curve.json").write_text(json.dumps(curve, indent=1) + "\n")
     return curve

@@ -21,7 +21,7 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     train_main(["shared-draft", "--target", "smollm2", "--out", str(stream), "--preset", "micro-chat",
                 "--device", "cpu", "--steps", "1"])
     whole = torch.load(stream / "chat_conversations.pt")["conversations"]
-    monkeypatch.setattr(scaling, "SAME_REQUESTS", 8)  # (32 for a real curve)
+    monkeypatch.setattr(scaling, "SAME_PROMPTS", 4)  # (32 for a real curve)
     train_main(["scale", "--target", "smollm2", "--stream", str(stream), "--points", "4,8,16",
                 "--preset", "micro-chat", "--device", "cpu"])
     assert "holds 8 conversations, not 16" in capsys.readouterr().out  # said aloud, not trained
@@ -42,12 +42,16 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert answered["conversations"] == 8 and answered["batches_timed"] == len(batches) >= 1
     assert sum(t for t, _ in batches) == answered["answer_tokens"] > 0
     assert answered["median_batch_tokens_per_s"] > 0
-    same = curve["same_requests"]  # every point decoded the same requests, none of them in the stream
-    assert same["prompts"].startswith("8 chat requests") and "none in the stream's 8 conversations" in same["prompts"]
-    assert set(same["points"]) == {"4", "8"} and all(1 <= same["points"][n][d]["tokens_per_round"] <= 5
-                                                     for n in ("4", "8") for d in ("head", "draft"))
-    kept = json.loads((stream / "c4" / "same_requests.json").read_text())
-    assert len(kept["requests"]) == len(set(kept["requests"])) == 8
+    same = curve["same_prompts"]  # every point decoded the same prompts of two kinds
+    assert "conversations 8-8" in same["training's kind"]["about"]  # point 8's held-out one: conversation 8
+    assert same["new forms"]["about"].startswith("4 requests") and "stream's 8 conversations" in same["new forms"]["about"]
+    assert all(set(same[kind]["points"]) == {"4", "8"} for kind in same)
+    assert all(1 <= same[kind]["points"][n][d]["tokens_per_round"] <= 5
+               for kind in same for n in ("4", "8") for d in ("head", "draft"))
+    kept = json.loads((stream / "c4" / "same_prompts.json").read_text())
+    assert len(kept["new forms"]["prompts"]) == 4 and len(kept["training's kind"]["prompts"]) == 1
+    opening = kept["training's kind"]["prompts"][0]  # the held-out conversation up to its first assistant header
+    assert whole[7].tolist()[:len(opening)] == opening and len(opening) < len(whole[7])
 
     # a record from before the answers were scored in training gets them from the saved drafters: the same values
     target_dir = str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged))

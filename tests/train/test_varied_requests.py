@@ -90,3 +90,16 @@ def test_a_library_stream_cannot_go_on_with_varied_requests(fake_replies, tmp_pa
         chat_data.chat_conversations(target, tok, tmp_path, n=14, max_new_tokens=4, batch=7, requests="varied")
     with pytest.raises(ValueError, match="go on with --requests varied"):
         chat_data.continue_stream({"conversations": [], "requests": "everyday"}, "library", 7, tmp_path)
+
+
+def test_held_out_requests_are_different_reproducible_and_none_a_stream_holds():
+    categories = ("conversation", "qa", "math", "code")
+    made = varied_requests.held_out_requests(12, categories, seen=lambda text: False)
+    assert len(set(made)) == 12 and made == varied_requests.held_out_requests(12, categories, lambda text: False)
+    assert made[3].endswith(varied_requests.MATH_ENDINGS) is False and made[2].endswith(varied_requests.MATH_ENDINGS)
+    skipped = varied_requests.held_out_requests(12, categories, seen=lambda text: text in made[:4])
+    assert not set(made[:4]) & set(skipped)
+    with pytest.raises(ValueError, match="passages"):
+        varied_requests.held_out_requests(2, ("qa", "rag"), seen=lambda text: False)
+    with pytest.raises(ValueError, match="found only 0 of 2"):
+        varied_requests.held_out_requests(2, categories, seen=lambda text: True)

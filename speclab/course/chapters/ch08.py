@@ -317,19 +317,22 @@ def depth_figure(by_step: dict, end_rec: dict, evals3: list[dict], depth: int) -
 
 
 DRAFTERS = {"head": "EAGLE-3 head", "draft": "draft"}
-# where a point's drafters were met, greedy, K = 4: the same held-out requests at every point; the bench's
-# chat prompts of those requests' categories; and every bench prompt
-ROUNDS_WHERE = {"held-out requests": "same requests", "bench, their categories": "bench, same categories",
-                "bench, every category": "bench, every category"}
+# where a point's drafters were met, greedy, K = 4 (the figure's label for each): the same prompts at every point,
+# of the training's kind and in new forms (scaling.same_prompts); the bench's chat prompts of their categories;
+# every bench prompt
+ROUNDS_WHERE = {"training's kind": "requests of its training's kind", "new forms": "requests in new forms",
+                "bench, same categories": "bench prompts, same categories",
+                "bench, every category": "bench prompts, every category"}
 
 
 def tokens_a_round(curve: dict, point: dict) -> dict[tuple[str, str], float | None]:
     """A scaling point's tokens a round by (drafter, where: ROUNDS_WHERE), None where not measured."""
-    same = curve.get("same_requests", {}).get("points", {}).get(str(point["conversations"]), {})
-    bench4, bench = point.get("in_loop_request_categories", {}), point.get("in_loop", {})
-    return {(d, where): source.get(d, {}).get("tokens_per_round") for d in DRAFTERS
-            for where, source in (("held-out requests", same), ("bench, their categories", bench4),
-                                  ("bench, every category", bench))}
+    same = {kind: s["points"].get(str(point["conversations"]), {})
+            for kind, s in curve.get("same_prompts", {}).items()}
+    sources = {**same, "bench, same categories": point.get("in_loop_request_categories", {}),
+               "bench, every category": point.get("in_loop", {})}
+    return {(d, where): sources.get(where, {}).get(d, {}).get("tokens_per_round") for d in DRAFTERS
+            for where in ROUNDS_WHERE}
 
 
 def scaling_rows(curve: dict) -> list[tuple[str, list]]:
@@ -354,14 +357,14 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
 
 def scaling_figure(curve: dict) -> Figure:
     """A data-scaling curve (`python -m speclab train scale`'s curve.json) against training tokens: left, each
-    drafter's tokens a round, greedy, K = 4, on the same held-out requests at every point and on the bench's
-    chat prompts of their categories; right, each drafter's speed over target-only on the bench's chat
-    prompts, eager and on the fast path (the timed points only)."""
+    drafter's tokens a round, greedy, K = 4, on the same held-out prompts at every point (of the training's
+    kind, in new forms) and on the bench's chat prompts of their categories; right, each drafter's speed over
+    target-only on the bench's chat prompts, eager and on the fast path (the timed points only)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.6))
     colors = {"head": "#4c72b0", "draft": "#999999"}
     for d in DRAFTERS:
-        for where, style in (("held-out requests", "-"), ("bench, their categories", "--")):
+        for where, style in (("training's kind", "-"), ("new forms", "-."), ("bench, same categories", "--")):
             have = [(p["tokens"] / 1e6, tokens_a_round(curve, p)[d, where]) for p in points
                     if tokens_a_round(curve, p)[d, where] is not None]
             if have:

@@ -1,4 +1,5 @@
 """Chapter 8's helpers: each figure draws from small made-up inputs, sized for the book's column."""
+import html
 import re
 
 import matplotlib
@@ -155,20 +156,22 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
         four = {"head": {"tokens_per_round": 1.6 + top1}, "draft": {"tokens_per_round": 1.3 + top1}}
         return {**p, "speeds": speeds, "in_loop": loop, "in_loop_request_categories": four} if timed else p
     curve = {"points": [point(4000, 1_000_000, 0.6), point(1400, 350_000, 0.5), point(14000, 3_500_000, 0.7, False)],
-             "same_requests": {"points": {str(n): {"head": {"tokens_per_round": 2.0 + i / 2},
-                                                   "draft": {"tokens_per_round": 1.8 + i / 2}}
-                                          for i, n in enumerate((1400, 4000, 14000))}}}
+             "same_prompts": {kind: {"about": "", "points": {
+                 str(n): {"head": {"tokens_per_round": 2.0 + i / 2 + extra}, "draft": {"tokens_per_round": 1.8 + i / 2}}
+                 for i, n in enumerate((1400, 4000, 14000))}} for kind, extra in (("training's kind", 0.0),
+                                                                                  ("new forms", -0.5))}}
     table = ch08.scaling_table(curve).data  # the points as columns, by tokens; not measured says "-"
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
     assert heads[1:] == ["1,400", "4,000", "14,000"]
-    rows = {r[0]: r[1:] for r in (re.findall(r"<td[^>]*>([^<]*)</td>", row)
+    rows = {html.unescape(r[0]): r[1:] for r in (re.findall(r"<td[^>]*>([^<]*)</td>", row)
                                   for row in re.findall(r"<tr>(.*?)</tr>", table)[1:])}
     assert rows["conversations trained on"] == ["1,330", "3,800", "13,300"]  # a twentieth of each held out
     assert rows["training tokens (requests included)"] == ["0.35M", "1.00M", "3.50M"]
     assert rows["training steps: draft"] == ["2,800", "8,000", "28,000"]
     assert rows["first draft right, held-out answers: head"] == ["0.500", "0.600", "0.700"]
-    assert rows["tokens a round, held-out requests: head"] == ["2.00", "2.50", "3.00"]  # every point
-    assert rows["tokens a round, bench, their categories: draft"] == ["1.80", "1.90", "-"]  # the timed points
+    assert rows["tokens a round, training's kind: head"] == ["2.00", "2.50", "3.00"]  # every point
+    assert rows["tokens a round, new forms: head"] == ["1.50", "2.00", "2.50"]
+    assert rows["tokens a round, bench, same categories: draft"] == ["1.80", "1.90", "-"]  # the timed points
     assert rows["tokens a round, bench, every category: head"] == ["2.00", "2.10", "-"]
     assert rows["speed, bench prompts, fast: head"] == [f"{1 + 0.035 + 0.3:.2f}x", f"{1.1 + 0.3:.2f}x", "-"]
     assert rows["speed, bench prompts, eager: draft"] == [f"{0.035 + 0.1:.2f}x", f"{0.1 + 0.1:.2f}x", "-"]
@@ -176,9 +179,10 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     left, right = fig.axes
     assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT
     lines = {line.get_label(): line for line in left.lines}
-    same = lines["EAGLE-3 head, same requests"]
+    same = lines["EAGLE-3 head, requests of its training's kind"]
     assert list(same.get_xdata()) == [0.35, 1.0, 3.5] and list(same.get_ydata()) == [2.0, 2.5, 3.0]
-    bench = lines["draft, bench, same categories"]
+    assert list(lines["EAGLE-3 head, requests in new forms"].get_ydata()) == [1.5, 2.0, 2.5]
+    bench = lines["draft, bench prompts, same categories"]
     assert list(bench.get_xdata()) == [0.35, 1.0] and list(bench.get_ydata()) == pytest.approx([1.8, 1.9])
     speeds = {line.get_label(): line for line in right.lines if not line.get_label().startswith("_")}
     assert sorted(speeds) == ["EAGLE-3 head, eager", "EAGLE-3 head, fast", "draft, eager", "draft, fast"]
@@ -187,5 +191,5 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
         assert list(speeds[label].get_xdata()) == [0.35, 1.0]  # the timed points only
         assert list(speeds[label].get_ydata()) == pytest.approx([base + 0.035 + extra, base + 0.1 + extra])
     older = {"points": [point(1400, 350_000, 0.5, False)]}  # a curve from before the same requests were decoded
-    assert ch08.tokens_a_round(older, older["points"][0])["head", "held-out requests"] is None
+    assert ch08.tokens_a_round(older, older["points"][0])["head", "new forms"] is None
     assert not ch08.scaling_figure(older).axes[0].lines
