@@ -325,12 +325,12 @@ def request_acceptance(target: str, point: Path, prompts: list[torch.Tensor], ma
 
 def score_same_prompts(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
     """Every trained point among `points` decoding the same prompts (same_prompts, request_acceptance):
-    {set: {"about": ..., "points": {N: scores}}}; each point's scores kept in cN/same_prompts.json with the
+    {set: {"about": ..., "prompts": how many, "points": {N: scores}}}; each point's scores kept in cN/same_prompts.json with the
     prompts they were scored on, and scored again only when those change."""
     named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
     tokenizer = load_tokenizer(ensure_converted(named.packaged) if named else target)
     sets = same_prompts(tokenizer, stream, max(points))
-    scored: dict = {kind: {"about": s["about"], "points": {}} for kind, s in sets.items()}
+    scored: dict = {kind: {"about": s["about"], "prompts": len(s["prompts"]), "points": {}} for kind, s in sets.items()}
     for n in sorted(points):
         point = stream / f"c{n}"
         if not (point / "draft" / "record.json").exists() or not (point / EAGLE[3].bundled / "record.json").exists():

@@ -46,6 +46,7 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert "conversations 8-8" in same["training's kind"]["about"]  # point 8's held-out one: conversation 8
     assert same["new forms"]["about"].startswith("4 requests") and "stream's 8 conversations" in same["new forms"]["about"]
     assert all(set(same[kind]["points"]) == {"4", "8"} for kind in same)
+    assert same["new forms"]["prompts"] == 4 and same["training's kind"]["prompts"] == 1
     assert all(1 <= same[kind]["points"][n][d]["tokens_per_round"] <= 5
                for kind in same for n in ("4", "8") for d in ("head", "draft"))
     kept = json.loads((stream / "c4" / "same_prompts.json").read_text())
