@@ -6,9 +6,10 @@ N, with the same recipe and the same steps per conversation at every N (data.sca
 
 Each point is frozen into stream/cN/ (its first N conversations and passage material, copied) and trained
 there. Its held-out rows, its own last twentieth, are scored at every position and at the answers' alone
-(chat_data.answer_next). The speeds come from `bench` on the workloads' hand-written chat prompts, which no
-training request shares, and so does the first draft's acceptance in the loop (in_loop_acceptance); beside
-them, the head's EAGLE-2 timing on held-out requests of its training's templated kind (request_speeds).
+(chat_data.answer_next). Every point decodes the same prompts, of its training's kind and in forms no point
+trained on (same_prompts), for tokens a round that need no quiet machine. The speeds come from `bench` on
+the workloads' hand-written chat prompts, which no training request shares, and so do the rounds in the loop
+(in_loop_acceptance); beside them, the head's EAGLE-2 timing on held-out requests (request_speeds).
 """
 from __future__ import annotations
 
