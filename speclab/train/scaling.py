@@ -182,9 +182,10 @@ def point_speeds(bench: dict) -> dict:
             pooled = {tuple(rows): [sum(on_path[m][i] for m in rows) for i in range(3)] for rows in settings.values()}
             rows = max(pooled, key=lambda r: pooled[r][0] / pooled[r][1])
             tokens, seconds, rounds = pooled[rows]
+            alike = {} if len(rows) == 1 else {  # and how far apart two timings of one setting fell
+                "same_as": list(rows[:-1]), "each": [round(on_path[m][0] / on_path[m][1] / base, 3) for m in rows]}
             speeds.setdefault(name, {})[path] = {"row": rows[-1], "speedup": round(tokens / seconds / base, 3),
-                                                 "tokens_per_round": round(tokens / rounds, 3),
-                                                 **({"same_as": list(rows[:-1])} if len(rows) > 1 else {})}
+                                                 "tokens_per_round": round(tokens / rounds, 3), **alike}
     return speeds
 
 
@@ -232,6 +233,7 @@ def point_summary(point: Path, pair: str = "smollm2") -> dict:
                         "train_minutes": round(head["log"]["seconds"] / 60, 1)},
                "draft": {"steps": last_draft["step"], "heldout_top1": last_draft["heldout_top1"],
                          "train_minutes": round(draft["log"]["seconds"] / 60, 1)},
+               "heldout": {"rows": head["preset"]["heldout_rows"], "seq_len": head["preset"]["seq_len"]},
                "bench": "python -m speclab " + shlex.join(bench_argv(point, pair))}
     scored = json.loads((point / "answers.json").read_text()) if (point / "answers.json").exists() else {}
     summary["head"]["heldout_answer_top1_by_step"] = last_head.get("heldout_answer_top1_by_step", scored.get("head"))
@@ -270,14 +272,16 @@ def request_speeds(head_dir: Path) -> dict | None:
 
 
 SAME_PROMPTS = 32  # prompts in each set every point's drafters decode (same_prompts)
+SAME_K, SAME_NEW_TOKENS = 4, 64  # each drafter's K there, as the bench's in-loop rows, and the tokens decoded
 
 
 def same_prompts(tokenizer, stream: Path, largest: int, n: int | None = None) -> dict[str, dict]:
     """Two sets of n prompts, the same for every point up to `largest` conversations, each
     {"prompts": token ids, "about": what they are}, all in TUNING_CATEGORIES (no passages to copy):
     "training's kind", the opening requests of the largest point's held-out conversations (its last
-    twentieth, so no point trained on them, though the templates repeat requests across conversations);
-    "new forms", varied_requests.held_out_requests, none in the stream's conversations."""
+    twentieth: no point trained on those conversations, but the forms repeat requests, so "first_opened"
+    says which earlier conversation each request first opened, or None); "new forms",
+    varied_requests.held_out_requests, none in the stream's conversations."""
     n = n or SAME_PROMPTS
     state = torch.load(stream / STREAM_FILES[0])
     first_held = largest - max(1, largest // 20)
@@ -289,7 +293,11 @@ def same_prompts(tokenizer, stream: Path, largest: int, n: int | None = None) ->
     new = held_out_requests(n, TUNING_CATEGORIES, lambda r: any(r in t for t in texts))
     check_disjoint([[{"role": "user", "content": r}] for r in new])
     categories = ", ".join(TUNING_CATEGORIES)
-    return {"training's kind": {"prompts": [opening_request(state["conversations"][i], opener) for i in mine],
+    prompts = [opening_request(state["conversations"][i], opener) for i in mine]
+    opened: dict[tuple, int] = {}  # an opening request: the first conversation it opened
+    for i in range(first_held - 1, -1, -1):
+        opened[tuple(opening_request(state["conversations"][i], opener).tolist())] = i
+    return {"training's kind": {"prompts": prompts, "first_opened": [opened.get(tuple(p.tolist())) for p in prompts],
                                 "about": f"the opening requests of {len(mine)} of conversations {first_held + 1:,}-"
                                          f"{largest:,} ({categories}), held out from every point"},
             "new forms": {"prompts": [encode_chat(tokenizer, [{"role": "user", "content": r}]) for r in new],
@@ -308,30 +316,35 @@ def opening_request(conversation: torch.Tensor, opener: list[int]) -> torch.Tens
 
 
 @torch.no_grad()
-def request_acceptance(target: str, point: Path, prompts: list[torch.Tensor], max_new_tokens: int = 64,
+def request_acceptance(target: str, point: Path, prompts: list[torch.Tensor], max_new_tokens: int = SAME_NEW_TOKENS,
                        device: str | None = None) -> dict:
-    """Tokens a round of a point's drafters on `prompts` (token ids), greedy: the head's chain and the draft,
-    each K = 4 (the bench's in-loop rows). Greedy rounds follow the drafters' guesses, not the clock, so this
-    needs no quiet machine, and every point can be scored on the same prompts whenever the curve grows."""
+    """Tokens a round of a point's drafters on `prompts` (token ids), greedy, over all and by prompt: the
+    head's chain and the draft, each K = SAME_K (the bench's in-loop rows). Greedy rounds follow the
+    drafters' guesses, not the clock, so this needs no quiet machine, and every point can be scored on the
+    same prompts whenever the curve grows."""
     pair = load_pair(target, draft=str(point / "draft"), device=device)  # as the bench loads them
     drafters = {"head": load_drafter(EAGLE[3].name, pair.target, head=str(point / EAGLE[3].bundled), tree="chain"),
                 "draft": pair.draft}
     scored = {}
     for name, drafter in drafters.items():
-        runs = [speculative_generate(pair.target, drafter, ids.to(pair.device), k=4,
+        runs = [speculative_generate(pair.target, drafter, ids.to(pair.device), k=SAME_K,
                                      max_new_tokens=max_new_tokens).stats for ids in prompts]
-        scored[name] = {"tokens_per_round": round(sum(r.new_tokens for r in runs) / sum(r.rounds for r in runs), 3)}
+        scored[name] = {"tokens_per_round": round(sum(r.new_tokens for r in runs) / sum(r.rounds for r in runs), 3),
+                        "by_prompt": [[r.new_tokens, r.rounds] for r in runs]}  # (new tokens, rounds) each
     return scored
 
 
 def score_same_prompts(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
     """Every trained point among `points` decoding the same prompts (same_prompts, request_acceptance):
-    {set: {"about": ..., "prompts": how many, "points": {N: scores}}}; each point's scores kept in cN/same_prompts.json with the
-    prompts they were scored on, and scored again only when those change."""
+    {set: {"about", "prompts" (how many), "k", "new_tokens", "points": {N: scores}}}, and for the training's
+    kind how many of its requests each point trained on; each point's scores kept in cN/same_prompts.json
+    with the prompts they were scored on, and scored again only when those change."""
     named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
     tokenizer = load_tokenizer(ensure_converted(named.packaged) if named else target)
     sets = same_prompts(tokenizer, stream, max(points))
-    scored: dict = {kind: {"about": s["about"], "prompts": len(s["prompts"]), "points": {}} for kind, s in sets.items()}
+    scored: dict = {kind: {"about": s["about"], "prompts": len(s["prompts"]), "k": SAME_K,
+                           "new_tokens": SAME_NEW_TOKENS, "points": {}} for kind, s in sets.items()}
+    scored["training's kind"]["first_opened"] = sets["training's kind"]["first_opened"]
     for n in sorted(points):
         point = stream / f"c{n}"
         if not (point / "draft" / "record.json").exists() or not (point / EAGLE[3].bundled / "record.json").exists():
@@ -340,10 +353,15 @@ def score_same_prompts(target: str, stream: Path, points: list[int], device: str
         kept = json.loads(path.read_text()) if path.exists() else {}
         for kind, s in sets.items():
             ids = [p.tolist() for p in s["prompts"]]
-            if kept.get(kind, {}).get("prompts") != ids:
+            if kept.get(kind, {}).get("prompts") != ids or "by_prompt" not in kept[kind]["head"]:
                 kept[kind] = {"prompts": ids, **request_acceptance(target, point, s["prompts"], device=device)}
                 path.write_text(json.dumps(kept) + "\n")
             scored[kind]["points"][str(n)] = {d: kept[kind][d] for d in ("head", "draft")}
+            # how many of these requests opened a conversation this point trained on (its first n, less a twentieth)
+            if "first_opened" in s:
+                trained = n - max(1, n // 20)
+                scored[kind]["points"][str(n)]["trained_on"] = sum(i is not None and i < trained
+                                                                   for i in s["first_opened"])
     return scored
 
 

@@ -47,6 +47,11 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert same["new forms"]["about"].startswith("4 requests") and "stream's 8 conversations" in same["new forms"]["about"]
     assert all(set(same[kind]["points"]) == {"4", "8"} for kind in same)
     assert same["new forms"]["prompts"] == 4 and same["training's kind"]["prompts"] == 1
+    opened = same["training's kind"]["first_opened"]  # where conversation 8's request first opened one, if it did
+    assert len(opened) == 1 and (opened[0] is None or opened[0] < 7)
+    assert same["training's kind"]["points"]["8"]["trained_on"] == (opened[0] is not None)
+    assert len(same["new forms"]["points"]["4"]["head"]["by_prompt"]) == 4  # (new tokens, rounds) of each
+    assert curve["points"][0]["heldout"] == {"rows": 2, "seq_len": 16}  # micro-chat's
     assert all(1 <= same[kind]["points"][n][d]["tokens_per_round"] <= 5
                for kind in same for n in ("4", "8") for d in ("head", "draft"))
     kept = json.loads((stream / "c4" / "same_prompts.json").read_text())
@@ -135,7 +140,8 @@ def test_rows_that_decoded_alike_are_one_setting_at_their_pooled_speed():
             bench_row("speclab eagle3 chain", 12, 2.0, lengths=[9, 9]), bench_row("speclab eagle3 x", 13.5, 1.5)]
     head = point_speeds({"workloads": [{"rows": rows}]})["head"]["eager"]
     assert head == {"row": "speclab eagle3 chain", "same_as": ["speclab eagle3"], "tokens_per_round": 2.0,
-                    "speedup": round(128 / (64 / 16 + 64 / 12) / 10, 3)}  # 1.371: not 1.6, and above x's 1.35
+                    "speedup": round(128 / (64 / 16 + 64 / 12) / 10, 3),  # 1.371: not 1.6, and above x's 1.35
+                    "each": [1.6, 1.2]}  # the two timings, apart by more than the setting's lead
 
 
 def test_a_points_speeds_are_each_drafters_fastest_row_over_target_only_on_the_same_path():
