@@ -192,8 +192,8 @@ def point_speeds(bench: dict) -> dict:
 def in_loop_acceptance(bench: dict, categories: tuple[str, ...] | None = None) -> dict:
     """From a point's bench.json, each drafter's greedy chain as decoding met it on the held-out chat prompts (every
     category's rounds together, or those of `categories`' workloads, chat-CATEGORY): at draft position j, the
-    share of rounds that reached j whose draft j was accepted (from the rounds' accepted lengths), and tokens a
-    round. The head's chain row and the draft's K=4 row, eager (the fast path's decisions are the same)."""
+    share of rounds that reached j whose draft j was accepted (from the rounds' accepted lengths), tokens a
+    round, and rounds. The head's chain row and the draft's K=4 row, eager (the fast path's decisions are the same)."""
     rows = {"head": EAGLE[3].row("chain"), "draft": f"{draft_model_method().row()} K=4"}
     found: dict = {}
     for workload in bench["workloads"]:
@@ -215,7 +215,7 @@ def in_loop_acceptance(bench: dict, categories: tuple[str, ...] | None = None) -
         reached = [sum(mine["lengths"][j:]) for j in range(len(mine["lengths"]))]
         summary[name] = {"row": rows[name], "by_position": [round(reached[j + 1] / reached[j], 4)
                                                             for j in range(len(reached) - 1) if reached[j]],
-                         "tokens_per_round": round(mine["tokens"] / mine["rounds"], 3)}
+                         "tokens_per_round": round(mine["tokens"] / mine["rounds"], 3), "rounds": mine["rounds"]}
     return summary
 
 

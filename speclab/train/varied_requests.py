@@ -1,10 +1,9 @@
 """Chat requests in more forms than chat_requests writes: what a stream of the target's answers continues
 with once more of the same stopped paying where it was measured.
 
-Why: SmolLM2's scaling curve (book 9.6) trained its drafters on 1,400 and then 4,000 conversations of
-chat_requests' everyday requests. The head's speed on held-out requests of that kind rose 1.19x -> 1.42x;
-on the bench's hand-written chat prompts it moved 1.03x -> 1.08x. More of one template's requests teaches
-that template. These requests keep the seven categories (Spec-Bench's six and code, Xia et al. 2024) and
+Why: SmolLM2's scaling curve (book 9.6) trained its drafters on more and more of chat_requests' everyday
+requests. The head's tokens a round rose far more on requests of those forms than on requests in other
+forms or on the bench's hand-written chat prompts: more of a few forms' requests teaches those forms. These requests keep the seven categories (Spec-Bench's six and code, Xia et al. 2024) and
 change what varies: new pools and phrasings in each; documents of one to three of the target's passages,
 some as emails; translation both ways and between languages; code to explain, fix, test or trace, not
 only to write; word problems of several steps; and a second turn that follows from the first request

@@ -194,6 +194,7 @@ def test_in_loop_acceptance_is_each_positions_share_of_the_rounds_that_reached_i
     # the head: 20 rounds kept 0,1,2,3,4 drafts 10,4,2,1,3 times: 10 of 20 passed position 1, 6 of 10 position 2
     assert seen["head"]["by_position"] == [0.5, 0.6, 0.6667, 0.75]
     assert seen["head"]["tokens_per_round"] == round((0 * 10 + 1 * 4 + 2 * 2 + 3 + 4 * 3 + 20) / 20, 3)
+    assert seen["head"]["rounds"] == 20
     assert seen["draft"]["by_position"] == [7 / 20, 0.0] and seen["draft"]["row"] == "speclab draft_model K=4"
     # a few categories' workloads alone (those the held-out requests have): the others' rounds are left out
     named = {"workloads": [{"workload": "chat-qa", "rows": first}, {"workload": "chat-rag", "rows": second}]}
