@@ -335,6 +335,23 @@ def tokens_a_round(curve: dict, point: dict) -> dict[tuple[str, str], float | No
             for where in ROUNDS_WHERE}
 
 
+def untrained_rounds(curve: dict) -> dict[str, list[float | None]]:
+    """Each drafter's tokens a round at every point (by training tokens) over the prompts of the training's kind
+    whose request no point trained on (same_prompts' first_opened: none, or past every point's training)."""
+    kind = curve.get("same_prompts", {}).get("training's kind", {})
+    points = sorted(curve["points"], key=lambda p: p["tokens"])
+    last = max((p["conversations"] - max(1, p["conversations"] // 20) for p in points), default=0)
+    keep = [i for i, at in enumerate(kind.get("first_opened", [])) if at is None or at >= last]
+    out: dict[str, list[float | None]] = {}
+    for d in DRAFTERS:
+        out[d] = []
+        for p in points:
+            runs = kind.get("points", {}).get(str(p["conversations"]), {}).get(d, {}).get("by_prompt")
+            chosen = [runs[i] for i in keep] if runs and keep else []
+            out[d].append(round(sum(t for t, _ in chosen) / sum(r for _, r in chosen), 3) if chosen else None)
+    return out
+
+
 def scaling_rows(curve: dict) -> list[tuple[str, list]]:
     """The data-scaling curve's measures, a (label, values by point) pair each, the points by training tokens
     (None: not measured): the data and steps, how often the first draft is the target's token on held-out
@@ -348,7 +365,12 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
             ("first draft right, held-out answers: head",
              [(p["head"].get("heldout_answer_top1_by_step") or [None])[0] for p in points]),
             ("first draft right, held-out answers: draft", [p["draft"].get("heldout_answer_top1") for p in points])]
-    rows += [(f"tokens a round, {where}: {d}", [r[d, where] for r in rounds]) for d in DRAFTERS for where in ROUNDS_WHERE]
+    untrained = untrained_rounds(curve)
+    for d in DRAFTERS:
+        for where in ROUNDS_WHERE:
+            rows.append((f"tokens a round, {where}: {d}", [r[d, where] for r in rounds]))
+            if where == "training's kind":  # the part of that set whose requests no point trained on
+                rows.append((f"tokens a round, training's kind, untrained requests: {d}", untrained[d]))
     rows += [(f"speed, bench prompts, {path}: {d}",
               [p.get("speeds", {}).get(d, {}).get(path, {}).get("speedup") for p in points])
              for d in DRAFTERS for path in ("eager", "fast")]
@@ -364,7 +386,7 @@ def scaling_figure(curve: dict) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.6))
     colors = {"head": "#4c72b0", "draft": "#999999"}
     for d in DRAFTERS:
-        for where, style in (("training's kind", "-"), ("new forms", "-."), ("bench, same categories", "--")):
+        for where, style in (("training's kind", "-"), ("new forms", "--"), ("bench, same categories", ":")):
             have = [(p["tokens"] / 1e6, tokens_a_round(curve, p)[d, where]) for p in points
                     if tokens_a_round(curve, p)[d, where] is not None]
             if have:
@@ -376,6 +398,8 @@ def scaling_figure(curve: dict) -> Figure:
                          ("o" if d == "head" else "s") + style, color=colors[d], label=f"{DRAFTERS[d]}, {path}")
     axes[0].set_ylabel("tokens a round (K = 4, greedy)", fontsize=FONT)
     axes[1].axhline(1, color="k", lw=0.8)
+    low, high = axes[1].get_ylim()  # at least 0.85-1.15, so that a few percent looks like a few percent
+    axes[1].set_ylim(min(low, 0.85), max(high, 1.15))
     axes[1].set_ylabel("speed vs target-only, bench prompts", fontsize=FONT)
     ticks = [p["tokens"] / 1e6 for p in points]
     for ax in axes:

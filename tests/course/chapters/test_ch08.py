@@ -193,3 +193,13 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     older = {"points": [point(1400, 350_000, 0.5, False)]}  # a curve from before the same requests were decoded
     assert ch08.tokens_a_round(older, older["points"][0])["head", "new forms"] is None
     assert not ch08.scaling_figure(older).axes[0].lines
+
+
+def test_untrained_rounds_keep_the_requests_no_point_trained_on():
+    points = [{"conversations": n, "tokens": n * 250} for n in (1400, 4000)]  # trained on 1,330 and 3,800
+    runs = {"head": {"by_prompt": [[64, 32], [64, 16], [64, 64]]}, "draft": {"by_prompt": [[60, 30], [64, 8], [6, 6]]}}
+    curve = {"points": points, "same_prompts": {"training's kind": {
+        "first_opened": [None, 100, 3900], "points": {"1400": runs, "4000": {"head": runs["head"]}}}}}
+    # the second request opened conversation 101, which both points trained on; the third opened 3,901, held out
+    assert ch08.untrained_rounds(curve) == {"head": [round(128 / 96, 3)] * 2, "draft": [round(66 / 36, 3), None]}
+    assert ch08.untrained_rounds({"points": points}) == {"head": [None, None], "draft": [None, None]}
