@@ -359,7 +359,7 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     rounds = [tokens_a_round(curve, p) for p in points]
     rows = [("conversations trained on", [p["conversations"] - max(1, p["conversations"] // 20) for p in points]),
-            ("training tokens (requests included)", [p["tokens"] for p in points]),
+            ("tokens in its conversations (requests, held-out too)", [p["tokens"] for p in points]),
             ("training steps: head", [p["head"]["steps"] for p in points]),
             ("training steps: draft", [p["draft"]["steps"] for p in points]),
             ("first draft right, held-out answers: head",
@@ -420,7 +420,7 @@ def scaling_table(curve: dict):
     def show(label: str, value) -> str:
         if value is None:
             return "-"
-        if label.startswith("training tokens"):
+        if label.startswith("tokens in"):
             return f"{value / 1e6:.2f}M"
         if isinstance(value, int):
             return f"{value:,}"

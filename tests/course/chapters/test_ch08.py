@@ -166,7 +166,7 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     rows = {html.unescape(r[0]): r[1:] for r in (re.findall(r"<td[^>]*>([^<]*)</td>", row)
                                   for row in re.findall(r"<tr>(.*?)</tr>", table)[1:])}
     assert rows["conversations trained on"] == ["1,330", "3,800", "13,300"]  # a twentieth of each held out
-    assert rows["training tokens (requests included)"] == ["0.35M", "1.00M", "3.50M"]
+    assert rows["tokens in its conversations (requests, held-out too)"] == ["0.35M", "1.00M", "3.50M"]
     assert rows["training steps: draft"] == ["2,800", "8,000", "28,000"]
     assert rows["first draft right, held-out answers: head"] == ["0.500", "0.600", "0.700"]
     assert rows["tokens a round, training's kind: head"] == ["2.00", "2.50", "3.00"]  # every point
