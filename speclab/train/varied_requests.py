@@ -230,8 +230,9 @@ def varied_request(category: str, rng: random.Random, passages: list[str], forei
                                "What would a newcomer need to know first?", "What problem is described, if any?"))
         ask = rng.choice(("Based only on the {label} below, answer: {question}",
                           "{question} Use the {label} below and nothing else; say if it does not say.",
-                          "Here is a {label}. {question}"))
-        return f"{ask.format(label=label.lower(), question=question)}\n\n{label}: {text}"
+                          "{here}. {question}"))
+        here = {"Notes": "Here are some notes", "Article": "Here is an article"}.get(label, f"Here is a {label.lower()}")
+        return f"{ask.format(label=label.lower(), here=here, question=question)}\n\n{label}: {text}"
     if category == "code":
         if rng.random() < 0.4:
             code, ask = snippet(rng)
