@@ -278,13 +278,18 @@ def answer_next(rows: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch
     return torch.cat([answer[1:], torch.tensor([False])]).view(rows.shape)
 
 
+def trained_on(n: int) -> int:
+    """How many of n conversations a drafter trains on: all but the last twentieth (chat_rows holds it out)."""
+    return n - max(1, n // 20)
+
+
 def chat_rows(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int, seq_len: int,
               seed: int = 0, deadline: float | None = None,
               requests: str = "library") -> tuple[torch.Tensor, torch.Tensor]:
     """(train rows, held-out rows) of seq_len tokens from n conversations (chat_conversations): the last
     twentieth of the conversations, packed apart, are held out."""
     conversations = chat_conversations(target, tokenizer, out, n, seed=seed, deadline=deadline, requests=requests)
-    held = max(1, n // 20)
+    held = n - trained_on(n)
     eos = tokenizer.eos_token_id
     return pack(conversations[:-held], seq_len, eos), pack(conversations[-held:], seq_len, eos)
 

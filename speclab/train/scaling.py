@@ -31,7 +31,7 @@ from speclab.methods.eagle import FeatureHead, describe_tree
 from speclab.models import CONVERTED_PAIRS, load_model, load_pair, load_tokenizer
 from speclab.packaged import ensure_converted
 from speclab.train.answers import median_batch_rate
-from speclab.train.chat_data import CATEGORIES, answer_next, assistant_header, check_disjoint
+from speclab.train.chat_data import CATEGORIES, answer_next, assistant_header, check_disjoint, trained_on
 from speclab.train.chat_requests import TUNING_CATEGORIES
 from speclab.train.data import hardware, scaled_steps
 from speclab.train.eagle import EAGLE_PRESETS, train_eagle, unrolled_accuracy
@@ -284,7 +284,7 @@ def same_prompts(tokenizer, stream: Path, largest: int, n: int | None = None) ->
     varied_requests.held_out_requests, none in the stream's conversations."""
     n = n or SAME_PROMPTS
     state = torch.load(stream / STREAM_FILES[0])
-    first_held = largest - max(1, largest // 20)
+    first_held = trained_on(largest)
     mine = [i for i in range(first_held, largest) if CATEGORIES[i % len(CATEGORIES)] in TUNING_CATEGORIES][:n]
     if not mine:  # (a curve of a few conversations holds out fewer than n: those it has)
         raise ValueError(f"the first {largest} conversations hold none out in {TUNING_CATEGORIES}")
@@ -359,8 +359,7 @@ def score_same_prompts(target: str, stream: Path, points: list[int], device: str
             scored[kind]["points"][str(n)] = {d: kept[kind][d] for d in ("head", "draft")}
             # how many of these requests opened a conversation this point trained on (its first n, less a twentieth)
             if "first_opened" in s:
-                trained = n - max(1, n // 20)
-                scored[kind]["points"][str(n)]["trained_on"] = sum(i is not None and i < trained
+                scored[kind]["points"][str(n)]["trained_on"] = sum(i is not None and i < trained_on(n)
                                                                    for i in s["first_opened"])
     return scored
 

@@ -18,6 +18,7 @@ import torch
 import speclab
 from speclab.course.notebook import html_table, precision, tree_layout
 from speclab.methods import REGISTRY, eagle
+from speclab.train.chat_data import trained_on
 from speclab.train.eagle import unroll_mask
 
 WIDTH = 7.5    # inches: the book's 780-pixel column
@@ -340,7 +341,7 @@ def untrained_rounds(curve: dict) -> dict[str, list[float | None]]:
     whose request no point trained on (same_prompts' first_opened: none, or past every point's training)."""
     kind = curve.get("same_prompts", {}).get("training's kind", {})
     points = sorted(curve["points"], key=lambda p: p["tokens"])
-    last = max((p["conversations"] - max(1, p["conversations"] // 20) for p in points), default=0)
+    last = max((trained_on(p["conversations"]) for p in points), default=0)
     keep = [i for i, at in enumerate(kind.get("first_opened", [])) if at is None or at >= last]
     out: dict[str, list[float | None]] = {}
     for d in DRAFTERS:
@@ -358,7 +359,7 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
     answers, tokens a round (tokens_a_round), and speed over target-only on the bench's chat prompts."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     rounds = [tokens_a_round(curve, p) for p in points]
-    rows = [("conversations trained on", [p["conversations"] - max(1, p["conversations"] // 20) for p in points]),
+    rows = [("conversations trained on", [trained_on(p["conversations"]) for p in points]),
             ("tokens in its conversations (requests, held-out too)", [p["tokens"] for p in points]),
             ("training steps: head", [p["head"]["steps"] for p in points]),
             ("training steps: draft", [p["draft"]["steps"] for p in points]),
