@@ -287,16 +287,43 @@ def tuning_requests(n: int, seen: Callable[[str], bool] | None = None) -> list[l
     deep trees)."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"ask for at least one tuning request, not {n!r}")
-    rng, found = random.Random(TUNING_SEED), []
+    texts = unseen_requests(lambda c, rng: request(c, rng, "", ("", "")), n, TUNING_CATEGORIES, TUNING_SEED, seen,
+                            "tuning requests outside the training data",
+                            "ask for fewer (--num-prompts), or time on held-out code (--prompts code)")
+    return [[{"role": "user", "content": text}] for text in texts]
+
+
+def unseen_requests(draw: Callable[[str, random.Random], str], n: int, categories: tuple[str, ...], seed,
+                    seen: Callable[[str], bool] | None, what: str = "requests outside the stream",
+                    advice: str = "ask for fewer") -> list[str]:
+    """n different requests draw(category, rng) makes, the categories in turn, rng seeded with `seed`, none
+    that `seen(text)` says a stream holds; a clear error after 100 draws a request without enough of them."""
+    rng, found = random.Random(seed), []
     for _ in range(100 * n):
-        category = TUNING_CATEGORIES[len(found) % len(TUNING_CATEGORIES)]
-        text = request(category, rng, "", ("", ""))
-        if [{"role": "user", "content": text}] not in found and (seen is None or not seen(text)):  # each once
-            found.append([{"role": "user", "content": text}])
+        text = draw(categories[len(found) % len(categories)], rng)
+        if text not in found and (seen is None or not seen(text)):
+            found.append(text)
             if len(found) == n:
                 return found
-    raise ValueError(f"found only {len(found)} of {n} tuning requests outside the training data in {100 * n} "
-                     "draws: ask for fewer (--num-prompts), or time on held-out code (--prompts code)")
+    raise ValueError(f"found only {len(found)} of {n} {what} in {100 * n} draws: {advice}")
+
+
+# The everyday forms' categories whose requests a long stream has not used up: by 4,800 conversations every
+# qa and code request these forms can make is in the stream (about a hundred each), while conversation
+# requests combine larger pools and word problems draw their numbers.
+HELD_OUT_CATEGORIES = ("conversation", "math")
+
+
+def held_out_requests(n: int, seen: Callable[[str], bool], categories: tuple[str, ...] = HELD_OUT_CATEGORIES
+                      ) -> list[str]:
+    """n different requests in these forms, categories in turn, drawn with a seed no stream uses and none
+    that `seen` says a stream holds: requests of the everyday forms that no drafter trained on. Categories
+    that need the target's passages are refused (those passages are in the training data)."""
+    if set(categories) & {"translation", "summarization", "rag"}:
+        raise ValueError(f"{categories} include categories drawn over the target's passages; choose among "
+                         "conversation, qa, math and code")
+    return unseen_requests(lambda c, rng: request(c, rng, "", ("", "")), n, categories, "everyday held out", seen,
+                           advice=f"ask for fewer, or draw from {HELD_OUT_CATEGORIES}, whose pools last longest")
 
 
 # Past this many passages (7,000 conversations) the requests reuse them in turn, each time with another form

@@ -6,8 +6,8 @@ N, with the same recipe and the same steps per conversation at every N (data.sca
 
 Each point is frozen into stream/cN/ (its first N conversations and passage material, copied) and trained
 there. Its held-out rows, its own last twentieth, are scored at every position and at the answers' alone
-(chat_data.answer_next). Every point decodes the same prompts, of its training's kind and in forms no point
-trained on (same_prompts), for tokens a round that need no quiet machine. The speeds come from `bench` on
+(chat_data.answer_next). Every point decodes the same prompts, requests in the stream's forms that none of
+its conversations holds (same_prompts), for tokens a round that need no quiet machine. The speeds come from `bench` on
 the workloads' hand-written chat prompts, which no training request shares, and so do the rounds in the loop
 (in_loop_acceptance); beside them, the head's EAGLE-2 timing on held-out requests (request_speeds).
 """
@@ -31,7 +31,8 @@ from speclab.methods.eagle import FeatureHead, describe_tree
 from speclab.models import CONVERTED_PAIRS, load_model, load_pair, load_tokenizer
 from speclab.packaged import ensure_converted
 from speclab.train.answers import median_batch_rate
-from speclab.train.chat_data import CATEGORIES, answer_next, assistant_header, check_disjoint, trained_on
+from speclab.train import chat_requests
+from speclab.train.chat_data import answer_next, check_disjoint
 from speclab.train.chat_requests import TUNING_CATEGORIES
 from speclab.train.data import hardware, scaled_steps
 from speclab.train.eagle import EAGLE_PRESETS, train_eagle, unrolled_accuracy
@@ -275,44 +276,26 @@ SAME_PROMPTS = 32  # prompts in each set every point's drafters decode (same_pro
 SAME_K, SAME_NEW_TOKENS = 4, 64  # each drafter's K there, as the bench's in-loop rows, and the tokens decoded
 
 
-def same_prompts(tokenizer, stream: Path, largest: int, n: int | None = None) -> dict[str, dict]:
-    """Two sets of n prompts, the same for every point up to `largest` conversations, each
-    {"prompts": token ids, "about": what they are}, all in TUNING_CATEGORIES (no passages to copy):
-    "training's kind", the opening requests of the largest point's held-out conversations (its last
-    twentieth: no point trained on those conversations, but the forms repeat requests, so "first_opened"
-    says which earlier conversation each request first opened, or None); "new forms",
-    varied_requests.held_out_requests, none in the stream's conversations."""
+def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dict]:
+    """Two sets of n requests that no point trained on, the same for every point, each {"prompts": token ids,
+    "about": what they are}, none in any of the stream's conversations: "everyday forms",
+    chat_requests.held_out_requests (the forms of the stream's everyday stretch, in the categories whose
+    requests it has not used up); "varied forms", varied_requests.held_out_requests in TUNING_CATEGORIES
+    (the forms of its varied stretch, which a point of everyday requests alone never met). No category
+    carries a passage to copy."""
     n = n or SAME_PROMPTS
     state = torch.load(stream / STREAM_FILES[0])
-    first_held = trained_on(largest)
-    mine = [i for i in range(first_held, largest) if CATEGORIES[i % len(CATEGORIES)] in TUNING_CATEGORIES][:n]
-    if not mine:  # (a curve of a few conversations holds out fewer than n: those it has)
-        raise ValueError(f"the first {largest} conversations hold none out in {TUNING_CATEGORIES}")
-    opener = assistant_header(tokenizer)
-    texts = tokenizer.batch_decode([c.tolist() for c in state["conversations"]])
-    new = held_out_requests(n, TUNING_CATEGORIES, lambda r: any(r in t for t in texts))
-    check_disjoint([[{"role": "user", "content": r}] for r in new])
-    categories = ", ".join(TUNING_CATEGORIES)
-    prompts = [opening_request(state["conversations"][i], opener) for i in mine]
-    opened: dict[tuple, int] = {}  # an opening request: the first conversation it opened
-    for i in range(first_held - 1, -1, -1):
-        opened[tuple(opening_request(state["conversations"][i], opener).tolist())] = i
-    return {"training's kind": {"prompts": prompts, "first_opened": [opened.get(tuple(p.tolist())) for p in prompts],
-                                "about": f"the opening requests of {len(mine)} of conversations {first_held + 1:,}-"
-                                         f"{largest:,} ({categories}), held out from every point"},
-            "new forms": {"prompts": [encode_chat(tokenizer, [{"role": "user", "content": r}]) for r in new],
-                          "about": f"{n} requests in speclab.train.varied_requests' forms ({categories}), none "
-                                   f"in the stream's {len(texts):,} conversations"}}
-
-
-def opening_request(conversation: torch.Tensor, opener: list[int]) -> torch.Tensor:
-    """A conversation's tokens up to the end of its first assistant header: the prompt its first answer
-    followed, as the target saw it."""
-    ids, width = conversation.long(), len(opener)
-    for end in range(width, len(ids) + 1):
-        if ids[end - width:end].tolist() == opener:
-            return ids[:end]
-    raise ValueError("a conversation without an assistant header")
+    held = "\n\x00".join(tokenizer.batch_decode([c.tolist() for c in state["conversations"]]))
+    def seen(text: str) -> bool:
+        return text in held
+    sets = {"everyday forms": (chat_requests.held_out_requests(n, seen), chat_requests.HELD_OUT_CATEGORIES),
+            "varied forms": (held_out_requests(n, TUNING_CATEGORIES, seen), TUNING_CATEGORIES)}
+    for texts, _ in sets.values():
+        check_disjoint([[{"role": "user", "content": r}] for r in texts])
+    where = f"none in the stream's {len(state['conversations']):,} conversations"
+    return {kind: {"prompts": [encode_chat(tokenizer, [{"role": "user", "content": r}]) for r in texts],
+                   "about": f"{n} requests in the {kind} ({', '.join(categories)}), {where}"}
+            for kind, (texts, categories) in sets.items()}
 
 
 @torch.no_grad()
@@ -336,31 +319,26 @@ def request_acceptance(target: str, point: Path, prompts: list[torch.Tensor], ma
 
 def score_same_prompts(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
     """Every trained point among `points` decoding the same prompts (same_prompts, request_acceptance):
-    {set: {"about", "prompts" (how many), "k", "new_tokens", "points": {N: scores}}}, and for the training's
-    kind how many of its requests each point trained on; each point's scores kept in cN/same_prompts.json
-    with the prompts they were scored on, and scored again only when those change."""
+    {set: {"about", "prompts" (how many), "k", "new_tokens", "points": {N: scores}}}; each point's scores kept
+    in cN/same_prompts.json with the prompts they were scored on, and scored again only when those change."""
     named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
     tokenizer = load_tokenizer(ensure_converted(named.packaged) if named else target)
-    sets = same_prompts(tokenizer, stream, max(points))
+    sets = same_prompts(tokenizer, stream)
     scored: dict = {kind: {"about": s["about"], "prompts": len(s["prompts"]), "k": SAME_K,
                            "new_tokens": SAME_NEW_TOKENS, "points": {}} for kind, s in sets.items()}
-    scored["training's kind"]["first_opened"] = sets["training's kind"]["first_opened"]
     for n in sorted(points):
         point = stream / f"c{n}"
         if not (point / "draft" / "record.json").exists() or not (point / EAGLE[3].bundled / "record.json").exists():
             continue
         path = point / "same_prompts.json"
         kept = json.loads(path.read_text()) if path.exists() else {}
+        kept = {kind: kept[kind] for kind in sets if kind in kept}  # (sets of earlier curves dropped)
         for kind, s in sets.items():
             ids = [p.tolist() for p in s["prompts"]]
-            if kept.get(kind, {}).get("prompts") != ids or "by_prompt" not in kept[kind]["head"]:
+            if kept.get(kind, {}).get("prompts") != ids:
                 kept[kind] = {"prompts": ids, **request_acceptance(target, point, s["prompts"], device=device)}
                 path.write_text(json.dumps(kept) + "\n")
             scored[kind]["points"][str(n)] = {d: kept[kind][d] for d in ("head", "draft")}
-            # how many of these requests opened a conversation this point trained on (its first n, less a twentieth)
-            if "first_opened" in s:
-                scored[kind]["points"][str(n)]["trained_on"] = sum(i is not None and i < trained_on(n)
-                                                                   for i in s["first_opened"])
     return scored
 
 

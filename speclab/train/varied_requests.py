@@ -258,16 +258,11 @@ def varied_requests(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
 
 def held_out_requests(n: int, categories: tuple[str, ...], seen: Callable[[str], bool]) -> list[str]:
     """n different requests in these forms, categories in turn, drawn with a seed no stream uses and none
-    that `seen` says a stream holds: prompts in forms a drafter trained on everyday requests never met.
-    Categories that need the target's passages are refused (those passages are in the training data)."""
+    that `seen` says a stream holds: requests in the varied forms that no drafter trained on, and forms one
+    trained on everyday requests alone never met. Categories that need the target's passages are refused
+    (those passages are in the training data)."""
     if set(categories) & {"translation", "summarization", "rag"}:
         raise ValueError(f"{categories} include categories drawn over the target's passages; choose among "
                          "conversation, qa, math and code")
-    rng, found = random.Random("held out"), []
-    for _ in range(100 * n):
-        text = varied_request(categories[len(found) % len(categories)], rng, [], [])
-        if text not in found and not seen(text):
-            found.append(text)
-            if len(found) == n:
-                return found
-    raise ValueError(f"found only {len(found)} of {n} requests outside the stream in {100 * n} draws: ask for fewer")
+    return chat_requests.unseen_requests(lambda c, rng: varied_request(c, rng, [], []), n, categories, "held out",
+                                         seen)

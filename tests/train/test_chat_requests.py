@@ -131,3 +131,16 @@ def test_a_reply_is_read_after_the_prompt_answer_kept_even_where_it_cut_the_prom
         reply = tok(" ".join(WORDS[:3]), return_tensors="pt").input_ids[0]
         row = torch.cat([encode_chat(tok, conv)[-MAX_PROMPT_TOKENS:], reply])
         assert reply_text(tok, conv, row) == " ".join(WORDS[:3])
+
+
+def test_held_out_requests_in_the_everyday_forms_are_reproducible_and_none_a_stream_holds():
+    made = chat_requests.held_out_requests(8, seen=lambda text: False)
+    assert len(set(made)) == 8 and made == chat_requests.held_out_requests(8, lambda text: False)
+    assert made[1].endswith(chat_requests.MATH_ENDINGS) and not made[0].endswith(chat_requests.MATH_ENDINGS)
+    assert made != [r[0]["content"] for r in chat_requests.tuning_requests(8)]  # a seed of their own
+    skipped = chat_requests.held_out_requests(8, seen=lambda text: text in made[:2])
+    assert not set(made[:2]) & set(skipped)
+    with pytest.raises(ValueError, match="passages"):
+        chat_requests.held_out_requests(2, lambda text: False, ("qa", "summarization"))
+    with pytest.raises(ValueError, match="found only 0 of 2 requests outside the stream"):
+        chat_requests.held_out_requests(2, seen=lambda text: True)

@@ -7,9 +7,13 @@ import torch
 
 import speclab.train.scaling as scaling
 from speclab.cli.train import main as train_main
-from speclab.models import CONVERTED_PAIRS
+from speclab.measure.workloads import encode_chat
+from speclab.models import BUNDLED_DIR, CONVERTED_PAIRS, load_tokenizer
 from speclab.packaged import ensure_converted
-from speclab.train.scaling import bench_argv, freeze_point, in_loop_acceptance, point_speeds
+from speclab.train import chat_requests
+from speclab.train.chat_requests import TUNING_CATEGORIES
+from speclab.train.scaling import bench_argv, freeze_point, in_loop_acceptance, point_speeds, same_prompts
+from speclab.train.varied_requests import held_out_requests
 from tests.test_packaged import cached_smollm2  # noqa: F401 (the fixture)
 from tests.train.test_chat_data import small_library  # noqa: F401 (the fixture)
 
@@ -42,22 +46,24 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert answered["conversations"] == 8 and answered["batches_timed"] == len(batches) >= 1
     assert sum(t for t, _ in batches) == answered["answer_tokens"] > 0
     assert answered["median_batch_tokens_per_s"] > 0
-    same = curve["same_prompts"]  # every point decoded the same prompts of two kinds
-    assert "conversations 8-8" in same["training's kind"]["about"]  # point 8's held-out one: conversation 8
-    assert same["new forms"]["about"].startswith("4 requests") and "stream's 8 conversations" in same["new forms"]["about"]
-    assert all(set(same[kind]["points"]) == {"4", "8"} for kind in same)
-    assert same["new forms"]["prompts"] == 4 and same["training's kind"]["prompts"] == 1
-    opened = same["training's kind"]["first_opened"]  # where conversation 8's request first opened one, if it did
-    assert len(opened) == 1 and (opened[0] is None or opened[0] < 7)
-    assert same["training's kind"]["points"]["8"]["trained_on"] == (opened[0] is not None)
-    assert len(same["new forms"]["points"]["4"]["head"]["by_prompt"]) == 4  # (new tokens, rounds) of each
+    same = curve["same_prompts"]  # every point decoded the same requests, in the stream's two kinds of form
+    assert set(same) == {"everyday forms", "varied forms"}
+    for kind in same:
+        assert same[kind]["about"].startswith(f"4 requests in the {kind}")
+        assert same[kind]["about"].endswith("none in the stream's 8 conversations")
+        assert same[kind]["prompts"] == 4 and set(same[kind]["points"]) == {"4", "8"}
+    assert "(conversation, math)" in same["everyday forms"]["about"]
+    assert len(same["varied forms"]["points"]["4"]["head"]["by_prompt"]) == 4  # (new tokens, rounds) of each
     assert curve["points"][0]["heldout"] == {"rows": 2, "seq_len": 16}  # micro-chat's
     assert all(1 <= same[kind]["points"][n][d]["tokens_per_round"] <= 5
                for kind in same for n in ("4", "8") for d in ("head", "draft"))
-    kept = json.loads((stream / "c4" / "same_prompts.json").read_text())
-    assert len(kept["new forms"]["prompts"]) == 4 and len(kept["training's kind"]["prompts"]) == 1
-    opening = kept["training's kind"]["prompts"][0]  # the held-out conversation up to its first assistant header
-    assert whole[7].tolist()[:len(opening)] == opening and len(opening) < len(whole[7])
+    kept = json.loads((stream / "c4" / "same_prompts.json").read_text())  # the prompts beside their scores
+    assert set(kept) == set(same) and all(len(kept[kind]["prompts"]) == 4 for kind in kept)
+    tok = load_tokenizer(str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged)))  # (the stand-in's words)
+    drawn = {"everyday forms": chat_requests.held_out_requests(4, lambda text: False),
+             "varied forms": held_out_requests(4, TUNING_CATEGORIES, lambda text: False)}
+    assert all(kept[kind]["prompts"] == [encode_chat(tok, [{"role": "user", "content": r}]).tolist()
+                                         for r in drawn[kind]] for kind in kept)
 
     # a record from before the answers were scored in training gets them from the saved drafters: the same values
     target_dir = str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged))
@@ -199,3 +205,17 @@ def test_in_loop_acceptance_is_each_positions_share_of_the_rounds_that_reached_i
     # a few categories' workloads alone (those the held-out requests have): the others' rounds are left out
     named = {"workloads": [{"workload": "chat-qa", "rows": first}, {"workload": "chat-rag", "rows": second}]}
     assert in_loop_acceptance(named, ("qa", "math"))["head"]["by_position"] == [0.4, 0.5, 0.5, 0.0]
+
+
+def test_same_prompts_skip_a_request_any_conversation_of_the_stream_holds(tmp_path):
+    tok = load_tokenizer(BUNDLED_DIR / "target")  # round-trips text; no chat template ("User:" lines)
+    everyday, varied = chat_requests.held_out_requests(4, lambda t: False), held_out_requests(4, TUNING_CATEGORIES,
+                                                                                             lambda t: False)
+    held = [encode_chat(tok, [{"role": "user", "content": r}]).to(torch.int32) for r in (everyday[1], varied[2])]
+    torch.save({"conversations": held}, tmp_path / "chat_conversations.pt")
+    sets = same_prompts(tok, tmp_path, 4)
+    for kind, first in (("everyday forms", everyday), ("varied forms", varied)):
+        ids = [p.tolist() for p in sets[kind]["prompts"]]
+        assert len(ids) == 4 and ids[0] == encode_chat(tok, [{"role": "user", "content": first[0]}]).tolist()
+        assert all(i not in ids for i in (h.tolist() for h in held))  # the requests the stream holds: skipped
+        assert sets[kind]["about"].endswith("none in the stream's 2 conversations")

@@ -318,10 +318,10 @@ def depth_figure(by_step: dict, end_rec: dict, evals3: list[dict], depth: int) -
 
 
 DRAFTERS = {"head": "EAGLE-3 head", "draft": "draft"}
-# where a point's drafters were met, greedy, K = 4 (the figure's label for each): the same prompts at every point,
-# of the training's kind and in new forms (scaling.same_prompts); the bench's chat prompts of their categories;
-# every bench prompt
-ROUNDS_WHERE = {"training's kind": "requests of its training's kind", "new forms": "requests in new forms",
+# where a point's drafters were met, greedy, K = 4 (the figure's label for each): the same requests at every
+# point, in the stream's everyday and varied forms, none of them in its conversations (scaling.same_prompts);
+# the bench's chat prompts of their categories; every bench prompt
+ROUNDS_WHERE = {"everyday forms": "requests in the everyday forms", "varied forms": "requests in the varied forms",
                 "bench, same categories": "bench prompts, same categories",
                 "bench, every category": "bench prompts, every category"}
 
@@ -334,23 +334,6 @@ def tokens_a_round(curve: dict, point: dict) -> dict[tuple[str, str], float | No
                "bench, every category": point.get("in_loop", {})}
     return {(d, where): sources.get(where, {}).get(d, {}).get("tokens_per_round") for d in DRAFTERS
             for where in ROUNDS_WHERE}
-
-
-def untrained_rounds(curve: dict) -> dict[str, list[float | None]]:
-    """Each drafter's tokens a round at every point (by training tokens) over the prompts of the training's kind
-    whose request no point trained on (same_prompts' first_opened: none, or past every point's training)."""
-    kind = curve.get("same_prompts", {}).get("training's kind", {})
-    points = sorted(curve["points"], key=lambda p: p["tokens"])
-    last = max((trained_on(p["conversations"]) for p in points), default=0)
-    keep = [i for i, at in enumerate(kind.get("first_opened", [])) if at is None or at >= last]
-    out: dict[str, list[float | None]] = {}
-    for d in DRAFTERS:
-        out[d] = []
-        for p in points:
-            runs = kind.get("points", {}).get(str(p["conversations"]), {}).get(d, {}).get("by_prompt")
-            chosen = [runs[i] for i in keep] if runs and keep else []
-            out[d].append(round(sum(t for t, _ in chosen) / sum(r for _, r in chosen), 3) if chosen else None)
-    return out
 
 
 def scaling_rows(curve: dict) -> list[tuple[str, list]]:
@@ -366,12 +349,9 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
             ("first draft right, held-out answers: head",
              [(p["head"].get("heldout_answer_top1_by_step") or [None])[0] for p in points]),
             ("first draft right, held-out answers: draft", [p["draft"].get("heldout_answer_top1") for p in points])]
-    untrained = untrained_rounds(curve)
     for d in DRAFTERS:
         for where in ROUNDS_WHERE:
             rows.append((f"tokens a round, {where}: {d}", [r[d, where] for r in rounds]))
-            if where == "training's kind":  # the part of that set whose requests no point trained on
-                rows.append((f"tokens a round, training's kind, untrained requests: {d}", untrained[d]))
     rows += [(f"speed, bench prompts, {path}: {d}",
               [p.get("speeds", {}).get(d, {}).get(path, {}).get("speedup") for p in points])
              for d in DRAFTERS for path in ("eager", "fast")]
@@ -380,14 +360,14 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
 
 def scaling_figure(curve: dict) -> Figure:
     """A data-scaling curve (`python -m speclab train scale`'s curve.json) against training tokens: left, each
-    drafter's tokens a round, greedy, K = 4, on the same held-out prompts at every point (of the training's
-    kind, in new forms) and on the bench's chat prompts of their categories; right, each drafter's speed over
+    drafter's tokens a round, greedy, K = 4, on the same held-out requests at every point (in the stream's
+    everyday and varied forms) and on the bench's chat prompts of their categories; right, each drafter's speed over
     target-only on the bench's chat prompts, eager and on the fast path (the timed points only)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.6))
     colors = {"head": "#4c72b0", "draft": "#999999"}
     for d in DRAFTERS:
-        for where, style in (("training's kind", "-"), ("new forms", "--"), ("bench, same categories", ":")):
+        for where, style in (("everyday forms", "-"), ("varied forms", "--"), ("bench, same categories", ":")):
             have = [(p["tokens"] / 1e6, tokens_a_round(curve, p)[d, where]) for p in points
                     if tokens_a_round(curve, p)[d, where] is not None]
             if have:
@@ -407,7 +387,7 @@ def scaling_figure(curve: dict) -> Figure:
         ax.set_xscale("log")
         ax.set_xticks(ticks, [f"{t:.2f}" for t in ticks])
         ax.minorticks_off()
-        ax.set_xlabel("training tokens (millions)", fontsize=FONT)
+        ax.set_xlabel("tokens in its conversations (millions)", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.2))

@@ -158,8 +158,8 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     curve = {"points": [point(4000, 1_000_000, 0.6), point(1400, 350_000, 0.5), point(14000, 3_500_000, 0.7, False)],
              "same_prompts": {kind: {"about": "", "points": {
                  str(n): {"head": {"tokens_per_round": 2.0 + i / 2 + extra}, "draft": {"tokens_per_round": 1.8 + i / 2}}
-                 for i, n in enumerate((1400, 4000, 14000))}} for kind, extra in (("training's kind", 0.0),
-                                                                                  ("new forms", -0.5))}}
+                 for i, n in enumerate((1400, 4000, 14000))}} for kind, extra in (("everyday forms", 0.0),
+                                                                                  ("varied forms", -0.5))}}
     table = ch08.scaling_table(curve).data  # the points as columns, by tokens; not measured says "-"
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
     assert heads[1:] == ["1,400", "4,000", "14,000"]
@@ -169,8 +169,8 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     assert rows["tokens in its conversations (requests, held-out too)"] == ["0.35M", "1.00M", "3.50M"]
     assert rows["training steps: draft"] == ["2,800", "8,000", "28,000"]
     assert rows["first draft right, held-out answers: head"] == ["0.500", "0.600", "0.700"]
-    assert rows["tokens a round, training's kind: head"] == ["2.00", "2.50", "3.00"]  # every point
-    assert rows["tokens a round, new forms: head"] == ["1.50", "2.00", "2.50"]
+    assert rows["tokens a round, everyday forms: head"] == ["2.00", "2.50", "3.00"]  # every point
+    assert rows["tokens a round, varied forms: head"] == ["1.50", "2.00", "2.50"]
     assert rows["tokens a round, bench, same categories: draft"] == ["1.80", "1.90", "-"]  # the timed points
     assert rows["tokens a round, bench, every category: head"] == ["2.00", "2.10", "-"]
     assert rows["speed, bench prompts, fast: head"] == [f"{1 + 0.035 + 0.3:.2f}x", f"{1.1 + 0.3:.2f}x", "-"]
@@ -179,9 +179,9 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     left, right = fig.axes
     assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT
     lines = {line.get_label(): line for line in left.lines}
-    same = lines["EAGLE-3 head, requests of its training's kind"]
+    same = lines["EAGLE-3 head, requests in the everyday forms"]
     assert list(same.get_xdata()) == [0.35, 1.0, 3.5] and list(same.get_ydata()) == [2.0, 2.5, 3.0]
-    assert list(lines["EAGLE-3 head, requests in new forms"].get_ydata()) == [1.5, 2.0, 2.5]
+    assert list(lines["EAGLE-3 head, requests in the varied forms"].get_ydata()) == [1.5, 2.0, 2.5]
     bench = lines["draft, bench prompts, same categories"]
     assert list(bench.get_xdata()) == [0.35, 1.0] and list(bench.get_ydata()) == pytest.approx([1.8, 1.9])
     speeds = {line.get_label(): line for line in right.lines if not line.get_label().startswith("_")}
@@ -191,15 +191,6 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
         assert list(speeds[label].get_xdata()) == [0.35, 1.0]  # the timed points only
         assert list(speeds[label].get_ydata()) == pytest.approx([base + 0.035 + extra, base + 0.1 + extra])
     older = {"points": [point(1400, 350_000, 0.5, False)]}  # a curve from before the same requests were decoded
-    assert ch08.tokens_a_round(older, older["points"][0])["head", "new forms"] is None
+    assert ch08.tokens_a_round(older, older["points"][0])["head", "varied forms"] is None
     assert not ch08.scaling_figure(older).axes[0].lines
 
-
-def test_untrained_rounds_keep_the_requests_no_point_trained_on():
-    points = [{"conversations": n, "tokens": n * 250} for n in (1400, 4000)]  # trained on 1,330 and 3,800
-    runs = {"head": {"by_prompt": [[64, 32], [64, 16], [64, 64]]}, "draft": {"by_prompt": [[60, 30], [64, 8], [6, 6]]}}
-    curve = {"points": points, "same_prompts": {"training's kind": {
-        "first_opened": [None, 100, 3900], "points": {"1400": runs, "4000": {"head": runs["head"]}}}}}
-    # the second request opened conversation 101, which both points trained on; the third opened 3,901, held out
-    assert ch08.untrained_rounds(curve) == {"head": [round(128 / 96, 3)] * 2, "draft": [round(66 / 36, 3), None]}
-    assert ch08.untrained_rounds({"points": points}) == {"head": [None, None], "draft": [None, None]}
