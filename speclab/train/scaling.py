@@ -7,7 +7,8 @@ N, with the same recipe and the same steps per conversation at every N (data.sca
 Each point is frozen into stream/cN/ (its first N conversations and passage material, copied) and trained
 there. Its held-out rows, its own last twentieth, are scored at every position and at the answers' alone
 (chat_data.answer_next). Every point decodes the same prompts, requests in the stream's forms that none of
-its conversations holds (same_prompts), for tokens a round that need no quiet machine. The speeds come from `bench` on
+its conversations holds and the chat workloads' hand-written prompts (same_prompts), for tokens a round that
+need no quiet machine. The speeds come from `bench` on
 the workloads' hand-written chat prompts, which no training request shares, and so do the rounds in the loop
 (in_loop_acceptance); beside them, the head's EAGLE-2 timing on held-out requests (request_speeds).
 """
@@ -25,7 +26,7 @@ from speclab import shared_draft
 from speclab.decoding import speculative_generate
 from speclab.devices import pick_device
 from speclab.measure.bench import FAST
-from speclab.measure.workloads import encode_chat
+from speclab.measure.workloads import CHAT, CHAT_CATEGORIES, encode_chat, load_chats
 from speclab.methods import draft_model_method, load_drafter
 from speclab.methods.eagle import FeatureHead, describe_tree
 from speclab.models import CONVERTED_PAIRS, load_model, load_pair, load_tokenizer
@@ -274,28 +275,36 @@ def request_speeds(head_dir: Path) -> dict | None:
 
 SAME_PROMPTS = 32  # prompts in each set every point's drafters decode (same_prompts)
 SAME_K, SAME_NEW_TOKENS = 4, 64  # each drafter's K there, as the bench's in-loop rows, and the tokens decoded
+BENCH_CHATS = 4  # every prompt the chat workloads ship (the bench sends the first two of each)
 
 
 def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dict]:
-    """Two sets of n requests that no point trained on, the same for every point, each {"prompts": token ids,
-    "about": what they are}, none in any of the stream's conversations: "everyday forms",
-    chat_requests.held_out_requests (the forms of the stream's everyday stretch, in the categories whose
-    requests it has not used up); "varied forms", varied_requests.held_out_requests in TUNING_CATEGORIES
-    (the forms of its varied stretch, which a point of everyday requests alone never met). No category
-    carries a passage to copy."""
+    """Three sets of prompts that no point trained on, the same for every point, each {"prompts": token ids,
+    "about": what they are}: "everyday forms", n of chat_requests.held_out_requests (the forms of the
+    stream's everyday stretch, in the categories whose requests it has not used up) and "varied forms", n
+    of varied_requests.held_out_requests in TUNING_CATEGORIES (the forms of its varied stretch, which a point
+    of everyday requests alone never met), none in any of the stream's conversations and none carrying a
+    passage to copy; "bench prompts", every hand-written prompt of the chat workloads, the bench's among
+    them, kept one by one here where the bench sums them by category."""
     n = n or SAME_PROMPTS
     state = torch.load(stream / STREAM_FILES[0])
     held = "\n\x00".join(tokenizer.batch_decode([c.tolist() for c in state["conversations"]]))
     def seen(text: str) -> bool:
         return text in held
-    sets = {"everyday forms": (chat_requests.held_out_requests(n, seen), chat_requests.HELD_OUT_CATEGORIES),
-            "varied forms": (held_out_requests(n, TUNING_CATEGORIES, seen), TUNING_CATEGORIES)}
-    for texts, _ in sets.values():
-        check_disjoint([[{"role": "user", "content": r}] for r in texts])
+    drawn = {"everyday forms": (chat_requests.held_out_requests(n, seen), chat_requests.HELD_OUT_CATEGORIES),
+             "varied forms": (held_out_requests(n, TUNING_CATEGORIES, seen), TUNING_CATEGORIES)}
     where = f"none in the stream's {len(state['conversations']):,} conversations"
-    return {kind: {"prompts": [encode_chat(tokenizer, [{"role": "user", "content": r}]) for r in texts],
-                   "about": f"{n} requests in the {kind} ({', '.join(categories)}), {where}"}
-            for kind, (texts, categories) in sets.items()}
+    sets = {}
+    for kind, (texts, categories) in drawn.items():
+        chats = [[{"role": "user", "content": r}] for r in texts]
+        check_disjoint(chats)
+        sets[kind] = {"prompts": [encode_chat(tokenizer, c) for c in chats],
+                      "about": f"{n} requests in the {kind} ({', '.join(categories)}), {where}"}
+    bench = [c for workload in CHAT for c in load_chats(workload, BENCH_CHATS)]
+    sets["bench prompts"] = {"prompts": [encode_chat(tokenizer, c) for c in bench],
+                             "about": f"the chat workloads' {len(bench)} hand-written prompts ({BENCH_CHATS} in each "
+                                      f"of {', '.join(CHAT_CATEGORIES)}), the bench's among them"}
+    return sets
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ import torch
 
 import speclab.train.scaling as scaling
 from speclab.cli.train import main as train_main
-from speclab.measure.workloads import encode_chat
+from speclab.measure.workloads import CHAT, encode_chat, load_chats
 from speclab.models import BUNDLED_DIR, CONVERTED_PAIRS, load_tokenizer
 from speclab.packaged import ensure_converted
 from speclab.train import chat_requests
@@ -47,23 +47,26 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert sum(t for t, _ in batches) == answered["answer_tokens"] > 0
     assert answered["median_batch_tokens_per_s"] > 0
     same = curve["same_prompts"]  # every point decoded the same requests, in the stream's two kinds of form
-    assert set(same) == {"everyday forms", "varied forms"}
-    for kind in same:
+    assert set(same) == {"everyday forms", "varied forms", "bench prompts"}
+    for kind in ("everyday forms", "varied forms"):
         assert same[kind]["about"].startswith(f"4 requests in the {kind}")
         assert same[kind]["about"].endswith("none in the stream's 8 conversations")
-        assert same[kind]["prompts"] == 4 and set(same[kind]["points"]) == {"4", "8"}
+    assert same["bench prompts"]["about"].startswith("the chat workloads' 28 hand-written prompts (4 in each")
+    assert [same[kind]["prompts"] for kind in same] == [4, 4, 28]
+    assert all(set(same[kind]["points"]) == {"4", "8"} for kind in same)
     assert "(conversation, math)" in same["everyday forms"]["about"]
     assert len(same["varied forms"]["points"]["4"]["head"]["by_prompt"]) == 4  # (new tokens, rounds) of each
     assert curve["points"][0]["heldout"] == {"rows": 2, "seq_len": 16}  # micro-chat's
     assert all(1 <= same[kind]["points"][n][d]["tokens_per_round"] <= 5
                for kind in same for n in ("4", "8") for d in ("head", "draft"))
     kept = json.loads((stream / "c4" / "same_prompts.json").read_text())  # the prompts beside their scores
-    assert set(kept) == set(same) and all(len(kept[kind]["prompts"]) == 4 for kind in kept)
+    assert set(kept) == set(same) and [len(kept[kind]["prompts"]) for kind in same] == [4, 4, 28]
     tok = load_tokenizer(str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged)))  # (the stand-in's words)
     drawn = {"everyday forms": chat_requests.held_out_requests(4, lambda text: False),
              "varied forms": held_out_requests(4, TUNING_CATEGORIES, lambda text: False)}
     assert all(kept[kind]["prompts"] == [encode_chat(tok, [{"role": "user", "content": r}]).tolist()
-                                         for r in drawn[kind]] for kind in kept)
+                                         for r in drawn[kind]] for kind in drawn)
+    assert kept["bench prompts"]["prompts"] == [encode_chat(tok, c).tolist() for w in CHAT for c in load_chats(w, 4)]
 
     # a record from before the answers were scored in training gets them from the saved drafters: the same values
     target_dir = str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged))
@@ -214,6 +217,7 @@ def test_same_prompts_skip_a_request_any_conversation_of_the_stream_holds(tmp_pa
     held = [encode_chat(tok, [{"role": "user", "content": r}]).to(torch.int32) for r in (everyday[1], varied[2])]
     torch.save({"conversations": held}, tmp_path / "chat_conversations.pt")
     sets = same_prompts(tok, tmp_path, 4)
+    assert len(sets["bench prompts"]["prompts"]) == 28  # every chat workload's prompts, held or not
     for kind, first in (("everyday forms", everyday), ("varied forms", varied)):
         ids = [p.tolist() for p in sets[kind]["prompts"]]
         assert len(ids) == 4 and ids[0] == encode_chat(tok, [{"role": "user", "content": first[0]}]).tolist()

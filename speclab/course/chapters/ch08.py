@@ -318,22 +318,19 @@ def depth_figure(by_step: dict, end_rec: dict, evals3: list[dict], depth: int) -
 
 
 DRAFTERS = {"head": "EAGLE-3 head", "draft": "draft"}
-# where a point's drafters were met, greedy, K = 4 (the figure's label for each): the same requests at every
-# point, in the stream's everyday and varied forms, none of them in its conversations (scaling.same_prompts);
-# the bench's chat prompts of their categories; every bench prompt
+# where a point's drafters were met, greedy, K = 4 (the figure's label for each): the same prompts at every point
+# (scaling.same_prompts), requests in the stream's everyday and varied forms that none of its conversations holds,
+# and the chat workloads' hand-written prompts
 ROUNDS_WHERE = {"everyday forms": "requests in the everyday forms", "varied forms": "requests in the varied forms",
-                "bench, same categories": "bench prompts, same categories",
-                "bench, every category": "bench prompts, every category"}
+                "bench prompts": "hand-written chat prompts"}
+ROUNDS_STYLE = {"everyday forms": "-", "varied forms": "--", "bench prompts": ":"}
 
 
 def tokens_a_round(curve: dict, point: dict) -> dict[tuple[str, str], float | None]:
     """A scaling point's tokens a round by (drafter, where: ROUNDS_WHERE), None where not measured."""
-    same = {kind: s["points"].get(str(point["conversations"]), {})
-            for kind, s in curve.get("same_prompts", {}).items()}
-    sources = {**same, "bench, same categories": point.get("in_loop_request_categories", {}),
-               "bench, every category": point.get("in_loop", {})}
-    return {(d, where): sources.get(where, {}).get(d, {}).get("tokens_per_round") for d in DRAFTERS
-            for where in ROUNDS_WHERE}
+    same = curve.get("same_prompts", {})
+    return {(d, where): same.get(where, {}).get("points", {}).get(str(point["conversations"]), {})
+            .get(d, {}).get("tokens_per_round") for d in DRAFTERS for where in ROUNDS_WHERE}
 
 
 def scaling_rows(curve: dict) -> list[tuple[str, list]]:
@@ -360,14 +357,14 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
 
 def scaling_figure(curve: dict) -> Figure:
     """A data-scaling curve (`python -m speclab train scale`'s curve.json) against training tokens: left, each
-    drafter's tokens a round, greedy, K = 4, on the same held-out requests at every point (in the stream's
-    everyday and varied forms) and on the bench's chat prompts of their categories; right, each drafter's speed over
+    drafter's tokens a round, greedy, K = 4, on the same prompts at every point (requests in the stream's
+    everyday and varied forms that none of its conversations holds, and the hand-written chat prompts); right, each drafter's speed over
     target-only on the bench's chat prompts, eager and on the fast path (the timed points only)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.6))
     colors = {"head": "#4c72b0", "draft": "#999999"}
     for d in DRAFTERS:
-        for where, style in (("everyday forms", "-"), ("varied forms", "--"), ("bench, same categories", ":")):
+        for where, style in ROUNDS_STYLE.items():
             have = [(p["tokens"] / 1e6, tokens_a_round(curve, p)[d, where]) for p in points
                     if tokens_a_round(curve, p)[d, where] is not None]
             if have:

@@ -152,14 +152,14 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
         speeds = {name: {path: {"speedup": base + tokens / 1e7 + extra, "row": "r", "tokens_per_round": 2.0}
                          for path, extra in (("eager", 0.1), ("fast", 0.3))}
                   for name, base in (("head", 1.0), ("draft", 0.0))}
-        loop = {"head": {"tokens_per_round": 1.5 + top1}, "draft": {"tokens_per_round": 1.2 + top1}}
-        four = {"head": {"tokens_per_round": 1.6 + top1}, "draft": {"tokens_per_round": 1.3 + top1}}
-        return {**p, "speeds": speeds, "in_loop": loop, "in_loop_request_categories": four} if timed else p
+        return {**p, "speeds": speeds} if timed else p
+    same = {kind: {"about": "", "points": {  # every point decoded the same prompts; the bench prompts at two
+        str(n): {"head": {"tokens_per_round": 2.0 + i / 2 + extra}, "draft": {"tokens_per_round": 1.8 + i / 2}}
+        for i, n in enumerate(points)}} for kind, extra, points in (("everyday forms", 0.0, (1400, 4000, 14000)),
+                                                                  ("varied forms", -0.5, (1400, 4000, 14000)),
+                                                                  ("bench prompts", -0.2, (1400, 4000)))}
     curve = {"points": [point(4000, 1_000_000, 0.6), point(1400, 350_000, 0.5), point(14000, 3_500_000, 0.7, False)],
-             "same_prompts": {kind: {"about": "", "points": {
-                 str(n): {"head": {"tokens_per_round": 2.0 + i / 2 + extra}, "draft": {"tokens_per_round": 1.8 + i / 2}}
-                 for i, n in enumerate((1400, 4000, 14000))}} for kind, extra in (("everyday forms", 0.0),
-                                                                                  ("varied forms", -0.5))}}
+             "same_prompts": same}
     table = ch08.scaling_table(curve).data  # the points as columns, by tokens; not measured says "-"
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", table)
     assert heads[1:] == ["1,400", "4,000", "14,000"]
@@ -171,8 +171,8 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     assert rows["first draft right, held-out answers: head"] == ["0.500", "0.600", "0.700"]
     assert rows["tokens a round, everyday forms: head"] == ["2.00", "2.50", "3.00"]  # every point
     assert rows["tokens a round, varied forms: head"] == ["1.50", "2.00", "2.50"]
-    assert rows["tokens a round, bench, same categories: draft"] == ["1.80", "1.90", "-"]  # the timed points
-    assert rows["tokens a round, bench, every category: head"] == ["2.00", "2.10", "-"]
+    assert rows["tokens a round, bench prompts: head"] == ["1.80", "2.30", "-"]  # where they were decoded
+    assert rows["tokens a round, bench prompts: draft"] == ["1.80", "2.30", "-"]
     assert rows["speed, bench prompts, fast: head"] == [f"{1 + 0.035 + 0.3:.2f}x", f"{1.1 + 0.3:.2f}x", "-"]
     assert rows["speed, bench prompts, eager: draft"] == [f"{0.035 + 0.1:.2f}x", f"{0.1 + 0.1:.2f}x", "-"]
     fig = ch08.scaling_figure(curve)
@@ -182,8 +182,8 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     same = lines["EAGLE-3 head, requests in the everyday forms"]
     assert list(same.get_xdata()) == [0.35, 1.0, 3.5] and list(same.get_ydata()) == [2.0, 2.5, 3.0]
     assert list(lines["EAGLE-3 head, requests in the varied forms"].get_ydata()) == [1.5, 2.0, 2.5]
-    bench = lines["draft, bench prompts, same categories"]
-    assert list(bench.get_xdata()) == [0.35, 1.0] and list(bench.get_ydata()) == pytest.approx([1.8, 1.9])
+    bench = lines["draft, hand-written chat prompts"]
+    assert list(bench.get_xdata()) == [0.35, 1.0] and list(bench.get_ydata()) == pytest.approx([1.8, 2.3])
     speeds = {line.get_label(): line for line in right.lines if not line.get_label().startswith("_")}
     assert sorted(speeds) == ["EAGLE-3 head, eager", "EAGLE-3 head, fast", "draft, eager", "draft, fast"]
     for label, (base, extra) in {"EAGLE-3 head, eager": (1.0, 0.1), "EAGLE-3 head, fast": (1.0, 0.3),
