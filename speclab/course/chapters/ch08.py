@@ -392,6 +392,22 @@ def scaling_figure(curve: dict) -> Figure:
     return fig
 
 
+def gain_interval(curve: dict, where: str, drafter: str, small: int, large: int, draws: int = 2000,
+                  seed: int = 0) -> tuple[float, float, float]:
+    """The gain in tokens a round from point `small` to point `large` (conversations) on one set of the same
+    prompts (ROUNDS_WHERE), and its 95% interval over those prompts: each draw resamples the prompts with
+    replacement, the same draw at both points (a paired comparison), and sums new tokens over rounds."""
+    points = curve["same_prompts"][where]["points"]
+    runs = [np.array(points[str(n)][drafter]["by_prompt"], dtype=float) for n in (small, large)]
+    def gain(rows: np.ndarray) -> float:
+        (t0, r0), (t1, r1) = (runs[k][rows].sum(axis=0) for k in (0, 1))
+        return (t1 / r1) / (t0 / r0) - 1
+    rng = np.random.default_rng(seed)
+    resampled = [gain(rng.integers(0, len(runs[0]), len(runs[0]))) for _ in range(draws)]
+    lo, hi = np.percentile(resampled, [2.5, 97.5])
+    return gain(np.arange(len(runs[0]))), float(lo), float(hi)
+
+
 def scaling_table(curve: dict):
     """The data-scaling curve as a table (scaling_rows), a column per point, by training tokens ("-": not
     measured)."""

@@ -194,3 +194,18 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     assert ch08.tokens_a_round(older, older["points"][0])["head", "varied forms"] is None
     assert not ch08.scaling_figure(older).axes[0].lines
 
+
+
+def test_gain_interval_pairs_the_prompts_across_points():
+    # three prompts; the larger point gains 50% on each, but the prompts differ tenfold in tokens a round
+    small = [[10, 10], [60, 20], [100, 10]]
+    large = [[15, 10], [90, 20], [150, 10]]
+    curve = {"same_prompts": {"bench prompts": {"points": {"1": {"head": {"by_prompt": small}},
+                                                           "2": {"head": {"by_prompt": large}}}}}}
+    gain, lo, hi = ch08.gain_interval(curve, "bench prompts", "head", 1, 2)
+    assert gain == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)  # paired: no spread
+    mixed = {"same_prompts": {"bench prompts": {"points": {"1": {"head": {"by_prompt": small}},
+                                                           "2": {"head": {"by_prompt": [[15, 10], [60, 20], [100, 10]]}}}}}}
+    gain, lo, hi = ch08.gain_interval(mixed, "bench prompts", "head", 1, 2)  # one prompt of three gained
+    assert gain == pytest.approx(175 / 170 - 1) and 0 <= lo < gain < hi
+    assert ch08.gain_interval(mixed, "bench prompts", "head", 1, 2) == (gain, lo, hi)  # seeded
