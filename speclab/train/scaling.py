@@ -284,7 +284,7 @@ def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dic
     stream's everyday stretch, in the categories whose requests it has not used up) and "varied forms", n
     of varied_requests.held_out_requests in TUNING_CATEGORIES (the forms of its varied stretch, which a point
     of everyday requests alone never met), none in any of the stream's conversations and none carrying a
-    passage to copy; "bench prompts", every hand-written prompt of the chat workloads, the bench's among
+    passage to copy; "hand-written prompts", every prompt of the chat workloads, the bench's among
     them, kept one by one here where the bench sums them by category."""
     n = n or SAME_PROMPTS
     state = torch.load(stream / STREAM_FILES[0])
@@ -301,7 +301,7 @@ def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dic
         sets[kind] = {"prompts": [encode_chat(tokenizer, c) for c in chats],
                       "about": f"{n} requests in the {kind} ({', '.join(categories)}), {where}"}
     bench = [c for workload in CHAT for c in load_chats(workload, BENCH_CHATS)]
-    sets["bench prompts"] = {"prompts": [encode_chat(tokenizer, c) for c in bench],
+    sets["hand-written prompts"] = {"prompts": [encode_chat(tokenizer, c) for c in bench],
                              "about": f"the chat workloads' {len(bench)} hand-written prompts ({BENCH_CHATS} in each "
                                       f"of {', '.join(CHAT_CATEGORIES)}), the bench's among them"}
     return sets

@@ -1,7 +1,7 @@
 """Chat requests in more forms than chat_requests writes: what a stream of the target's answers continues
 with once more of the same stopped paying where it was measured.
 
-Why: SmolLM2's scaling curve (book 9.6) trained its drafters on more and more of chat_requests' everyday
+Why: SmolLM2's scaling curve (book 9.7) trained its drafters on more and more of chat_requests' everyday
 requests. The head's tokens a round rose far more on requests of those forms than on requests in other
 forms or on the bench's hand-written chat prompts: more of a few forms' requests teaches those forms. These requests keep the seven categories (Spec-Bench's six and code, Xia et al. 2024) and
 change what varies: new pools and phrasings in each; documents of one to three of the target's passages,

@@ -47,11 +47,11 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert sum(t for t, _ in batches) == answered["answer_tokens"] > 0
     assert answered["median_batch_tokens_per_s"] > 0
     same = curve["same_prompts"]  # every point decoded the same requests, in the stream's two kinds of form
-    assert set(same) == {"everyday forms", "varied forms", "bench prompts"}
+    assert set(same) == {"everyday forms", "varied forms", "hand-written prompts"}
     for kind in ("everyday forms", "varied forms"):
         assert same[kind]["about"].startswith(f"4 requests in the {kind}")
         assert same[kind]["about"].endswith("none in the stream's 8 conversations")
-    assert same["bench prompts"]["about"].startswith("the chat workloads' 28 hand-written prompts (4 in each")
+    assert same["hand-written prompts"]["about"].startswith("the chat workloads' 28 hand-written prompts (4 in each")
     assert [same[kind]["prompts"] for kind in same] == [4, 4, 28]
     assert all(set(same[kind]["points"]) == {"4", "8"} for kind in same)
     assert "(conversation, math)" in same["everyday forms"]["about"]
@@ -66,7 +66,7 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
              "varied forms": held_out_requests(4, TUNING_CATEGORIES, lambda text: False)}
     assert all(kept[kind]["prompts"] == [encode_chat(tok, [{"role": "user", "content": r}]).tolist()
                                          for r in drawn[kind]] for kind in drawn)
-    assert kept["bench prompts"]["prompts"] == [encode_chat(tok, c).tolist() for w in CHAT for c in load_chats(w, 4)]
+    assert kept["hand-written prompts"]["prompts"] == [encode_chat(tok, c).tolist() for w in CHAT for c in load_chats(w, 4)]
 
     # a record from before the answers were scored in training gets them from the saved drafters: the same values
     target_dir = str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged))
@@ -217,7 +217,7 @@ def test_same_prompts_skip_a_request_any_conversation_of_the_stream_holds(tmp_pa
     held = [encode_chat(tok, [{"role": "user", "content": r}]).to(torch.int32) for r in (everyday[1], varied[2])]
     torch.save({"conversations": held}, tmp_path / "chat_conversations.pt")
     sets = same_prompts(tok, tmp_path, 4)
-    assert len(sets["bench prompts"]["prompts"]) == 28  # every chat workload's prompts, held or not
+    assert len(sets["hand-written prompts"]["prompts"]) == 28  # every chat workload's prompts, held or not
     for kind, first in (("everyday forms", everyday), ("varied forms", varied)):
         ids = [p.tolist() for p in sets[kind]["prompts"]]
         assert len(ids) == 4 and ids[0] == encode_chat(tok, [{"role": "user", "content": first[0]}]).tolist()

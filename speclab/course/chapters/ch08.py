@@ -322,8 +322,8 @@ DRAFTERS = {"head": "EAGLE-3 head", "draft": "draft"}
 # (scaling.same_prompts), requests in the stream's everyday and varied forms that none of its conversations holds,
 # and the chat workloads' hand-written prompts
 ROUNDS_WHERE = {"everyday forms": "requests in the everyday forms", "varied forms": "requests in the varied forms",
-                "bench prompts": "hand-written chat prompts"}
-ROUNDS_STYLE = {"everyday forms": "-", "varied forms": "--", "bench prompts": ":"}
+                "hand-written prompts": "hand-written chat prompts"}
+ROUNDS_STYLE = {"everyday forms": "-", "varied forms": "--", "hand-written prompts": ":"}
 
 
 def tokens_a_round(curve: dict, point: dict) -> dict[tuple[str, str], float | None]:
@@ -349,7 +349,7 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
     for d in DRAFTERS:
         for where in ROUNDS_WHERE:
             rows.append((f"tokens a round, {where}: {d}", [r[d, where] for r in rounds]))
-    rows += [(f"speed, bench prompts, {path}: {d}",
+    rows += [(f"speed on the bench, {path}: {d}",
               [p.get("speeds", {}).get(d, {}).get(path, {}).get("speedup") for p in points])
              for d in DRAFTERS for path in ("eager", "fast")]
     return rows
@@ -378,7 +378,7 @@ def scaling_figure(curve: dict) -> Figure:
     axes[1].axhline(1, color="k", lw=0.8)
     low, high = axes[1].get_ylim()  # at least 0.85-1.15, so that a few percent looks like a few percent
     axes[1].set_ylim(min(low, 0.85), max(high, 1.15))
-    axes[1].set_ylabel("speed vs target-only, bench prompts", fontsize=FONT)
+    axes[1].set_ylabel("speed vs target-only, the bench", fontsize=FONT)
     ticks = [p["tokens"] / 1e6 for p in points]
     for ax in axes:
         ax.set_xscale("log")
@@ -405,7 +405,7 @@ def gain_interval(curve: dict, where: str, drafter: str, small: int, large: int,
     rng = np.random.default_rng(seed)
     resampled = [gain(rng.integers(0, len(runs[0]), len(runs[0]))) for _ in range(draws)]
     lo, hi = np.percentile(resampled, [2.5, 97.5])
-    return gain(np.arange(len(runs[0]))), float(lo), float(hi)
+    return float(gain(np.arange(len(runs[0])))), float(lo), float(hi)
 
 
 def scaling_table(curve: dict):

@@ -153,11 +153,11 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
                          for path, extra in (("eager", 0.1), ("fast", 0.3))}
                   for name, base in (("head", 1.0), ("draft", 0.0))}
         return {**p, "speeds": speeds} if timed else p
-    same = {kind: {"about": "", "points": {  # every point decoded the same prompts; the bench prompts at two
+    same = {kind: {"about": "", "points": {  # every point decoded the same prompts; the hand-written ones at two
         str(n): {"head": {"tokens_per_round": 2.0 + i / 2 + extra}, "draft": {"tokens_per_round": 1.8 + i / 2}}
         for i, n in enumerate(points)}} for kind, extra, points in (("everyday forms", 0.0, (1400, 4000, 14000)),
                                                                   ("varied forms", -0.5, (1400, 4000, 14000)),
-                                                                  ("bench prompts", -0.2, (1400, 4000)))}
+                                                                  ("hand-written prompts", -0.2, (1400, 4000)))}
     curve = {"points": [point(4000, 1_000_000, 0.6), point(1400, 350_000, 0.5), point(14000, 3_500_000, 0.7, False)],
              "same_prompts": same}
     table = ch08.scaling_table(curve).data  # the points as columns, by tokens; not measured says "-"
@@ -171,10 +171,10 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     assert rows["first draft right, held-out answers: head"] == ["0.500", "0.600", "0.700"]
     assert rows["tokens a round, everyday forms: head"] == ["2.00", "2.50", "3.00"]  # every point
     assert rows["tokens a round, varied forms: head"] == ["1.50", "2.00", "2.50"]
-    assert rows["tokens a round, bench prompts: head"] == ["1.80", "2.30", "-"]  # where they were decoded
-    assert rows["tokens a round, bench prompts: draft"] == ["1.80", "2.30", "-"]
-    assert rows["speed, bench prompts, fast: head"] == [f"{1 + 0.035 + 0.3:.2f}x", f"{1.1 + 0.3:.2f}x", "-"]
-    assert rows["speed, bench prompts, eager: draft"] == [f"{0.035 + 0.1:.2f}x", f"{0.1 + 0.1:.2f}x", "-"]
+    assert rows["tokens a round, hand-written prompts: head"] == ["1.80", "2.30", "-"]  # where they were decoded
+    assert rows["tokens a round, hand-written prompts: draft"] == ["1.80", "2.30", "-"]
+    assert rows["speed on the bench, fast: head"] == [f"{1 + 0.035 + 0.3:.2f}x", f"{1.1 + 0.3:.2f}x", "-"]
+    assert rows["speed on the bench, eager: draft"] == [f"{0.035 + 0.1:.2f}x", f"{0.1 + 0.1:.2f}x", "-"]
     fig = ch08.scaling_figure(curve)
     left, right = fig.axes
     assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT
@@ -200,12 +200,13 @@ def test_gain_interval_pairs_the_prompts_across_points():
     # three prompts; the larger point gains 50% on each, but the prompts differ tenfold in tokens a round
     small = [[10, 10], [60, 20], [100, 10]]
     large = [[15, 10], [90, 20], [150, 10]]
-    curve = {"same_prompts": {"bench prompts": {"points": {"1": {"head": {"by_prompt": small}},
+    curve = {"same_prompts": {"hand-written prompts": {"points": {"1": {"head": {"by_prompt": small}},
                                                            "2": {"head": {"by_prompt": large}}}}}}
-    gain, lo, hi = ch08.gain_interval(curve, "bench prompts", "head", 1, 2)
+    gain, lo, hi = ch08.gain_interval(curve, "hand-written prompts", "head", 1, 2)
     assert gain == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)  # paired: no spread
-    mixed = {"same_prompts": {"bench prompts": {"points": {"1": {"head": {"by_prompt": small}},
+    mixed = {"same_prompts": {"hand-written prompts": {"points": {"1": {"head": {"by_prompt": small}},
                                                            "2": {"head": {"by_prompt": [[15, 10], [60, 20], [100, 10]]}}}}}}
-    gain, lo, hi = ch08.gain_interval(mixed, "bench prompts", "head", 1, 2)  # one prompt of three gained
+    gain, lo, hi = ch08.gain_interval(mixed, "hand-written prompts", "head", 1, 2)  # one prompt of three gained
     assert gain == pytest.approx(175 / 170 - 1) and 0 <= lo < gain < hi
-    assert ch08.gain_interval(mixed, "bench prompts", "head", 1, 2) == (gain, lo, hi)  # seeded
+    assert ch08.gain_interval(mixed, "hand-written prompts", "head", 1, 2) == (gain, lo, hi)  # seeded
+    assert all(type(x) is float for x in (gain, lo, hi))  # (glue formats a plain float, not np.float64)
