@@ -112,11 +112,12 @@ def instructions(n: int, seed: int = 0) -> list[list[dict]]:
 def check_disjoint(conversations: list[list[dict]], window: int = 60) -> None:
     """No training message may share a 60-character stretch with a bench prompt's (chat_prompts.json): longer
     than any template sentence, so what is refused is shared material, not a shared instruction."""
-    bench = [m["content"] for r in chat_records() for m in r["messages"]]
-    shingles = {b[i:i + window] for b in bench for i in range(0, max(1, len(b) - window + 1), 10)}
+    def windows(text: str) -> set[str]:  # every stretch of `window` characters, at every offset
+        return {text[i:i + window] for i in range(max(1, len(text) - window + 1))}
+    bench = set().union(*(windows(m["content"]) for r in chat_records() for m in r["messages"]))
     for conv in conversations:
         for m in conv:
-            if any(s in m["content"] for s in shingles):
+            if windows(m["content"]) & bench:
                 raise ValueError(f"a training instruction overlaps a bench prompt: {m['content'][:80]!r}")
 
 

@@ -33,7 +33,7 @@ from speclab.models import CONVERTED_PAIRS, load_model, load_pair, load_tokenize
 from speclab.packaged import ensure_converted
 from speclab.train.answers import median_batch_rate
 from speclab.train import chat_requests
-from speclab.train.chat_data import answer_next, check_disjoint
+from speclab.train.chat_data import answer_next, check_disjoint, stream_kinds
 from speclab.train.chat_requests import TUNING_CATEGORIES
 from speclab.train.data import hardware, scaled_steps
 from speclab.train.eagle import EAGLE_PRESETS, train_eagle, unrolled_accuracy
@@ -299,9 +299,11 @@ def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dic
         chats = [[{"role": "user", "content": r}] for r in texts]
         check_disjoint(chats)
         sets[kind] = {"prompts": [encode_chat(tokenizer, c) for c in chats],
+                      "categories": [categories[i % len(categories)] for i in range(len(texts))],  # in turn
                       "about": f"{n} requests in the {kind} ({', '.join(categories)}), {where}"}
     bench = [c for workload in CHAT for c in load_chats(workload, BENCH_CHATS)]
     sets["hand-written prompts"] = {"prompts": [encode_chat(tokenizer, c) for c in bench],
+                                    "categories": [c for c in CHAT_CATEGORIES for _ in range(BENCH_CHATS)],
                              "about": f"the chat workloads' {len(bench)} hand-written prompts ({BENCH_CHATS} in each "
                                       f"of {', '.join(CHAT_CATEGORIES)}), the bench's among them"}
     return sets
@@ -328,13 +330,13 @@ def request_acceptance(target: str, point: Path, prompts: list[torch.Tensor], ma
 
 def score_same_prompts(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
     """Every trained point among `points` decoding the same prompts (same_prompts, request_acceptance):
-    {set: {"about", "prompts" (how many), "k", "new_tokens", "points": {N: scores}}}; each point's scores kept
-    in cN/same_prompts.json with the prompts they were scored on, and scored again only when those change."""
+    {set: {"about", "prompts" (how many), "categories" (each prompt's), "k", "new_tokens", "points": {N: scores}}};
+    each point's scores kept in cN/same_prompts.json with the prompts they were scored on, and scored again only when those change."""
     named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
     tokenizer = load_tokenizer(ensure_converted(named.packaged) if named else target)
     sets = same_prompts(tokenizer, stream)
-    scored: dict = {kind: {"about": s["about"], "prompts": len(s["prompts"]), "k": SAME_K,
-                           "new_tokens": SAME_NEW_TOKENS, "points": {}} for kind, s in sets.items()}
+    scored: dict = {kind: {"about": s["about"], "prompts": len(s["prompts"]), "categories": s["categories"],
+                           "k": SAME_K, "new_tokens": SAME_NEW_TOKENS, "points": {}} for kind, s in sets.items()}
     for n in sorted(points):
         point = stream / f"c{n}"
         if not (point / "draft" / "record.json").exists() or not (point / EAGLE[3].bundled / "record.json").exists():
@@ -354,11 +356,13 @@ def score_same_prompts(target: str, stream: Path, points: list[int], device: str
 def answering(stream: Path) -> dict:
     """How the stream's conversations were answered: how many, the answer tokens the target wrote and the
     wall seconds of their batches (summed over every run that added to it, pauses included), the median
-    batch's tokens per second over the batches timed one by one, and the host of the last run that finished
-    (stream/answers.json), where one did."""
+    batch's tokens per second over the batches timed one by one, its kinds of request with the conversation
+    each starts at (chat_data.stream_kinds), and the host of the last run that finished (stream/answers.json)."""
     state = torch.load(stream / STREAM_FILES[0])
     done = stream / "answers.json"
-    return {"conversations": len(state["conversations"]), "answer_tokens": int(state.get("answer_tokens", 0)),
+    return {"conversations": len(state["conversations"]),
+            "kinds": [[kind, start] for kind, start in stream_kinds(state)],  # each kind of request, from where
+            "answer_tokens": int(state.get("answer_tokens", 0)),
             "answer_seconds": round(float(state.get("answer_seconds", 0.0)), 1),
             "batches_timed": len(state.get("batches", [])), "median_batch_tokens_per_s": median_batch_rate(state),
             "host": json.loads(done.read_text())["host"] if done.exists() else None}

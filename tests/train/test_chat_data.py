@@ -37,6 +37,10 @@ def test_an_instruction_sharing_material_with_a_bench_prompt_is_refused():
     chat_data.check_disjoint([[{"role": "user", "content": "Summarize the following text in two sentences."}]])
     with pytest.raises(ValueError, match="overlaps a bench prompt"):
         chat_data.check_disjoint([[{"role": "user", "content": f"Please answer: {bench}"}]])
+    for start in range(10):  # 60 shared characters at any offset are refused; 59 are not
+        with pytest.raises(ValueError, match="overlaps a bench prompt"):
+            chat_data.check_disjoint([[{"role": "user", "content": f"§{bench[start:start + 60]}§"}]])
+        chat_data.check_disjoint([[{"role": "user", "content": f"§{bench[start:start + 59]}§"}]])
 
 
 def test_pack_joins_conversations_with_eos_and_drops_only_the_tail():

@@ -46,6 +46,7 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert answered["conversations"] == 8 and answered["batches_timed"] == len(batches) >= 1
     assert sum(t for t, _ in batches) == answered["answer_tokens"] > 0
     assert answered["median_batch_tokens_per_s"] > 0
+    assert answered["kinds"] == [[torch.load(stream / "chat_conversations.pt")["requests"], 0]]  # one kind, from 0
     same = curve["same_prompts"]  # every point decoded the same requests, in the stream's two kinds of form
     assert set(same) == {"everyday forms", "varied forms", "hand-written prompts"}
     for kind in ("everyday forms", "varied forms"):
@@ -53,6 +54,9 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
         assert same[kind]["about"].endswith("none in the stream's 8 conversations")
     assert same["hand-written prompts"]["about"].startswith("the chat workloads' 28 hand-written prompts (4 in each")
     assert [same[kind]["prompts"] for kind in same] == [4, 4, 28]
+    assert same["everyday forms"]["categories"] == ["conversation", "math"] * 2  # each prompt's, in turn
+    assert same["varied forms"]["categories"] == list(TUNING_CATEGORIES)
+    assert same["hand-written prompts"]["categories"][::4] == [w.removeprefix("chat-") for w in CHAT]
     assert all(set(same[kind]["points"]) == {"4", "8"} for kind in same)
     assert "(conversation, math)" in same["everyday forms"]["about"]
     assert len(same["varied forms"]["points"]["4"]["head"]["by_prompt"]) == 4  # (new tokens, rounds) of each

@@ -374,6 +374,11 @@ def scaling_figure(curve: dict) -> Figure:
             have = [p for p in points if path in p.get("speeds", {}).get(d, {})]
             axes[1].plot([p["tokens"] / 1e6 for p in have], [p["speeds"][d][path]["speedup"] for p in have],
                          ("o" if d == "head" else "s") + style, color=colors[d], label=f"{DRAFTERS[d]}, {path}")
+            for p in have:  # where one setting was timed twice, both timings
+                each = p["speeds"][d][path].get("each")
+                if each:
+                    axes[1].plot([p["tokens"] / 1e6] * 2, [min(each), max(each)], "-", color=colors[d], lw=3,
+                                 alpha=0.5)
     axes[0].set_ylabel("tokens a round (K = 4, greedy)", fontsize=FONT)
     axes[1].axhline(1, color="k", lw=0.8)
     low, high = axes[1].get_ylim()  # at least 0.85-1.15, so that a few percent looks like a few percent
@@ -382,9 +387,9 @@ def scaling_figure(curve: dict) -> Figure:
     ticks = [p["tokens"] / 1e6 for p in points]
     for ax in axes:
         ax.set_xscale("log")
-        ax.set_xticks(ticks, [f"{t:.2f}" for t in ticks])
+        ax.set_xticks(ticks, [f"{p['conversations']:,}\n{p['tokens'] / 1e6:.2f}M" for p in points])
         ax.minorticks_off()
-        ax.set_xlabel("tokens in its conversations (millions)", fontsize=FONT)
+        ax.set_xlabel("conversations (and their tokens)", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.2))
@@ -392,20 +397,46 @@ def scaling_figure(curve: dict) -> Figure:
     return fig
 
 
-def gain_interval(curve: dict, where: str, drafter: str, small: int, large: int, draws: int = 2000,
-                  seed: int = 0) -> tuple[float, float, float]:
+def _runs(curve: dict, where: str, drafter: str, ends: tuple[int, int], categories=None) -> list[np.ndarray]:
+    """(new tokens, rounds) by prompt at two points on one set of the same prompts, those of `categories` only
+    where given (the set's "categories" say each prompt's)."""
+    same = curve["same_prompts"][where]
+    runs = [np.array(same["points"][str(n)][drafter]["by_prompt"], dtype=float) for n in ends]
+    if categories is None:
+        return runs
+    keep = [i for i, c in enumerate(same["categories"]) if c in categories]
+    if not keep:
+        raise ValueError(f"the {where!r} prompts hold none in {categories}; they are in {sorted(set(same['categories']))}")
+    return [r[keep] for r in runs]
+
+
+def _gain(runs: list[np.ndarray], rows: np.ndarray) -> float:
+    (t0, r0), (t1, r1) = (r[rows].sum(axis=0) for r in runs)  # tokens a round: summed tokens / summed rounds
+    return float((t1 / r1) / (t0 / r0) - 1)
+
+
+def gain_interval(curve: dict, where: str, drafter: str, small: int, large: int, categories=None,
+                  draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
     """The gain in tokens a round from point `small` to point `large` (conversations) on one set of the same
-    prompts (ROUNDS_WHERE), and its 95% interval over those prompts: each draw resamples the prompts with
-    replacement, the same draw at both points (a paired comparison), and sums new tokens over rounds."""
-    points = curve["same_prompts"][where]["points"]
-    runs = [np.array(points[str(n)][drafter]["by_prompt"], dtype=float) for n in (small, large)]
-    def gain(rows: np.ndarray) -> float:
-        (t0, r0), (t1, r1) = (runs[k][rows].sum(axis=0) for k in (0, 1))
-        return (t1 / r1) / (t0 / r0) - 1
+    prompts (ROUNDS_WHERE; its prompts of `categories` only, where given), and its 95% interval over those
+    prompts: each draw resamples them with replacement, the same draw at both points (a paired comparison)."""
+    runs = _runs(curve, where, drafter, (small, large), categories)
+    n, rng = len(runs[0]), np.random.default_rng(seed)
+    lo, hi = np.percentile([_gain(runs, rng.integers(0, n, n)) for _ in range(draws)], [2.5, 97.5])
+    return _gain(runs, np.arange(n)), float(lo), float(hi)
+
+
+def gain_difference(curve: dict, where: str, other: str, drafter: str, small: int, large: int, categories=None,
+                    draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """How much more one set of prompts gained than another (their gain_interval gains, subtracted), and its
+    95% interval: each draw resamples the two sets apart (they are different prompts), each the same at both
+    points. `categories`: compare like with like, the prompts of these categories in both sets."""
+    a, b = (_runs(curve, w, drafter, (small, large), categories) for w in (where, other))
     rng = np.random.default_rng(seed)
-    resampled = [gain(rng.integers(0, len(runs[0]), len(runs[0]))) for _ in range(draws)]
-    lo, hi = np.percentile(resampled, [2.5, 97.5])
-    return float(gain(np.arange(len(runs[0])))), float(lo), float(hi)
+    diffs = [_gain(a, rng.integers(0, len(a[0]), len(a[0]))) - _gain(b, rng.integers(0, len(b[0]), len(b[0])))
+             for _ in range(draws)]
+    lo, hi = np.percentile(diffs, [2.5, 97.5])
+    return _gain(a, np.arange(len(a[0]))) - _gain(b, np.arange(len(b[0]))), float(lo), float(hi)
 
 
 def scaling_table(curve: dict):

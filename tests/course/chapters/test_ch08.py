@@ -210,3 +210,20 @@ def test_gain_interval_pairs_the_prompts_across_points():
     assert gain == pytest.approx(175 / 170 - 1) and 0 <= lo < gain < hi
     assert ch08.gain_interval(mixed, "hand-written prompts", "head", 1, 2) == (gain, lo, hi)  # seeded
     assert all(type(x) is float for x in (gain, lo, hi))  # (glue formats a plain float, not np.float64)
+
+
+def test_gains_compare_like_with_like_and_their_difference_resamples_each_set_apart():
+    # set a: math prompts gained 50%, conversation none; set b: every prompt gained 20%
+    a = {"categories": ["math", "conversation"] * 3,
+         "points": {"1": {"head": {"by_prompt": [[10, 10]] * 6}},
+                    "2": {"head": {"by_prompt": [[15, 10], [10, 10]] * 3}}}}
+    b = {"categories": ["math", "code"] * 3,
+         "points": {"1": {"head": {"by_prompt": [[10, 10]] * 6}}, "2": {"head": {"by_prompt": [[12, 10]] * 6}}}}
+    curve = {"same_prompts": {"a": a, "b": b}}
+    assert ch08.gain_interval(curve, "a", "head", 1, 2)[0] == pytest.approx(0.25)
+    assert ch08.gain_interval(curve, "a", "head", 1, 2, categories=("math",)) == pytest.approx((0.5, 0.5, 0.5))
+    diff, lo, hi = ch08.gain_difference(curve, "a", "b", "head", 1, 2)
+    assert diff == pytest.approx(0.05) and lo < 0 < hi  # which of a's prompts a draw takes decides it
+    assert ch08.gain_difference(curve, "a", "b", "head", 1, 2, categories=("math",)) == pytest.approx((0.3, 0.3, 0.3))
+    with pytest.raises(ValueError, match="hold none in"):
+        ch08.gain_interval(curve, "a", "head", 1, 2, categories=("qa",))
