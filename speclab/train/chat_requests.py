@@ -308,7 +308,7 @@ def unseen_requests(draw: Callable[[str, random.Random], str], n: int, categorie
     raise ValueError(f"found only {len(found)} of {n} {what} in {100 * n} draws: {advice}")
 
 
-# The everyday forms' categories whose requests a long stream has not used up: by 4,800 conversations every
+# The everyday forms' categories whose requests a long stream has not used up: by 4,800 conversations nearly every
 # qa and code request these forms can make is in the stream (about a hundred each), while conversation
 # requests combine larger pools and word problems draw their numbers.
 HELD_OUT_CATEGORIES = ("conversation", "math")

@@ -392,7 +392,7 @@ def scaling_figure(curve: dict) -> Figure:
         ax.set_xlabel("conversations (and their tokens)", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+            ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     fig.tight_layout()
     return fig
 
