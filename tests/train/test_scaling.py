@@ -26,6 +26,7 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
                 "--device", "cpu", "--steps", "1"])
     whole = torch.load(stream / "chat_conversations.pt")["conversations"]
     monkeypatch.setattr(scaling, "SAME_PROMPTS", 4)  # (32 for a real curve)
+    monkeypatch.setattr(scaling, "BENCH_CHATS", 1)  # the first prompt of each chat workload (4 for a real curve)
     train_main(["scale", "--target", "smollm2", "--stream", str(stream), "--points", "4,8,16",
                 "--preset", "micro-chat", "--device", "cpu"])
     assert "holds 8 conversations, not 16" in capsys.readouterr().out  # said aloud, not trained
@@ -52,11 +53,11 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     for kind in ("everyday forms", "varied forms"):
         assert same[kind]["about"].startswith(f"4 requests in the {kind}")
         assert same[kind]["about"].endswith("none in the stream's 8 conversations")
-    assert same["hand-written prompts"]["about"].startswith("the chat workloads' 28 hand-written prompts (4 in each")
-    assert [same[kind]["prompts"] for kind in same] == [4, 4, 28]
+    assert same["hand-written prompts"]["about"].startswith("the chat workloads' 7 hand-written prompts (1 in each")
+    assert [same[kind]["prompts"] for kind in same] == [4, 4, 7]
     assert same["everyday forms"]["categories"] == ["conversation", "math"] * 2  # each prompt's, in turn
     assert same["varied forms"]["categories"] == list(TUNING_CATEGORIES)
-    assert same["hand-written prompts"]["categories"][::4] == [w.removeprefix("chat-") for w in CHAT]
+    assert same["hand-written prompts"]["categories"] == [w.removeprefix("chat-") for w in CHAT]
     assert all(set(same[kind]["points"]) == {"4", "8"} for kind in same)
     assert "(conversation, math)" in same["everyday forms"]["about"]
     assert len(same["varied forms"]["points"]["4"]["head"]["by_prompt"]) == 4  # (new tokens, rounds) of each
@@ -64,13 +65,13 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     assert all(1 <= same[kind]["points"][n][d]["tokens_per_round"] <= 5
                for kind in same for n in ("4", "8") for d in ("head", "draft"))
     kept = json.loads((stream / "c4" / "same_prompts.json").read_text())  # the prompts beside their scores
-    assert set(kept) == set(same) and [len(kept[kind]["prompts"]) for kind in same] == [4, 4, 28]
+    assert set(kept) == set(same) and [len(kept[kind]["prompts"]) for kind in same] == [4, 4, 7]
     tok = load_tokenizer(str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged)))  # (the stand-in's words)
     drawn = {"everyday forms": chat_requests.held_out_requests(4, lambda text: False),
              "varied forms": held_out_requests(4, TUNING_CATEGORIES, lambda text: False)}
     assert all(kept[kind]["prompts"] == [encode_chat(tok, [{"role": "user", "content": r}]).tolist()
                                          for r in drawn[kind]] for kind in drawn)
-    assert kept["hand-written prompts"]["prompts"] == [encode_chat(tok, c).tolist() for w in CHAT for c in load_chats(w, 4)]
+    assert kept["hand-written prompts"]["prompts"] == [encode_chat(tok, c).tolist() for w in CHAT for c in load_chats(w, 1)]
 
     # a record from before the answers were scored in training gets them from the saved drafters: the same values
     target_dir = str(ensure_converted(CONVERTED_PAIRS["smollm2"].packaged))
