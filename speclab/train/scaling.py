@@ -280,7 +280,7 @@ BENCH_CHATS = 4  # every prompt the chat workloads ship (the bench sends the fir
 
 def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dict]:
     """Three sets of prompts that no point trained on, the same for every point, each {"prompts": token ids,
-    "about": what they are}: "everyday forms", n of chat_requests.held_out_requests (the forms of the
+    "categories": each prompt's, "about": what they are}: "everyday forms", n of chat_requests.held_out_requests (the forms of the
     stream's everyday stretch, in the categories whose requests it has not used up) and "varied forms", n
     of varied_requests.held_out_requests in TUNING_CATEGORIES (the forms of its varied stretch, which a point
     of everyday requests alone never met), none in any of the stream's conversations and none carrying a
@@ -302,10 +302,11 @@ def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dic
                       "categories": [categories[i % len(categories)] for i in range(len(texts))],  # in turn
                       "about": f"{n} requests in the {kind} ({', '.join(categories)}), {where}"}
     bench = [c for workload in CHAT for c in load_chats(workload, BENCH_CHATS)]
-    sets["hand-written prompts"] = {"prompts": [encode_chat(tokenizer, c) for c in bench],
-                                    "categories": [c for c in CHAT_CATEGORIES for _ in range(BENCH_CHATS)],
-                             "about": f"the chat workloads' {len(bench)} hand-written prompts ({BENCH_CHATS} in each "
-                                      f"of {', '.join(CHAT_CATEGORIES)}), the bench's among them"}
+    sets["hand-written prompts"] = {
+        "prompts": [encode_chat(tokenizer, c) for c in bench],
+        "categories": [c for c in CHAT_CATEGORIES for _ in range(BENCH_CHATS)],
+        "about": f"the chat workloads' {len(bench)} hand-written prompts ({BENCH_CHATS} in each of "
+                 f"{', '.join(CHAT_CATEGORIES)}), the bench's among them"}
     return sets
 
 
