@@ -343,6 +343,8 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
             ("tokens in its conversations (requests, held-out too)", [p["tokens"] for p in points]),
             ("training steps: head", [p["head"]["steps"] for p in points]),
             ("training steps: draft", [p["draft"]["steps"] for p in points]),
+            ("training minutes: head", [p["head"].get("train_minutes") for p in points]),
+            ("training minutes: draft", [p["draft"].get("train_minutes") for p in points]),
             ("first draft right, held-out answers: head",
              [(p["head"].get("heldout_answer_top1_by_step") or [None])[0] for p in points]),
             ("first draft right, held-out answers: draft", [p["draft"].get("heldout_answer_top1") for p in points])]
@@ -447,8 +449,8 @@ def scaling_table(curve: dict):
             return "-"
         if label.startswith("tokens in"):
             return f"{value / 1e6:.2f}M"
-        if isinstance(value, int):
-            return f"{value:,}"
+        if isinstance(value, int) or label.startswith("training minutes"):
+            return f"{value:,.0f}"
         return f"{value:.2f}x" if label.startswith("speed") else f"{value:.3f}" if "right" in label else f"{value:.2f}"
 
     points = sorted(curve["points"], key=lambda p: p["tokens"])

@@ -145,8 +145,9 @@ def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_doe
 
 def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points_speeds():
     def point(n, tokens, top1, timed=True):
-        p = {"tokens": tokens, "conversations": n, "head": {"steps": n, "heldout_top1_by_step": [top1 + 0.05],
-                                                           "heldout_answer_top1_by_step": [top1]},
+        p = {"tokens": tokens, "conversations": n,
+             "head": {"steps": n, "train_minutes": n / 100, "heldout_top1_by_step": [top1 + 0.05],
+                      "heldout_answer_top1_by_step": [top1]},
              "draft": {"steps": 2 * n, "heldout_top1": top1 - 0.25, "heldout_answer_top1": top1 - 0.3}}
         # each line its own values: head 1.x, draft 0.x; eager .1, fast .3; the more tokens, the faster
         speeds = {name: {path: {"speedup": base + tokens / 1e7 + extra, "row": "r", "tokens_per_round": 2.0}
@@ -168,6 +169,7 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     assert rows["conversations trained on"] == ["1,330", "3,800", "13,300"]  # a twentieth of each held out
     assert rows["tokens in its conversations (requests, held-out too)"] == ["0.35M", "1.00M", "3.50M"]
     assert rows["training steps: draft"] == ["2,800", "8,000", "28,000"]
+    assert rows["training minutes: head"] == ["14", "40", "140"] and rows["training minutes: draft"] == ["-"] * 3
     assert rows["first draft right, held-out answers: head"] == ["0.500", "0.600", "0.700"]
     assert rows["tokens a round, everyday forms: head"] == ["2.00", "2.50", "3.00"]  # every point
     assert rows["tokens a round, varied forms: head"] == ["1.50", "2.00", "2.50"]
