@@ -335,8 +335,9 @@ def tokens_a_round(curve: dict, point: dict) -> dict[tuple[str, str], float | No
 
 def scaling_rows(curve: dict) -> list[tuple[str, list]]:
     """The data-scaling curve's measures, a (label, values by point) pair each, the points by training tokens
-    (None: not measured): the data and steps, how often the first draft is the target's token on held-out
-    answers, tokens a round (tokens_a_round), and speed over target-only on the bench's chat prompts."""
+    (None: not measured): the data, training steps and minutes, how often the first draft is the target's
+    token on held-out answers, tokens a round (tokens_a_round), and speed over target-only on the bench's
+    chat prompts."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     rounds = [tokens_a_round(curve, p) for p in points]
     rows = [("conversations trained on", [trained_on(p["conversations"]) for p in points]),
@@ -358,10 +359,10 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
 
 
 def scaling_figure(curve: dict) -> Figure:
-    """A data-scaling curve (`python -m speclab train scale`'s curve.json) against training tokens: left, each
-    drafter's tokens a round, greedy, K = 4, on the same prompts at every point (requests in the stream's
-    everyday and varied forms that none of its conversations holds, and the hand-written chat prompts); right, each drafter's speed over
-    target-only on the bench's chat prompts, eager and on the fast path (the timed points only)."""
+    """A data-scaling curve (`python -m speclab train scale`'s curve.json) against each point's conversations:
+    left, each drafter's tokens a round, greedy, K = 4, on the same prompts at every point (ROUNDS_WHERE);
+    right, each drafter's speed over target-only on the bench's chat prompts, eager and on the fast path
+    (the timed points only; a bar joins two timings of one setting)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.6))
     colors = {"head": "#4c72b0", "draft": "#999999"}
@@ -408,7 +409,8 @@ def _runs(curve: dict, where: str, drafter: str, ends: tuple[int, int], categori
         return runs
     keep = [i for i, c in enumerate(same["categories"]) if c in categories]
     if not keep:
-        raise ValueError(f"the {where!r} prompts hold none in {categories}; they are in {sorted(set(same['categories']))}")
+        raise ValueError(f"the {where!r} prompts hold none in {categories}; "
+                         f"they are in {sorted(set(same['categories']))}")
     return [r[keep] for r in runs]
 
 
