@@ -297,7 +297,12 @@ def unseen_requests(draw: Callable[[str, random.Random], str], n: int, categorie
                     seen: Callable[[str], bool] | None, what: str = "requests outside the stream",
                     advice: str = "ask for fewer") -> list[str]:
     """n different requests draw(category, rng) makes, the categories in turn, rng seeded with `seed`, none
-    that `seen(text)` says a stream holds; a clear error after 100 draws a request without enough of them."""
+    that `seen(text)` says a stream holds; a clear error after 100 draws a request without enough of them.
+    The draws have no passages, so categories drawn over the target's passages are refused (those passages
+    are in the training data)."""
+    if set(categories) & {"translation", "summarization", "rag"}:
+        raise ValueError(f"{categories} include categories drawn over the target's passages; choose among "
+                         "conversation, qa, math and code")
     rng, found = random.Random(seed), []
     for _ in range(100 * n):
         text = draw(categories[len(found) % len(categories)], rng)
@@ -317,11 +322,8 @@ HELD_OUT_CATEGORIES = ("conversation", "math")
 def held_out_requests(n: int, seen: Callable[[str], bool], categories: tuple[str, ...] = HELD_OUT_CATEGORIES
                       ) -> list[str]:
     """n different requests in these forms, categories in turn, drawn with a seed no stream uses and none
-    that `seen` says a stream holds: requests of the everyday forms that no drafter trained on. Categories
-    that need the target's passages are refused (those passages are in the training data)."""
-    if set(categories) & {"translation", "summarization", "rag"}:
-        raise ValueError(f"{categories} include categories drawn over the target's passages; choose among "
-                         "conversation, qa, math and code")
+    that `seen` says a stream holds: requests of the everyday forms that no drafter trained on (unseen_requests,
+    which refuses the categories drawn over passages)."""
     return unseen_requests(lambda c, rng: request(c, rng, "", ("", "")), n, categories, "everyday held out", seen,
                            advice=f"ask for fewer, or draw from {HELD_OUT_CATEGORIES}, whose pools last longest")
 

@@ -280,12 +280,13 @@ BENCH_CHATS = 4  # every prompt the chat workloads ship (the bench sends the fir
 
 def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dict]:
     """Three sets of prompts that no point trained on, the same for every point, each {"prompts": token ids,
-    "categories": each prompt's, "about": what they are}: "everyday forms", n of chat_requests.held_out_requests (the forms of the
-    stream's everyday stretch, in the categories whose requests it has not used up) and "varied forms", n
-    of varied_requests.held_out_requests in TUNING_CATEGORIES (the forms of its varied stretch, which a point
-    of everyday requests alone never met), none in any of the stream's conversations and none carrying a
-    passage to copy; "hand-written prompts", every prompt of the chat workloads, the bench's among
-    them, kept one by one here where the bench sums them by category."""
+    "categories": each prompt's, "about": what they are}: "everyday forms", n of
+    chat_requests.held_out_requests (the forms of the stream's everyday stretch, in the categories whose
+    requests it has not used up) and "varied forms", n of varied_requests.held_out_requests in
+    TUNING_CATEGORIES (the forms of its varied stretch, which a point of everyday requests alone never met),
+    none in any of the stream's conversations and none carrying a passage to copy; "hand-written prompts",
+    every prompt of the chat workloads, the bench's among them, kept one by one here where the bench sums
+    them by category."""
     n = n or SAME_PROMPTS
     state = torch.load(stream / STREAM_FILES[0])
     held = "\n\x00".join(tokenizer.batch_decode([c.tolist() for c in state["conversations"]]))
@@ -332,7 +333,8 @@ def request_acceptance(target: str, point: Path, prompts: list[torch.Tensor], ma
 def score_same_prompts(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
     """Every trained point among `points` decoding the same prompts (same_prompts, request_acceptance):
     {set: {"about", "prompts" (how many), "categories" (each prompt's), "k", "new_tokens", "points": {N: scores}}};
-    each point's scores kept in cN/same_prompts.json with the prompts they were scored on, and scored again only when those change."""
+    each point's scores kept in cN/same_prompts.json with the prompts they were scored on, and scored again
+    only when those change."""
     named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
     tokenizer = load_tokenizer(ensure_converted(named.packaged) if named else target)
     sets = same_prompts(tokenizer, stream)
