@@ -29,7 +29,7 @@ from speclab import corpus
 from speclab.measure.workloads import chat_records
 from speclab.train import chat_requests, varied_requests
 from speclab.train.replies import answer, reply_length, reply_text
-from speclab.train.loop import stopped
+from speclab.train.loop import save_whole, stopped
 
 CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
 LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese")
@@ -234,7 +234,7 @@ def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
         # each batch's own tokens and seconds: a run paused mid-batch (SIGSTOP while something is timed)
         # inflates that batch and the sums, not the median batch's rate
         state.setdefault("batches", []).append((written, round(seconds, 2)))
-        torch.save(state, path)
+        save_whole(state, path)
         bar.update(len(rows))
     bar.close()
     return state["conversations"][:n]

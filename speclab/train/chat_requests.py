@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from speclab.train.replies import answer, reply_text
+from speclab.train.loop import save_whole
 
 CATEGORIES = ("conversation", "translation", "summarization", "qa", "math", "rag", "code")
 LANGUAGES = ("French", "Spanish", "German", "Italian", "Portuguese")
@@ -192,7 +193,7 @@ def material(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: P
         kept = [p for p in map(tidy_passage, target_replies(target, tokenizer, chunk, 160, batch)) if p]
         state["passages"] += kept
         state["asked"] += len(chunk)
-        torch.save(state, path)
+        save_whole(state, path)
         bar.update(len(kept))
     bar.close()
     while len(state["foreign"]) < translations:
@@ -202,7 +203,7 @@ def material(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: P
         replies = target_replies(target, tokenizer, [f"Translate this sentence into {lang}:\n{s}" for lang, s in chunk],
                                  80, batch)
         state["foreign"] += [(lang, (r.strip().splitlines() or [""])[0][:240]) for (lang, _), r in zip(chunk, replies)]
-        torch.save(state, path)
+        save_whole(state, path)
     return state
 
 

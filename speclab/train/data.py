@@ -27,7 +27,7 @@ from speclab.devices import cpu_name
 from speclab.methods.eagle import eagle3_layers
 from speclab.models import load_tokenizer
 from speclab.train.chat_data import answer_next, chat_rows
-from speclab.train.loop import stopped
+from speclab.train.loop import save_whole, stopped
 
 EOS = "<|endoftext|>"
 
@@ -92,7 +92,7 @@ def prepare_data(out: Path, p, tokenizer: PreTrainedTokenizerBase | None = None
     if not data_file.exists():
         if train_texts is None:
             train_texts, heldout_texts = corpus.split_texts(max_files=p.max_files)
-        torch.save({"train": encode(tokenizer, train_texts), "heldout": encode(tokenizer, heldout_texts)}, data_file)
+        save_whole({"train": encode(tokenizer, train_texts), "heldout": encode(tokenizer, heldout_texts)}, data_file)
     data = torch.load(data_file)
     return tokenizer, data["train"], data["heldout"]
 
@@ -139,7 +139,7 @@ def generate_continuations(target: PreTrainedModel, train: torch.Tensor, p, out:
                                min_new_tokens=new, do_sample=sampled, temperature=1.0 if sampled else None,
                                top_k=None, top_p=None, pad_token_id=0)
         done = torch.cat([done, rows.cpu().to(torch.int32)])
-        torch.save(done, path)
+        save_whole(done, path)
         bar.update(n)
     bar.close()
     return done[:p.generated]
@@ -189,7 +189,7 @@ def resumable_features(target: PreTrainedModel, rows: torch.Tensor, device: torc
             saved = {"rows": chunk.to(torch.int32), "layers": layers,
                      "features": target_features(target, chunk, device, layers=layers, greedy=next_tokens),
                      "greedy": torch.cat(next_tokens)}
-            torch.save(saved, path)
+            save_whole(saved, path)
         width = saved["features"].shape[-1] // len(layers)
         if not gathered:
             gathered = [torch.empty((len(rows), rows.shape[1], width * len(group)), dtype=torch.float16)
@@ -243,13 +243,13 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
         train, train_next = resumable_features(target, rows, dev, groups, out / "features.parts", deadline)
         heldout, held_next = resumable_features(target, held, dev, groups, out / "features.parts.heldout", deadline)
         if fused:
-            torch.save({"train": train[0], "heldout": heldout[0], "layers": fused, "seconds": 0.0},
+            save_whole({"train": train[0], "heldout": heldout[0], "layers": fused, "seconds": 0.0},
                        out / "features_layers.pt")
         features = {"train": train[-1], "heldout": heldout[-1], "train_next": train_next, "heldout_next": held_next,
                     "seconds": time.perf_counter() - started, "rows": spec if isinstance(spec, int) else len(rows)}
         del train, heldout
     features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32), spec=spec)
-    torch.save(features, features_file)
+    save_whole(features, features_file)
     for parts in (out / "features.parts", out / "features.parts.heldout"):
         shutil.rmtree(parts, ignore_errors=True)  # features.pt holds them now
     features = torch.load(features_file, mmap=True)  # the same, mapped: the tensors in memory are let go

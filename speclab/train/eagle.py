@@ -21,7 +21,7 @@ from speclab.methods.eagle import NAME, NAME3, VERSIONS, Eagle3Head, EagleHead, 
 from speclab.train.chat_data import summary as chat_summary
 from speclab.train.data import check_resumed_rows, choose_preset, hardware, target_features
 from speclab.train.frozen import frozen_start
-from speclab.train.loop import precision_name, step_precision, train_loop
+from speclab.train.loop import precision_name, save_whole, step_precision, train_loop
 
 
 # The registered methods by head version: their names, folders beside the bundled target, train commands.
@@ -355,7 +355,7 @@ def eagle3_features(target: PreTrainedModel, out: Path, features: dict, layers: 
               "heldout": target_features(target, features["heldout_rows"], dev, layers=layers),
               "layers": list(layers)}
     cached["seconds"] = time.perf_counter() - started
-    torch.save(cached, path)
+    save_whole(cached, path)
     return cached
 
 

@@ -18,7 +18,7 @@ from speclab.methods.layer_skip import NAME, ExitAdapter, check_exit_layer, save
 from speclab.train.data import choose_preset, hardware, target_features
 from speclab.train.eagle import soft_cross_entropy
 from speclab.train.frozen import frozen_start
-from speclab.train.loop import train_loop
+from speclab.train.loop import save_whole, train_loop
 
 # layer_skip's registry entry: its name, its folder beside the bundled target and its train command (both exit)
 METHOD = REGISTRY[NAME]
@@ -71,7 +71,7 @@ def exit_features(target: PreTrainedModel, out: Path, features: dict, layers: li
                   "train": target_features(target, features["train_rows"], dev, layers=layers),
                   "heldout": target_features(target, features["heldout_rows"], dev, layers=layers)}
         hidden["seconds"] = time.perf_counter() - started
-        torch.save(hidden, path)
+        save_whole(hidden, path)
     return hidden
 
 
@@ -142,7 +142,7 @@ def train_exit(target_dir: str | Path, out: Path, exit_layers: Sequence[int] | N
         state["record"][layer] = {"top1_plain": exit_agreement(target, held, held_final),
                                   "top1_adapter": exit_agreement(target, held, held_final, adapter),
                                   "loss": [loss for _, loss in log["train"]], "seconds": round(log["seconds"], 1)}
-        torch.save(state, ckpt_file)
+        save_whole(state, ckpt_file)
         layer_checkpoint(out, layer).unlink()
     report = {"preset": asdict(m), "target_from": str(target_dir), "device": str(dev), "hardware": hardware(dev),
               "torch": torch.__version__, "seed": seed, "layers_of_target": num_layers,

@@ -11,6 +11,7 @@ depends on where a run stopped.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,15 @@ def stopped(name: str, reached: str) -> SystemExit:
     return SystemExit(f"{name}: stopped at {reached}; run the same command again to resume.")
 
 
+def save_whole(obj, path: Path) -> None:
+    """torch.save to a sibling file, then rename it over `path`: a run killed mid-write leaves the last
+    whole file, never a torn one that cannot be loaded (a torn chat stream once cost a batch of answers)."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    torch.save(obj, partial)
+    os.replace(partial, path)
+
+
 def load_checkpoint(ckpt_file: Path, key: str, module: torch.nn.Module, opt: torch.optim.Optimizer,
                     device: torch.device, check: Callable[[dict], None] | None = None) -> tuple[int, dict] | None:
     """Load a run's checkpoint into `module` and `opt`; returns (step, log), or None when there is none yet.
@@ -119,7 +129,7 @@ def train_loop(name: str, module: torch.nn.Module, opt: torch.optim.Optimizer, s
         step, log = resumed
 
     def save() -> None:
-        torch.save({key: module.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, ckpt_file)
+        save_whole({key: module.state_dict(), "opt": opt.state_dict(), "step": step, "log": log}, ckpt_file)
 
     if evaluate is not None and evaluate_first and not log["evals"]:
         log["evals"].append(evaluate(step, None)[0])

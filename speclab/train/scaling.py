@@ -41,6 +41,7 @@ from speclab.train.eagle import METHODS as EAGLE
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
 from speclab.train.shared_draft import draft_loss, train_shared_draft
 from speclab.train.varied_requests import held_out_requests
+from speclab.train.loop import save_whole
 
 POINTS = (1400, 4000, 14000)  # 0.35M, 1M and 3.5M tokens of SmolLM2's answers (issue 67)
 STREAM_FILES = ("chat_conversations.pt", "everyday_material.pt")
@@ -63,7 +64,7 @@ def freeze_point(stream: Path, n: int) -> Path:
         # the counts of the whole stream do not describe the first n: a point's tokens are counted from its rows
         kept.pop("answer_tokens", None), kept.pop("answer_seconds", None)
         kept["seconds"] = state["seconds"] * n / have
-        torch.save(kept, frozen)
+        save_whole(kept, frozen)
     if (stream / STREAM_FILES[1]).exists() and not (point / STREAM_FILES[1]).exists():
         shutil.copy(stream / STREAM_FILES[1], point / STREAM_FILES[1])
     return point

@@ -1,11 +1,13 @@
-"""speclab.train.loop: the training steps' precision (step_precision)."""
+"""speclab.train.loop: the training steps' precision (step_precision) and whole saves (save_whole)."""
+from pathlib import Path
+
 import pytest
 import torch
 
 from speclab.methods.eagle import EagleHead
 from speclab.train.eagle import eagle3_loss
 from speclab.train.data import target_features
-from speclab.train.loop import precision_name, step_precision
+from speclab.train.loop import precision_name, save_whole, step_precision
 from tests.conftest import tiny_model
 
 BF16_UNITS = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
@@ -53,3 +55,23 @@ def test_bf16_by_device_follows_the_units():
     chosen = step_precision(None, torch.device("cpu"))
     assert chosen._enabled == BF16_UNITS
     assert precision_name(chosen) == ("bfloat16 autocast" if BF16_UNITS else "float32")
+
+
+def test_a_save_killed_mid_write_leaves_the_last_whole_file(tmp_path, monkeypatch):
+    path = tmp_path / "chat_conversations.pt"
+    save_whole({"conversations": [torch.arange(5)]}, path)
+    real_save = torch.save
+
+    def torn(obj, target):  # writes part of the archive, then the process "dies"
+        real_save(obj, target)
+        Path(target).write_bytes(Path(target).read_bytes()[:100])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", torn)
+    with pytest.raises(KeyboardInterrupt):
+        save_whole({"conversations": [torch.arange(5), torch.arange(7)]}, path)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert len(torch.load(path)["conversations"]) == 1  # the old file, whole
+    save_whole({"conversations": [torch.arange(5), torch.arange(7)]}, path)
+    assert len(torch.load(path)["conversations"]) == 2
+    assert [f.name for f in tmp_path.iterdir()] == [path.name]  # no partial file left beside it
