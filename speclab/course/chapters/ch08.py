@@ -443,6 +443,15 @@ def gain_difference(curve: dict, where: str, other: str, drafter: str, small: in
     return _gain(a, np.arange(len(a[0]))) - _gain(b, np.arange(len(b[0]))), float(lo), float(hi)
 
 
+def rounds_needed(point: dict, drafter: str, path: str, goal: float) -> tuple[float, float]:
+    """What a goal speed asks of acceptance at a point's measured costs: (tokens a round needed, as a multiple
+    of the point's). A round's cost in target steps is its tokens a round over its speedup; at a fixed K a
+    chain drafts K and verifies K + 1 whatever is accepted, so that cost stays while acceptance moves."""
+    timed = point["speeds"][drafter][path]
+    needed = timed["tokens_per_round"] / timed["speedup"] * goal
+    return needed, needed / timed["tokens_per_round"]
+
+
 def scaling_table(curve: dict):
     """The data-scaling curve as a table (scaling_rows), a column per point, by training tokens ("-": not
     measured)."""

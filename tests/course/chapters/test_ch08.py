@@ -229,3 +229,10 @@ def test_gains_compare_like_with_like_and_their_difference_resamples_each_set_ap
     assert ch08.gain_difference(curve, "a", "b", "head", 1, 2, categories=("math",)) == pytest.approx((0.3, 0.3, 0.3))
     with pytest.raises(ValueError, match="hold none in"):
         ch08.gain_interval(curve, "a", "head", 1, 2, categories=("qa",))
+
+
+def test_rounds_needed_keeps_a_rounds_cost_and_scales_acceptance_to_the_goal():
+    point = {"speeds": {"head": {"eager": {"speedup": 1.25, "tokens_per_round": 2.0}}}}
+    # a round costs 2.0 / 1.25 = 1.6 target steps; 1.5x needs 2.4 tokens a round, 1.2 times today's
+    assert ch08.rounds_needed(point, "head", "eager", 1.5) == pytest.approx((2.4, 1.2))
+    assert ch08.rounds_needed(point, "head", "eager", 1.25) == pytest.approx((2.0, 1.0))  # already there
