@@ -769,6 +769,11 @@ class ModelCheck:
         return theory.speedup(self.alpha, self.k, self.c, self.verify_cost)
 
     @property
+    def modelled_with_other(self) -> float:
+        """The same, with the per-round `other` the formula leaves out priced into every round."""
+        return theory.expected_tokens(self.alpha, self.k) / (self.verify_cost + self.k * self.c + self.other)
+
+    @property
     def ratio(self) -> float:
         return self.measured / self.modelled
 
@@ -778,7 +783,7 @@ class ModelCheck:
                 f"tokens/round (measured {self.tokens_per_round:.2f}); verify pass {self.verify_cost:.2f}, "
                 f"draft step c = {self.c:.3f}, other {self.other:.2f} per round\n"
                 f"speedup: measured {self.measured:.2f}x, modelled {self.modelled:.2f}x "
-                f"(measured/modelled {self.ratio:.2f})")
+                f"(measured/modelled {self.ratio:.2f}; {self.modelled_with_other:.2f}x with other)")
 
 
 def model_check(base: GenerationStats, spec: GenerationStats) -> ModelCheck:

@@ -171,7 +171,11 @@ def test_model_check_puts_costs_in_target_token_units():
     assert check.measured == pytest.approx(0.9 / 0.5)
     assert check.modelled == pytest.approx(theory.speedup(75 / 95, 4, check.c, check.verify_cost))
     assert check.ratio == pytest.approx(check.measured / check.modelled)
-    assert "measured/modelled" in str(check)
+    # the per-round rest priced in: each round pays verify + K c + other target tokens
+    per_round = check.verify_cost + 4 * check.c + check.other
+    assert check.modelled_with_other == pytest.approx(theory.expected_tokens(75 / 95, 4) / per_round)
+    assert check.modelled_with_other < check.modelled
+    assert "measured/modelled" in str(check) and "with other" in str(check)
     with pytest.raises(ValueError, match="drafted"):
         model_check(base, base)
 
