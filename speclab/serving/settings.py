@@ -22,6 +22,12 @@ from speclab.methods import REGISTRY
 from speclab.methods.engines import ENGINES, Options, Unsupported, no, tree_is
 
 
+# TensorRT-LLM decoding types its default PyTorch backend does not take (docs/source/features/
+# speculative-decoding.md @ 04c8822c lists MTP, Eagle3, NGram, DraftTarget, PARD, DFlash, SA): their configs
+# declare the TensorRT engine backend alone (llm_args.py @ fcd3f316, supports_backend)
+ENGINE_BACKEND_ONLY = ("Medusa", "Lookahead")
+
+
 def writers() -> dict:
     """Every registered method that engines serve -> its writer (Method.engine_settings, in its own
     module), read from the registry when asked, so a method registered later is served too."""
@@ -35,13 +41,34 @@ class EngineSettings:
     settings: dict
 
     def text(self) -> str:
-        """The settings as one writes them for that engine: JSON for vLLM's speculative_config, a command
-        line's flags for SGLang and llama.cpp, keyword arguments for TensorRT-LLM and transformers."""
+        """The settings as one pastes them into that engine: JSON for vLLM's speculative_config, a command
+        line's flags for SGLang and llama.cpp, the speculative_config line of the YAML file trtllm-serve
+        reads (--extra_llm_api_options), and generate()'s keyword arguments for transformers, the draft
+        loaded (generate() takes a model, not a path)."""
         if self.engine == "vllm":
             return json.dumps(self.settings)
         if self.engine in ("sglang", "llama.cpp"):
             return " ".join(f"{flag} {value}" for flag, value in self.settings.items())
-        return ", ".join(f"{key}={value!r}" for key, value in self.settings.items())
+        if self.engine == "tensorrt-llm":
+            line = f"speculative_config: {_yaml_flow(self.settings)}"
+            if self.settings.get("decoding_type") in ENGINE_BACKEND_ONLY:  # said in the line, as a YAML comment
+                line += "  # the TensorRT engine backend only (trtllm-serve --backend tensorrt)"
+            return line
+        return ", ".join(f"{key}=AutoModelForCausalLM.from_pretrained({value!r})" if key == "assistant_model"
+                         else f"{key}={value!r}" for key, value in self.settings.items())
+
+
+def _yaml_flow(value) -> str:
+    """`value` (a settings dict's: str, number, bool, dict, list) in YAML's one-line flow style."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_yaml_flow(k)}: {_yaml_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_yaml_flow(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and not value.replace("_", "").replace("-", "").replace("/", "").replace(".", "").isalnum():
+        return json.dumps(value)  # quoted where YAML could misread it (spaces, colons, brackets)
+    return str(value)
 
 
 def engine_settings(method: str, engine: str, options: Options | None = None, **changes) -> EngineSettings:

@@ -180,7 +180,17 @@ def test_the_mapping_table_has_every_engine_and_says_why_where_one_has_nothing()
     assert [r["method"] for r in rows] == ["ngram", "eagle3", "medusa"]
     assert all(set(r) == {"method", *ENGINES} for r in rows)
     assert rows[2]["sglang"].startswith("— no Medusa")
-    assert rows[1]["tensorrt-llm"] == "decoding_type='Eagle3', max_draft_len=3, speculative_model='H'"
+    assert rows[1]["tensorrt-llm"] == "speculative_config: {decoding_type: Eagle3, max_draft_len: 3, speculative_model: H}"
+    assert rows[2]["tensorrt-llm"].endswith("# the TensorRT engine backend only (trtllm-serve --backend tensorrt)")
+
+
+def test_the_texts_paste_as_each_engine_reads_them():
+    """YAML for trtllm-serve's options file, generate() keywords with the draft loaded for transformers."""
+    trt = engine_settings("mtp", "tensorrt-llm", k=4, k_by_batch=((1, 4, 4), (5, 8, 2))).text()
+    assert trt == "speculative_config: {decoding_type: MTP, max_draft_len: 4, draft_len_schedule: {4: 4, 8: 2}}"
+    assert engine_settings("ngram", "tensorrt-llm", k=4).text().endswith("is_public_pool: false}")
+    hf = engine_settings("draft_model", "transformers", k=3, path="my draft").text()
+    assert hf.startswith("assistant_model=AutoModelForCausalLM.from_pretrained('my draft'), num_assistant_tokens=3")
 
 
 vllm_installed = importlib.util.find_spec("vllm") is not None
