@@ -100,9 +100,9 @@ def _check(o: Options) -> None:
             expected = last + 1
         over = [list(r) for r in o.k_by_batch if r[2] > o.k]
         if over:
-            raise ValueError(f"k_by_batch asks for more draft tokens than k = {o.k} in {over}: vLLM would clamp "
-                             f"those ranges to K = {o.k} without a word and TensorRT-LLM refuses the schedule; set k "
-                             f"to the schedule's largest K ({max(r[2] for r in o.k_by_batch)})")
+            raise ValueError(f"k_by_batch asks for more draft tokens than k = {o.k} in {over}: vLLM takes each "
+                             f"range's K only up to num_speculative_tokens (k) and TensorRT-LLM refuses the "
+                             f"schedule; set k to the schedule's largest K ({max(r[2] for r in o.k_by_batch)})")
     if o.acceptance not in ("rejection", "block"):
         raise ValueError(f"acceptance is 'rejection' or 'block'; got {o.acceptance!r}")
 

@@ -94,7 +94,7 @@ def test_tensorrt_llm_mtp_takes_k_in_max_draft_len():
 
 
 def test_a_schedule_above_k_is_refused_not_clamped():
-    """vLLM clamps a range's K to num_speculative_tokens without a word; TensorRT-LLM's validator refuses it."""
+    """vLLM takes a range's K only up to num_speculative_tokens; TensorRT-LLM's validator refuses a K above it."""
     schedule = ((1, 1, 8), (2, 64, 2))
     for engine in ("vllm", "tensorrt-llm", "speclab"):
         with pytest.raises(ValueError, match=r"more draft tokens than k = 4.*largest K \(8\)"):
