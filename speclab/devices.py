@@ -16,9 +16,21 @@ def cpu_name() -> str:
     """The CPU's model name (from /proc/cpuinfo on Linux), or what platform knows of it."""
     try:
         with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
+            return cpu_from_cpuinfo(f.read())
+    except (OSError, KeyError):
         return platform.processor() or platform.machine()
+
+
+def cpu_from_cpuinfo(text: str) -> str:
+    """The model name of /proc/cpuinfo's first processor; where a virtual machine hides the model number
+    ("AMD EPYC", "Intel(R) Xeon(R) Processor"), its family and model are added, so that records made on
+    two generations under one name can be told apart."""
+    fields = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    name = fields["model name"]  # a KeyError where the file names no model (cpu_name falls back)
+    if not any(ch.isdigit() for ch in name) and "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def gpu_name(device: str | torch.device) -> str | None:

@@ -84,3 +84,13 @@ def test_a_record_names_the_gpu_it_ran_on_and_none_on_a_cpu():
     with mock.patch("torch.cuda.get_device_name", return_value="NVIDIA H200") as name:
         assert devices.gpu_name(torch.device("cuda")) == "NVIDIA H200"
     name.assert_called_once()
+
+
+def test_a_cpu_that_hides_its_model_number_is_named_with_its_family_and_model():
+    from speclab.devices import cpu_from_cpuinfo
+    hidden = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+    assert cpu_from_cpuinfo(hidden + "\nprocessor\t: 1\n") == "AMD EPYC (family 26, model 2)"
+    named = "cpu family\t: 6\nmodel\t\t: 85\nmodel name\t: Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz\n"
+    assert cpu_from_cpuinfo(named) == "Intel(R) Xeon(R) Platinum 8259CL CPU @ 2.50GHz"
+    with pytest.raises(KeyError):
+        cpu_from_cpuinfo("processor\t: 0\n")
