@@ -43,16 +43,17 @@ class EngineSettings:
     def text(self) -> str:
         """The settings as one pastes them into that engine: JSON for vLLM's speculative_config, a command
         line's flags for SGLang and llama.cpp, the speculative_config line of the YAML file trtllm-serve
-        reads (--extra_llm_api_options), and generate()'s keyword arguments for transformers, the draft
-        loaded (generate() takes a model, not a path)."""
+        reads (--extra_llm_api_options; a comment line above it where only the TensorRT engine backend takes
+        it), and generate()'s keyword arguments for transformers, the draft loaded (generate() takes a
+        model, not a path)."""
         if self.engine == "vllm":
             return json.dumps(self.settings)
         if self.engine in ("sglang", "llama.cpp"):
             return " ".join(f"{flag} {value}" for flag, value in self.settings.items())
         if self.engine == "tensorrt-llm":
             line = f"speculative_config: {_yaml_flow(self.settings)}"
-            if self.settings.get("decoding_type") in ENGINE_BACKEND_ONLY:  # said in the line, as a YAML comment
-                line += "  # the TensorRT engine backend only (trtllm-serve --backend tensorrt)"
+            if self.settings.get("decoding_type") in ENGINE_BACKEND_ONLY:  # said in the file, as a YAML comment
+                line = f"# trtllm-serve --backend tensorrt only\n{line}"
             return line
         return ", ".join(f"{key}=AutoModelForCausalLM.from_pretrained({value!r})" if key == "assistant_model"
                          else f"{key}={value!r}" for key, value in self.settings.items())
@@ -100,9 +101,10 @@ def _check(o: Options) -> None:
             expected = last + 1
         over = [list(r) for r in o.k_by_batch if r[2] > o.k]
         if over:
-            raise ValueError(f"k_by_batch asks for more draft tokens than k = {o.k} in {over}: vLLM takes each "
-                             f"range's K only up to num_speculative_tokens (k) and TensorRT-LLM refuses the "
-                             f"schedule; set k to the schedule's largest K ({max(r[2] for r in o.k_by_batch)})")
+            raise ValueError(f"k_by_batch asks for more draft tokens than k = {o.k} in {over}: vLLM's "
+                             f"documentation wants each range's K at most num_speculative_tokens (k) and "
+                             f"TensorRT-LLM refuses the schedule; set k to the schedule's largest K "
+                             f"({max(r[2] for r in o.k_by_batch)})")
     if o.acceptance not in ("rejection", "block"):
         raise ValueError(f"acceptance is 'rejection' or 'block'; got {o.acceptance!r}")
 

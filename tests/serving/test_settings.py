@@ -181,7 +181,8 @@ def test_the_mapping_table_has_every_engine_and_says_why_where_one_has_nothing()
     assert all(set(r) == {"method", *ENGINES} for r in rows)
     assert rows[2]["sglang"].startswith("— no Medusa")
     assert rows[1]["tensorrt-llm"] == "speculative_config: {decoding_type: Eagle3, max_draft_len: 3, speculative_model: H}"
-    assert rows[2]["tensorrt-llm"].endswith("# the TensorRT engine backend only (trtllm-serve --backend tensorrt)")
+    comment, line = rows[2]["tensorrt-llm"].split("\n")
+    assert comment == "# trtllm-serve --backend tensorrt only" and line.startswith("speculative_config: {decoding_type: Medusa")
 
 
 def test_the_texts_paste_as_each_engine_reads_them():
