@@ -24,7 +24,7 @@ COMMANDS = {
     "train": ("train", "python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
                        "train medusa|eagle|eagle3|mtp|exit --target DIR --out DIR"),
     "labs": ("labs", "python -m speclab labs build | grade DIR --out scores.csv"),
-    "book": ("book", "python -m speclab book stats | book execute [--pages 08 09]"),
+    "book": ("book", "python -m speclab book stats | book execute [--pages 08 09] | book screenshots"),
     "export": ("export", "a method's weights in vLLM's or SGLang's layout, with the engine's settings; "
                          "--table: every engine's settings for every method"),
 }
@@ -64,12 +64,15 @@ MAP = """python -m speclab: the map of what speclab can do.
              (train eagle ... | train eagle3 ...), an MTP module (train mtp ...), layer-skip
              exit adapters (train exit ...), or a draft reading a target's embeddings over a
              draft vocabulary (train shared-draft --target smollm2 --preset smollm2 --out DIR);
-             train eagle-tree re-times a trained EAGLE head's EAGLE-2 settings on this machine
+             train eagle-tree re-times a trained EAGLE head's EAGLE-2 settings on this machine;
+             train answers writes a target's own chat answers at scale, train scale trains both
+             drafters on growing shares of them (chapter 9.7), train pard a parallel draft
   labs       build learner labs from their sources, grade a folder of submissions
              (python -m speclab labs build | python -m speclab labs grade DIR --out scores.csv)
 
   book       the book's pages measured (stats: prose words, visible code, wide output, figures and
-             captions), or re-executed in place in the order of _toc.yml on this machine (execute)
+             captions), re-executed in place in the order of _toc.yml on this machine (execute), or
+             photographed in headless Chromium from the built HTML (screenshots)
   export     a method's trained weights for a pair's target in the layout vLLM or SGLang loads
              (python -m speclab export eagle3 --format vllm --out DIR), with serving.json: the
              target's directory and the engine's settings; --table: how vLLM, SGLang, TensorRT-LLM,
