@@ -771,7 +771,7 @@ class ModelCheck:
     @property
     def modelled_with_other(self) -> float:
         """The same, with the per-round `other` the formula leaves out priced into every round."""
-        return theory.expected_tokens(self.alpha, self.k) / (self.verify_cost + self.k * self.c + self.other)
+        return theory.speedup(self.alpha, self.k, self.c, self.verify_cost + self.other)
 
     @property
     def ratio(self) -> float:

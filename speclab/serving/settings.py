@@ -15,6 +15,7 @@ llama.cpp docs/speculative.md (the --spec-* flags); transformers generation/conf
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -67,7 +68,7 @@ def _yaml_flow(value) -> str:
         return "[" + ", ".join(_yaml_flow(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str) and not value.replace("_", "").replace("-", "").replace("/", "").replace(".", "").isalnum():
+    if isinstance(value, str) and not re.fullmatch(r"[\w./-]+", value):
         return json.dumps(value)  # quoted where YAML could misread it (spaces, colons, brackets)
     return str(value)
 
