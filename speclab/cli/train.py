@@ -217,6 +217,9 @@ def add_answers_command(sub) -> None:
     cmd.add_argument("--seed", type=int, default=0)
     cmd.add_argument("--threads", type=int, help="CPU threads (default: torch's)")
     cmd.add_argument("--stop-after-minutes", type=float, help="save and stop after this long; rerun to resume")
+    cmd.add_argument("--packed", type=Path, help="restore the stream from this folder first and pack it there "
+                     "after every 512 conversations (uint16 parts written once each, small enough to commit): "
+                     "SmolLM2's is speclab/pairs/smollm2/answers")
     cmd.set_defaults(run=run_answers)
 
 
@@ -369,7 +372,7 @@ def run_answers(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     report = self_answers(args.target, args.out, args.conversations, batch=args.batch, seed=args.seed,
-                          stop_after_minutes=args.stop_after_minutes, requests=args.requests)
+                          stop_after_minutes=args.stop_after_minutes, requests=args.requests, packed=args.packed)
     print(f"{report['conversations']} conversations, {report['tokens']:,} tokens ({report['answer_tokens']:,} "
           f"written by the target) at {report['answer_tokens_per_s']:.0f} tokens/s over the batches' wall time "
           f"(pauses included; the median batch: {report['median_batch_tokens_per_s']} tokens/s) on "

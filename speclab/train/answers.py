@@ -10,6 +10,7 @@ data points of a scaling curve nested: train with --conversations 1400, 4000, 14
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import time
 from pathlib import Path
@@ -21,10 +22,11 @@ from speclab.models import load_model, load_tokenizer
 from speclab.runner import enable_fast_path
 from speclab.train.chat_data import chat_conversations, summary
 from speclab.train.data import hardware
-from speclab.train.loop import deadline_after
+from speclab.train.loop import deadline_after, save_whole
 from speclab.train.replies import MAX_PROMPT_TOKENS
 
 MAX_NEW_TOKENS = 256  # chat_conversations' default: a first reply; a second turn gets half
+MATERIAL = ("everyday_material.pt",)  # the target's passages and translations the requests are drawn over
 
 
 def median_batch_rate(state: dict) -> float | None:
@@ -35,21 +37,31 @@ def median_batch_rate(state: dict) -> float | None:
 
 
 def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, seed: int = 0,
-                 stop_after_minutes: float | None = None, requests: str = "everyday") -> dict:
+                 stop_after_minutes: float | None = None, requests: str = "everyday",
+                 packed: Path | None = None) -> dict:
     """Answer n chat requests (chat_conversations; requests "everyday", or "varied", which a stream of
     everyday ones goes on with) on the fast path, B = batch at a time, into out/chat_conversations.pt;
-    write and return out/answers.json: tokens, seconds, tokens per second of the answering, and the host."""
+    write and return out/answers.json: tokens, seconds, tokens per second of the answering, and the host.
+    `packed`: a folder the stream is restored from first and packed into after each part (pack_stream), so
+    that hours of answering outlive the machine they ran on."""
     if n < 1 or batch < 1:
         raise ValueError(f"ask for at least one conversation and a batch of at least one, not {n} and {batch}")
     out.mkdir(parents=True, exist_ok=True)
+    if packed is not None and (packed / "stream.json").exists():
+        unpack_stream(packed, out)
     dev = pick_device("cpu" if not torch.cuda.is_available() else "cuda")
     target = load_model(target_dir, dev, torch.float32).requires_grad_(False)
     tokenizer = load_tokenizer(target_dir)
     # a prompt of at most MAX_PROMPT_TOKENS and a reply of at most MAX_NEW_TOKENS fit the static cache
     enable_fast_path(target, "static", max_len=MAX_PROMPT_TOKENS + MAX_NEW_TOKENS, max_batch=batch)
-    started = time.time()
-    chat_conversations(target, tokenizer, out, n, max_new_tokens=MAX_NEW_TOKENS, seed=seed, batch=batch,
-                       deadline=deadline_after(stop_after_minutes), requests=requests)
+    started, deadline = time.time(), deadline_after(stop_after_minutes)
+    # a part at a time where the stream is packed (a run of n answers the first m exactly as a run of m)
+    goals = [*range(PART, n, PART), n] if packed is not None else [n]
+    for goal in goals:
+        chat_conversations(target, tokenizer, out, goal, max_new_tokens=MAX_NEW_TOKENS, seed=seed, batch=batch,
+                           deadline=deadline, requests=requests)
+        if packed is not None:
+            pack_stream(out, packed, PART, batch)
     state = torch.load(out / "chat_conversations.pt")
     record = {**summary(out), "decoder": f"speclab generate, fast path (static cache), batch {batch}",
               "answer_tokens": int(state.get("answer_tokens", 0)), "host": hardware(dev),
@@ -58,3 +70,63 @@ def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, see
     record["median_batch_tokens_per_s"] = median_batch_rate(state)
     (out / "answers.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
+
+
+PART = 512  # conversations a packed part holds: eight batches of 64
+
+
+def pack_stream(out: Path, packed: Path, part: int = PART, batch: int = 64) -> int:
+    """Copy out/'s stream into `packed` as parts of `part` conversations, uint16 tokens end to end with
+    their lengths, written once each and never again (a git history then holds every token once), the
+    target's material as it is, and stream.json, the counters of the packed conversations. Only whole parts
+    are packed, each a whole number of batches, so a stream restored from them resumes at a batch's start.
+    Returns how many conversations `packed` holds."""
+    state = torch.load(out / "chat_conversations.pt")
+    done = len(state["conversations"]) // part * part
+    batches = state.get("batches", [])
+    starts = [start for _, start in state.get("continued", [])]
+    if part % batch or any(start % batch for start in starts) or len(batches) * batch < done:
+        raise ValueError(f"{out} cannot be packed into parts of {part}: its batches must be {batch} wide, counted "
+                         f"one by one, and part a multiple of them (the stream's stretches start at {[0, *starts]})")
+    packed.mkdir(parents=True, exist_ok=True)
+    for first in range(0, done, part):
+        path = packed / f"conversations_{first // part:03d}.pt"
+        if not path.exists():
+            rows = state["conversations"][first:first + part]
+            save_whole({"tokens": torch.cat(rows).to(torch.uint16),
+                        "lengths": torch.tensor([len(r) for r in rows], dtype=torch.int32)}, path)
+    for name in MATERIAL:
+        if (out / name).exists():
+            shutil.copy(out / name, packed / name)
+    kept = batches[:done // batch]
+    counters = {"conversations": done, "part": part, "requests": state.get("requests", "library"),
+                "continued": [list(c) for c in state.get("continued", []) if c[1] < done],
+                "batches": kept, "material_seconds": state.get("material_seconds", 0.0)}
+    (packed / "stream.json").write_text(json.dumps(counters) + "\n")
+    return done
+
+
+def unpack_stream(packed: Path, out: Path) -> int:
+    """Restore out/chat_conversations.pt (and the material) from `packed` (pack_stream) where out holds
+    fewer conversations than it; returns how many conversations out holds after."""
+    counters = json.loads((packed / "stream.json").read_text())
+    path = out / "chat_conversations.pt"
+    have = len(torch.load(path)["conversations"]) if path.exists() else 0
+    if have >= counters["conversations"]:
+        return have
+    conversations = []
+    for first in range(0, counters["conversations"], counters["part"]):
+        part = torch.load(packed / f"conversations_{first // counters['part']:03d}.pt")
+        conversations += list(part["tokens"].to(torch.int32).split(part["lengths"].tolist()))
+    seconds = sum(s for _, s in counters["batches"])
+    state = {"conversations": conversations, "requests": counters["requests"], "seconds": seconds,
+             "answer_tokens": sum(t for t, _ in counters["batches"]), "answer_seconds": seconds,
+             "batches": [tuple(b) for b in counters["batches"]], "material_seconds": counters["material_seconds"]}
+    if counters["continued"]:
+        state["continued"] = [tuple(c) for c in counters["continued"]]
+    out.mkdir(parents=True, exist_ok=True)
+    for name in MATERIAL:
+        if (packed / name).exists():
+            shutil.copy(packed / name, out / name)
+    save_whole(state, path)
+    return len(conversations)

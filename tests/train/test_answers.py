@@ -1,12 +1,13 @@
 """The target's own answers at scale: speclab's batched decoding on the fast path writes what
 transformers' generate writes, a longer run starts with a shorter one's requests, and the command
-records its tokens per second and its host."""
+records its tokens per second and its host; a packed stream restores on a new machine and goes on."""
 import json
 
+import pytest
 import torch
 
 from speclab.runner import disable_fast_path, enable_fast_path
-from speclab.train import chat_requests
+from speclab.train import answers, chat_data, chat_requests
 from speclab.train.answers import self_answers
 from speclab.train.replies import answer, reply_length
 from tests.conftest import tiny_model
@@ -62,3 +63,33 @@ def test_the_command_records_tokens_per_second_and_the_host(fake_replies, tmp_pa
     assert len(batches) == 2 and saved["median_batch_tokens_per_s"] > 0
     assert sum(tokens for tokens, _ in batches) == saved["answer_tokens"]
     assert "fast path" in saved["decoder"] and "CPU thread" in saved["host"] and record == saved
+
+
+def test_a_packed_stream_outlives_its_machine_and_goes_on_as_one_run_would(fake_replies, tmp_path,  # noqa: F811
+                                                                           monkeypatch):
+    target_dir = tmp_path / "target"
+    tiny_model("llama", layers=1, vocab=64, seed=0, context=512).save_pretrained(target_dir)
+    chat_tokenizer().save_pretrained(target_dir)
+    monkeypatch.setattr(answers, "PART", 4)  # two batches of 2
+    self_answers(target_dir, tmp_path / "one run", n=10, batch=2)
+    packed = tmp_path / "packed"
+    self_answers(target_dir, tmp_path / "lost", n=6, batch=2, packed=packed)
+    assert sorted(p.name for p in packed.glob("conversations_*")) == ["conversations_000.pt"]  # whole parts only
+    written = (packed / "conversations_000.pt").stat().st_mtime_ns
+    answered = []
+    monkeypatch.setattr(chat_data, "answer", lambda t, tok, convs, *a: answered.extend(convs) or
+                        answer(t, tok, convs, *a))
+    self_answers(target_dir, tmp_path / "next machine", n=10, batch=2, packed=packed)
+    assert sum(len(c) == 1 for c in answered) == 6  # restores 4, answers the first turns of 6
+    whole, resumed = (torch.load(tmp_path / d / "chat_conversations.pt") for d in ("one run", "next machine"))
+    assert len(resumed["conversations"]) == 10
+    assert all(torch.equal(a, b) for a, b in zip(whole["conversations"], resumed["conversations"]))
+    assert (packed / "conversations_000.pt").stat().st_mtime_ns == written  # a part is written once
+    counters = json.loads((packed / "stream.json").read_text())
+    assert counters["conversations"] == 8 and len(counters["batches"]) == 4
+    assert [b[0] for b in counters["batches"]] == [b[0] for b in whole["batches"][:4]]  # the tokens a batch
+    restored = tmp_path / "restored"
+    assert answers.unpack_stream(packed, restored) == 8
+    assert torch.load(restored / "chat_conversations.pt")["answer_tokens"] == sum(b[0] for b in whole["batches"][:4])
+    with pytest.raises(ValueError, match="parts of 3"):
+        answers.pack_stream(tmp_path / "one run", tmp_path / "odd", part=3, batch=2)
