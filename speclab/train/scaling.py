@@ -50,11 +50,13 @@ STREAM_FILES = ("chat_conversations.pt", "everyday_material.pt")
 def freeze_point(stream: Path, n: int) -> Path:
     """stream/cN/ holding the stream's first n conversations (and its passage material); a ValueError
     naming the command that answers more when the stream holds fewer."""
-    state = torch.load(stream / STREAM_FILES[0])
+    path = stream / STREAM_FILES[0]
+    state = torch.load(path) if path.exists() else {"conversations": []}
     have = len(state["conversations"])
     if have < n:
         raise ValueError(f"{stream} holds {have} conversations, not {n}: let `python -m speclab train answers "
-                         f"--out {stream} --conversations {n}` answer the rest first")
+                         f"--out {stream} --conversations {n}` answer the rest first (with `--packed DIR` it "
+                         "first restores a packed stream, such as SmolLM2's in speclab/pairs/smollm2/answers)")
     point = stream / f"c{n}"
     point.mkdir(exist_ok=True)
     frozen = point / STREAM_FILES[0]

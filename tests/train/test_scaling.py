@@ -126,6 +126,8 @@ def test_a_heads_speed_on_requests_of_its_trainings_kind_comes_from_its_held_out
 
 
 def test_a_point_past_the_stream_names_the_command_that_answers_more(tmp_path):
+    with pytest.raises(ValueError, match="holds 0 conversations, not 5.*--packed"):  # a new machine: no stream yet
+        freeze_point(tmp_path, 5)
     torch.save({"conversations": [torch.ones(3, dtype=torch.int32)] * 2, "seconds": 1.0, "requests": "everyday"},
                tmp_path / "chat_conversations.pt")
     with pytest.raises(ValueError, match="train answers --out .* --conversations 5"):
