@@ -452,6 +452,25 @@ def rounds_needed(point: dict, drafter: str, path: str, goal: float) -> tuple[fl
     return needed, needed / timed["tokens_per_round"]
 
 
+def data_for_goals(curve: dict, goals: list[tuple[str, str, float]]) -> list[dict]:
+    """For each (drafter, path, goal speed): what the goal asks of the curve's last point (rounds_needed) and
+    the data it would take if each step of the first-to-last data ratio kept multiplying tokens a round by
+    what it did from the first point to the last (a straight line on log data through two points)."""
+    points = sorted(curve["points"], key=lambda p: p["tokens"])
+    first, last = points[0], points[-1]
+    rows = []
+    for drafter, path, goal in goals:
+        now = last["speeds"][drafter][path]
+        needed, times = rounds_needed(last, drafter, path, goal)
+        grew = now["tokens_per_round"] / first["speeds"][drafter][path]["tokens_per_round"]
+        data_x = (last["tokens"] / first["tokens"]) ** (np.log(times) / np.log(grew)) if grew > 1 else np.inf
+        rows.append({"drafter": drafter, "path": path, "goal": goal, "speedup": now["speedup"],
+                     "tokens_per_round": now["tokens_per_round"], "needed": needed, "more": times - 1,
+                     "grew": grew - 1, "data_x": float(data_x),
+                     "round_cost": [rounds_needed(p, drafter, path, 1)[0] for p in points]})
+    return rows
+
+
 def scaling_table(curve: dict):
     """The data-scaling curve as a table (scaling_rows), a column per point, by training tokens ("-": not
     measured)."""

@@ -236,3 +236,19 @@ def test_rounds_needed_keeps_a_rounds_cost_and_scales_acceptance_to_the_goal():
     # a round costs 2.0 / 1.25 = 1.6 target steps; 1.5x needs 2.4 tokens a round, 1.2 times today's
     assert ch08.rounds_needed(point, "head", "eager", 1.5) == pytest.approx((2.4, 1.2))
     assert ch08.rounds_needed(point, "head", "eager", 1.25) == pytest.approx((2.0, 1.0))  # already there
+
+
+def test_data_for_goals_extends_the_first_to_last_growth_on_log_data():
+    def point(n, tokens, tpr, speedup):
+        return {"conversations": n, "tokens": tokens,
+                "speeds": {"head": {"eager": {"speedup": speedup, "tokens_per_round": tpr}}}}
+    # a round costs 1.6 target steps at both points; 1.5x asks for 2.4 tokens a round, 1.2x the last's 2.0;
+    # each 4x of data multiplied tokens a round by 1.25, so 1.2x more needs log 1.2 / log 1.25 steps of 4x
+    curve = {"points": [point(4000, 400, 2.0, 1.25), point(1000, 100, 1.6, 1.0)]}
+    (row,) = ch08.data_for_goals(curve, [("head", "eager", 1.5)])
+    assert row["needed"] == pytest.approx(2.4) and row["more"] == pytest.approx(0.2)
+    assert row["grew"] == pytest.approx(0.25) and row["round_cost"] == pytest.approx([1.6, 1.6])
+    assert row["data_x"] == pytest.approx(4 ** (np.log(1.2) / np.log(1.25)))
+    flat = {"points": [point(4000, 400, 1.6, 1.0), point(1000, 100, 1.6, 1.0)]}
+    assert ch08.data_for_goals(flat, [("head", "eager", 1.5)])[0]["data_x"] == np.inf  # no growth: never
+
