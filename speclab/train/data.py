@@ -6,6 +6,7 @@ The presets passed in are plain objects; each function names the fields it reads
 """
 from __future__ import annotations
 
+import math
 import platform
 import shutil
 import time
@@ -167,12 +168,15 @@ def target_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.d
 
 def resumable_features(target: PreTrainedModel, rows: torch.Tensor, device: torch.device,
                        groups: Sequence[Sequence[int]], parts: Path, deadline: float | None = None,
-                       part_rows: int = 256) -> tuple[list[torch.Tensor], torch.Tensor]:
+                       part_rows: int = 256, backing: Path | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
     """target_features over `rows` for each group of layers, with the target's greedy next tokens, `part_rows`
     rows at a time, each part saved in the folder `parts` as it is done: a run stopped (a deadline, a session's
     end) resumes at the first part missing. A part is checked against the rows and layers it was computed
     from. Each group's features are gathered into one tensor made once (a part at a time beside it, not all
-    of them twice). Returns ([(n, T, len(group) * H) float16 per group], greedy (n, T) int32)."""
+    of them twice); with `backing`, a folder, each is a file there mapped into memory, whose pages the kernel
+    can write out and drop, so a gather larger than the free memory (17 GB for 14,000 SmolLM2 conversations)
+    does not end in the out-of-memory killer. Returns ([(n, T, len(group) * H) float16 per group], greedy
+    (n, T) int32)."""
     parts.mkdir(parents=True, exist_ok=True)
     layers = [layer for group in groups for layer in group]
     gathered: list[torch.Tensor] = []
@@ -192,14 +196,24 @@ def resumable_features(target: PreTrainedModel, rows: torch.Tensor, device: torc
             save_whole(saved, path)
         width = saved["features"].shape[-1] // len(layers)
         if not gathered:
-            gathered = [torch.empty((len(rows), rows.shape[1], width * len(group)), dtype=torch.float16)
-                        for group in groups]
+            gathered = [gather_tensor((len(rows), rows.shape[1], width * len(group)), backing, i)
+                        for i, group in enumerate(groups)]
         for out, piece in zip(gathered, saved["features"].split([width * len(g) for g in groups], dim=-1)):
             out[start:start + len(chunk)] = piece
         greedy[start:start + len(chunk)] = saved["greedy"]
         bar.update(len(chunk))
     bar.close()
     return gathered, greedy
+
+
+def gather_tensor(shape: tuple[int, ...], backing: Path | None, index: int) -> torch.Tensor:
+    """An empty float16 tensor of `shape`: in memory, or mapped from backing/gather{index}.f16 (made anew)."""
+    if backing is None:
+        return torch.empty(shape, dtype=torch.float16)
+    backing.mkdir(parents=True, exist_ok=True)
+    path = backing / f"gather{index}.f16"
+    path.unlink(missing_ok=True)
+    return torch.from_file(str(path), shared=True, size=math.prod(shape), dtype=torch.float16).view(shape)
 
 
 def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, data, m, dev: torch.device,
@@ -240,7 +254,8 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
         # (out/features_layers.pt, which speclab.train.eagle.eagle3_features then finds cached).
         fused = list(eagle3_layers(target.config.num_hidden_layers)) if m_corpus(m) == "chat" else []
         groups = [fused, [-1]] if fused else [[-1]]
-        train, train_next = resumable_features(target, rows, dev, groups, out / "features.parts", deadline)
+        train, train_next = resumable_features(target, rows, dev, groups, out / "features.parts", deadline,
+                                               backing=out / "features.gather")
         heldout, held_next = resumable_features(target, held, dev, groups, out / "features.parts.heldout", deadline)
         if fused:
             save_whole({"train": train[0], "heldout": heldout[0], "layers": fused, "seconds": 0.0},
@@ -250,7 +265,7 @@ def cached_features(target: PreTrainedModel, target_dir: str | Path, out: Path, 
         del train, heldout
     features.update(train_rows=rows.to(torch.int32), heldout_rows=held.to(torch.int32), spec=spec)
     save_whole(features, features_file)
-    for parts in (out / "features.parts", out / "features.parts.heldout"):
+    for parts in (out / "features.parts", out / "features.parts.heldout", out / "features.gather"):
         shutil.rmtree(parts, ignore_errors=True)  # features.pt holds them now
     features = torch.load(features_file, mmap=True)  # the same, mapped: the tensors in memory are let go
     return with_answers(features, m, target_dir)

@@ -169,3 +169,18 @@ def test_the_targets_features_resume_at_the_first_missing_part(tmp_path, monkeyp
     assert computed == [1, 2]
     data.resumable_features(target, other, torch.device("cpu"), [[-1]], parts, part_rows=2)  # and other layers
     assert computed == [1, 2, 2, 2, 1]
+
+
+def test_features_gathered_into_mapped_files_equal_those_gathered_in_memory(tmp_path):
+    target = tiny_model("llama", layers=2, seed=0)
+    rows = torch.randint(0, 96, (5, 8), generator=torch.Generator().manual_seed(0))
+    in_memory, greedy = data.resumable_features(target, rows, torch.device("cpu"), [[0, 1], [-1]], tmp_path / "a",
+                                                part_rows=2)
+    mapped, mapped_greedy = data.resumable_features(target, rows, torch.device("cpu"), [[0, 1], [-1]],
+                                                    tmp_path / "b", part_rows=2, backing=tmp_path / "gather")
+    assert all(torch.equal(a, b) for a, b in zip(in_memory, mapped)) and torch.equal(greedy, mapped_greedy)
+    # each group's tensor is its file: float16, two bytes a feature, written through
+    sizes = [(tmp_path / "gather" / f"gather{i}.f16").stat().st_size for i in range(2)]
+    assert sizes == [t.numel() * 2 for t in mapped]
+    on_disk = torch.from_file(str(tmp_path / "gather" / "gather1.f16"), size=mapped[1].numel(), dtype=torch.float16)
+    assert torch.equal(on_disk.view(mapped[1].shape), in_memory[1])
