@@ -446,27 +446,44 @@ def gain_difference(curve: dict, where: str, other: str, drafter: str, small: in
 def rounds_needed(point: dict, drafter: str, path: str, goal: float) -> tuple[float, float]:
     """What a goal speed asks of acceptance at a point's measured costs: (tokens a round needed, as a multiple
     of the point's). A round's cost in target steps is its tokens a round over its speedup; at a fixed K a
-    chain drafts K and verifies K + 1 whatever is accepted, so that cost stays while acceptance moves."""
+    chain drafts K and verifies K + 1 whatever is accepted, so that cost stays while acceptance moves, but for
+    small terms (the head's catch-up over the accepted tokens, an answer's budget-cut last round) and the
+    prompt's prefill, which a bench's whole-answer speeds include and speculation does not shorten."""
     timed = point["speeds"][drafter][path]
     needed = timed["tokens_per_round"] / timed["speedup"] * goal
     return needed, needed / timed["tokens_per_round"]
 
 
-def data_for_goals(curve: dict, goals: list[tuple[str, str, float]]) -> list[dict]:
-    """For each (drafter, path, goal speed): what the goal asks of the curve's last point (rounds_needed) and
-    the data it would take if each step of the first-to-last data ratio kept multiplying tokens a round by
-    what it did from the first point to the last (a straight line on log data through two points)."""
+def data_for_goals(curve: dict, goals: list[tuple[str, str, float]], per_category: int,
+                   draws: int = 2000, seed: int = 0) -> list[dict]:
+    """For each (drafter, path, goal speed): what the goal asks of the curve's last point (rounds_needed), and
+    the data it would take if each further step of the first-to-last data ratio multiplied tokens a round as
+    that step did (a straight line through two points on log scales), with its 95% interval over the timed
+    prompts: the first `per_category` hand-written prompts of each category (the bench's), resampled, the
+    same draw at both points (gain_interval). A gain at or below zero never reaches the goal (inf)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     first, last = points[0], points[-1]
+    ratio = last["tokens"] / first["tokens"]
+    where = "hand-written prompts"
+    order = curve["same_prompts"][where]["categories"]
+    timed = np.array([i for i, c in enumerate(order) if order[:i].count(c) < per_category])
+    rng = np.random.default_rng(seed)
+
+    def data_x(times: float, grew: float) -> float:
+        return float(ratio ** (np.log(times) / np.log(grew))) if grew > 1 else np.inf
+
     rows = []
     for drafter, path, goal in goals:
         now = last["speeds"][drafter][path]
         needed, times = rounds_needed(last, drafter, path, goal)
         grew = now["tokens_per_round"] / first["speeds"][drafter][path]["tokens_per_round"]
-        data_x = (last["tokens"] / first["tokens"]) ** (np.log(times) / np.log(grew)) if grew > 1 else np.inf
+        runs = [r[timed] for r in _runs(curve, where, drafter, (first["conversations"], last["conversations"]))]
+        lo, hi = np.percentile([_gain(runs, rng.integers(0, len(timed), len(timed))) for _ in range(draws)],
+                               [2.5, 97.5])
         rows.append({"drafter": drafter, "path": path, "goal": goal, "speedup": now["speedup"],
                      "tokens_per_round": now["tokens_per_round"], "needed": needed, "more": times - 1,
-                     "grew": grew - 1, "data_x": float(data_x),
+                     "grew": grew - 1, "grew_interval": (float(lo), float(hi)), "data_x": data_x(times, grew),
+                     "data_x_interval": (data_x(times, 1 + hi), data_x(times, 1 + lo)),
                      "round_cost": [rounds_needed(p, drafter, path, 1)[0] for p in points]})
     return rows
 

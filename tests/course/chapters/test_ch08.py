@@ -242,13 +242,24 @@ def test_data_for_goals_extends_the_first_to_last_growth_on_log_data():
     def point(n, tokens, tpr, speedup):
         return {"conversations": n, "tokens": tokens,
                 "speeds": {"head": {"eager": {"speedup": speedup, "tokens_per_round": tpr}}}}
+
+    def same(by_prompt):  # two categories, two prompts each; the bench times the first of each
+        return {"hand-written prompts": {"categories": ["qa", "qa", "math", "math"],
+                                         "points": {n: {"head": {"by_prompt": b}} for n, b in by_prompt.items()}}}
     # a round costs 1.6 target steps at both points; 1.5x asks for 2.4 tokens a round, 1.2x the last's 2.0;
     # each 4x of data multiplied tokens a round by 1.25, so 1.2x more needs log 1.2 / log 1.25 steps of 4x
-    curve = {"points": [point(4000, 400, 2.0, 1.25), point(1000, 100, 1.6, 1.0)]}
-    (row,) = ch08.data_for_goals(curve, [("head", "eager", 1.5)])
+    both = {"1000": [[16, 10], [0, 1], [16, 10], [0, 1]], "4000": [[20, 10], [9, 1], [20, 10], [9, 1]]}
+    curve = {"points": [point(4000, 400, 2.0, 1.25), point(1000, 100, 1.6, 1.0)], "same_prompts": same(both)}
+    (row,) = ch08.data_for_goals(curve, [("head", "eager", 1.5)], per_category=1)
     assert row["needed"] == pytest.approx(2.4) and row["more"] == pytest.approx(0.2)
     assert row["grew"] == pytest.approx(0.25) and row["round_cost"] == pytest.approx([1.6, 1.6])
     assert row["data_x"] == pytest.approx(4 ** (np.log(1.2) / np.log(1.25)))
-    flat = {"points": [point(4000, 400, 1.6, 1.0), point(1000, 100, 1.6, 1.0)]}
-    assert ch08.data_for_goals(flat, [("head", "eager", 1.5)])[0]["data_x"] == np.inf  # no growth: never
-
+    # the timed prompts (the first of each category) gained 25% alike: no spread; the untimed ones are not read
+    assert row["grew_interval"] == pytest.approx((0.25, 0.25)) and row["data_x_interval"] == pytest.approx(
+        (row["data_x"], row["data_x"]))
+    uneven = {"1000": [[16, 10], [0, 1], [16, 10], [0, 1]], "4000": [[24, 10], [0, 1], [16, 10], [0, 1]]}
+    row = ch08.data_for_goals({**curve, "same_prompts": same(uneven)}, [("head", "eager", 1.5)], 1)[0]
+    lo, hi = row["grew_interval"]
+    assert lo == pytest.approx(0) and hi == pytest.approx(0.5)
+    flat = {"points": [point(4000, 400, 1.6, 1.0), point(1000, 100, 1.6, 1.0)], "same_prompts": same(uneven)}
+    assert ch08.data_for_goals(flat, [("head", "eager", 1.5)], 1)[0]["data_x"] == np.inf  # no growth: never
