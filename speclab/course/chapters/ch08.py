@@ -488,6 +488,27 @@ def data_for_goals(curve: dict, goals: list[tuple[str, str, float]], per_categor
     return rows
 
 
+def goal_table(goals: list[dict], ends: tuple[int, int], timed: int):
+    """data_for_goals' rows as a table: each goal, today's speed, tokens a round now and needed, a round's
+    cost at each point, the gain between `ends` and the data the goal would take, each with its interval."""
+    def pct(x: float) -> str:
+        return f"{x:+.0%}".replace("+0%", "0%").replace("-0%", "0%")
+
+    def times(x: float) -> str:
+        return "never" if x == np.inf else "over 10,000x" if x > 1e4 else f"{x:,.0f}x"
+
+    rows = [[DRAFTERS[g["drafter"]], g["path"], f"{g['goal']:.1f}x", f"{g['speedup']:.2f}x",
+             f"{g['tokens_per_round']:.2f} → {g['needed']:.2f} ({pct(g['more'])})",
+             " → ".join(f"{c:.2f}" for c in g["round_cost"]),
+             f"{pct(g['grew'])} ({' to '.join(map(pct, g['grew_interval']))})",
+             f"{times(g['data_x'])} ({' to '.join(map(times, g['data_x_interval']))})"] for g in goals]
+    header = ["drafter", "path", "goal", "now", "tokens a round: now → needed", "round cost", "gain (95%)",
+              f"data, × the {ends[-1]:,} point's (95%)"]
+    return html_table(rows, header, align="llrrrrrr",
+                      caption=f"what a goal speed asks of the {ends[-1]:,}-conversation drafters at their "
+                              f"measured costs, on the bench's {timed} chat prompts")
+
+
 def scaling_table(curve: dict):
     """The data-scaling curve as a table (scaling_rows), a column per point, by training tokens ("-": not
     measured)."""

@@ -263,3 +263,11 @@ def test_data_for_goals_extends_the_first_to_last_growth_on_log_data():
     assert lo == pytest.approx(0) and hi == pytest.approx(0.5)
     flat = {"points": [point(4000, 400, 1.6, 1.0), point(1000, 100, 1.6, 1.0)], "same_prompts": same(uneven)}
     assert ch08.data_for_goals(flat, [("head", "eager", 1.5)], 1)[0]["data_x"] == np.inf  # no growth: never
+
+
+def test_goal_table_says_never_where_a_line_never_gets_there():
+    goal = {"drafter": "draft", "path": "eager", "goal": 1.1, "speedup": 0.96, "tokens_per_round": 1.6,
+            "needed": 1.83, "more": 0.14, "round_cost": [1.63, 1.66], "grew": 0.023, "grew_interval": (0.0, 0.046),
+            "data_x": 440.3, "data_x_interval": (21.1, np.inf)}
+    html = ch08.goal_table([goal, {**goal, "data_x": 2e6}], (1400, 4000), 14).data
+    assert "440x (21x to never)" in html and "over 10,000x (21x to never)" in html and "+2% (0% to +5%)" in html
