@@ -502,7 +502,8 @@ def goal_table(goals: list[dict], ends: tuple[int, int], timed: int):
              " → ".join(f"{c:.2f}" for c in g["round_cost"]),
              f"{pct(g['grew'])} ({' to '.join(map(pct, g['grew_interval']))})",
              f"{times(g['data_x'])} ({' to '.join(map(times, g['data_x_interval']))})"] for g in goals]
-    header = ["drafter", "path", "goal", "now", "tokens a round: now → needed", "round cost", "gain (95%)",
+    header = ["drafter", "path", "goal", "now", "tokens a round: now → needed",
+              f"round cost, target steps ({ends[0]:,} → {ends[-1]:,})", f"gain, {ends[0]:,} → {ends[-1]:,} (95%)",
               f"data, × the {ends[-1]:,} point's (95%)"]
     return html_table(rows, header, align="llrrrrrr",
                       caption=f"what a goal speed asks of the {ends[-1]:,}-conversation drafters at their "
