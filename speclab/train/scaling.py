@@ -14,6 +14,7 @@ the workloads' hand-written chat prompts, which no training request shares, and 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import shutil
@@ -333,19 +334,32 @@ def request_acceptance(target: str, point: Path, prompts: list[torch.Tensor], ma
     return scored
 
 
-def score_same_prompts(target: str, stream: Path, points: list[int], device: str | None = None) -> dict:
+def prompts_fingerprint(ids: list[list[int]]) -> str:
+    """A short hash of a set's prompts (token ids), kept in a curve's record beside the scores on them."""
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
+
+
+def score_same_prompts(target: str, stream: Path, points: list[int], device: str | None = None,
+                       earlier: dict | None = None) -> dict:
     """Every trained point among `points` decoding the same prompts (same_prompts, request_acceptance):
-    {set: {"about", "prompts" (how many), "categories" (each prompt's), "k", "new_tokens", "points": {N: scores}}};
-    each point's scores kept in cN/same_prompts.json with the prompts they were scored on, and scored again
-    only when those change."""
+    {set: {"about", "prompts" (how many), "categories" (each prompt's), "fingerprint" (prompts_fingerprint),
+    "k", "new_tokens", "points": {N: scores}}}; each point's scores kept in cN/same_prompts.json with the
+    prompts they were scored on, and scored again only when those change. A point whose drafters are gone (a
+    machine not kept) keeps its scores from `earlier` (a curve's "same_prompts") where the set's fingerprint
+    says they were scored on these very prompts; elsewhere it is left out."""
     named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
     tokenizer = load_tokenizer(ensure_converted(named.packaged) if named else target)
     sets = same_prompts(tokenizer, stream)
     scored: dict = {kind: {"about": s["about"], "prompts": len(s["prompts"]), "categories": s["categories"],
+                           "fingerprint": prompts_fingerprint([p.tolist() for p in s["prompts"]]),
                            "k": SAME_K, "new_tokens": SAME_NEW_TOKENS, "points": {}} for kind, s in sets.items()}
     for n in sorted(points):
         point = stream / f"c{n}"
         if not (point / "draft" / "record.json").exists() or not (point / EAGLE[3].bundled / "record.json").exists():
+            for kind, s in scored.items():
+                was = (earlier or {}).get(kind, {})
+                if was.get("fingerprint") == s["fingerprint"] and str(n) in was.get("points", {}):
+                    s["points"][str(n)] = was["points"][str(n)]
             continue
         path = point / "same_prompts.json"
         kept = json.loads(path.read_text()) if path.exists() else {}
@@ -387,15 +401,16 @@ def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-every
             curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair, bench))
         except ValueError as err:
             print(f"point {n}: {err}")
-    trained = bool(curve["points"])
+    trained, kept = bool(curve["points"]), None
     if (stream / "curve.json").exists():
         earlier = json.loads((stream / "curve.json").read_text())
         if earlier["preset"] == preset:
             named = {p["conversations"] for p in curve["points"]}
             curve["points"] += [p for p in earlier["points"] if p["conversations"] not in named]
             curve["points"].sort(key=lambda p: p["conversations"])
+            kept = earlier.get("same_prompts")
     if trained:  # every point, earlier ones too, scored on the same held-out requests
         curve["same_prompts"] = score_same_prompts(target, stream, [p["conversations"] for p in curve["points"]],
-                                                   device)
+                                                   device, kept)
     (stream / "curve.json").write_text(json.dumps(curve, indent=1) + "\n")
     return curve

@@ -230,3 +230,26 @@ def test_same_prompts_skip_a_request_any_conversation_of_the_stream_holds(tmp_pa
         assert len(ids) == 4 and ids[0] == encode_chat(tok, [{"role": "user", "content": first[0]}]).tolist()
         assert all(i not in ids for i in (h.tolist() for h in held))  # the requests the stream holds: skipped
         assert sets[kind]["about"].endswith("none in the stream's 2 conversations")
+
+
+def test_a_point_whose_drafters_are_gone_keeps_its_scores_only_on_the_very_prompts_they_were_scored_on(
+        tmp_path, monkeypatch):
+    sets = {"varied forms": {"prompts": [torch.tensor([5, 6]), torch.tensor([7])], "categories": ["qa", "code"],
+                             "about": "2 requests"}}
+    monkeypatch.setattr(scaling, "same_prompts", lambda tokenizer, stream: sets)
+    monkeypatch.setattr(scaling, "request_acceptance", lambda target, point, prompts, device=None:
+                        {"head": {"tokens_per_round": 2.0}, "draft": {"tokens_per_round": 1.5}})
+    for folder in ("draft", scaling.EAGLE[3].bundled):  # c8's drafters are here; c4's were lost with a machine
+        (tmp_path / "c8" / folder).mkdir(parents=True)
+        (tmp_path / "c8" / folder / "record.json").write_text("{}")
+    target = str(BUNDLED_DIR / "target")
+    fresh = scaling.score_same_prompts(target, tmp_path, [4, 8])
+    assert set(fresh["varied forms"]["points"]) == {"8"}  # nothing to carry c4's scores from: left out
+    mark = fresh["varied forms"]["fingerprint"]
+    assert mark == scaling.prompts_fingerprint([[5, 6], [7]])
+    recorded = {"head": {"tokens_per_round": 1.7}, "draft": {"tokens_per_round": 1.4}}
+    earlier = {"varied forms": {"fingerprint": mark, "points": {"4": recorded}}}
+    carried = scaling.score_same_prompts(target, tmp_path, [4, 8], earlier=earlier)
+    assert carried["varied forms"]["points"]["4"] == recorded and "8" in carried["varied forms"]["points"]
+    other = {"varied forms": {"fingerprint": scaling.prompts_fingerprint([[5, 6], [8]]), "points": {"4": recorded}}}
+    assert "4" not in scaling.score_same_prompts(target, tmp_path, [4, 8], earlier=other)["varied forms"]["points"]
