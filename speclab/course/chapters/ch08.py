@@ -454,6 +454,12 @@ def rounds_needed(point: dict, drafter: str, path: str, goal: float) -> tuple[fl
     return needed, needed / timed["tokens_per_round"]
 
 
+def data_multiple(ratio: float, times: float, gain: float) -> float:
+    """The data, as a multiple of the last point's, at which tokens a round have grown `times`-fold, if each
+    further `ratio`-fold step of data adds `gain` as the measured step did (inf where gain <= 0)."""
+    return float(ratio ** (np.log(times) / np.log(1 + gain))) if gain > 0 else np.inf
+
+
 def data_for_goals(curve: dict, goals: list[tuple[str, str, float]], per_category: int,
                    draws: int = 2000, seed: int = 0) -> list[dict]:
     """For each (drafter, path, goal speed): what the goal asks of the curve's last point (rounds_needed), and
@@ -470,7 +476,7 @@ def data_for_goals(curve: dict, goals: list[tuple[str, str, float]], per_categor
     rng = np.random.default_rng(seed)
 
     def data_x(times: float, grew: float) -> float:
-        return float(ratio ** (np.log(times) / np.log(grew))) if grew > 1 else np.inf
+        return data_multiple(ratio, times, grew - 1)
 
     rows = []
     for drafter, path, goal in goals:
