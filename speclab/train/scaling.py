@@ -8,7 +8,8 @@ Each point is frozen into stream/cN/ (its first N conversations and passage mate
 there. Its held-out rows, its own last twentieth, are scored at every position and at the answers' alone
 (chat_data.answer_next). Every point decodes the same prompts, requests in the stream's forms that none of
 its conversations holds and the chat workloads' hand-written prompts (same_prompts), for tokens a round that
-need no quiet machine. The speeds come from `bench` on
+need no quiet machine; the sets are drawn once, and a request that a later, larger point trained on is left
+out at every point. The speeds come from `bench` on
 the workloads' hand-written chat prompts, which no training request shares, and so do the rounds in the loop
 (in_loop_acceptance); beside them, the head's EAGLE-2 timing on held-out requests (request_speeds).
 """
@@ -282,9 +283,11 @@ SAME_K, SAME_NEW_TOKENS = 4, 64  # each drafter's K there, as the bench's in-loo
 BENCH_CHATS = 4  # every prompt the chat workloads ship (the bench sends the first two of each)
 
 
-def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dict]:
+def same_prompts(tokenizer, stream: Path, n: int | None = None, drawn_against: int | None = None) -> dict[str, dict]:
     """Three sets of prompts that no point trained on, the same for every point, each {"prompts": token ids,
-    "categories": each prompt's, "about": what they are}: "everyday forms", n of
+    "categories": each prompt's, "about": what they are; the drawn sets also "requests", their texts, and
+    "drawn_against"}, drawn against the stream's first `drawn_against` conversations (all where None, the
+    count a curve's sets were first drawn against where it grows): "everyday forms", n of
     chat_requests.held_out_requests (the forms of the stream's everyday stretch, in the categories whose
     requests it has not used up) and "varied forms", n of varied_requests.held_out_requests in
     TUNING_CATEGORIES (the forms of its varied stretch, which a point of everyday requests alone never met),
@@ -292,20 +295,24 @@ def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dic
     every prompt of the chat workloads, the bench's among them, kept one by one here where the bench sums
     them by category."""
     n = n or SAME_PROMPTS
-    state = torch.load(stream / STREAM_FILES[0])
-    held = "\n\x00".join(tokenizer.batch_decode([c.tolist() for c in state["conversations"]]))
-    def seen(text: str) -> bool:
-        return text in held
+    conversations = torch.load(stream / STREAM_FILES[0])["conversations"]
+    drawn_against = len(conversations) if drawn_against is None else drawn_against
+    if drawn_against > len(conversations):
+        raise ValueError(f"the prompts were drawn against {drawn_against:,} conversations and {stream} holds "
+                         f"{len(conversations):,}: answer more first (python -m speclab train answers)")
+    seen = _holds(tokenizer, conversations[:drawn_against])
     drawn = {"everyday forms": (chat_requests.held_out_requests(n, seen), chat_requests.HELD_OUT_CATEGORIES),
              "varied forms": (held_out_requests(n, TUNING_CATEGORIES, seen), TUNING_CATEGORIES)}
-    where = f"none in the stream's {len(state['conversations']):,} conversations"
+    where = (f"none in the stream's {drawn_against:,} conversations" if drawn_against == len(conversations)
+             else f"none in the first {drawn_against:,} of the stream's conversations")
     sets = {}
     for kind, (texts, categories) in drawn.items():
         chats = [[{"role": "user", "content": r}] for r in texts]
         check_disjoint(chats)
         sets[kind] = {"prompts": [encode_chat(tokenizer, c) for c in chats],
                       "categories": [categories[i % len(categories)] for i in range(len(texts))],  # in turn
-                      "about": f"{n} requests in the {kind} ({', '.join(categories)}), {where}"}
+                      "about": f"{n} requests in the {kind} ({', '.join(categories)}), {where}",
+                      "requests": texts, "drawn_against": drawn_against}
     bench = [c for workload in CHAT for c in load_chats(workload, BENCH_CHATS)]
     sets["hand-written prompts"] = {
         "prompts": [encode_chat(tokenizer, c) for c in bench],
@@ -313,6 +320,26 @@ def same_prompts(tokenizer, stream: Path, n: int | None = None) -> dict[str, dic
         "about": f"the chat workloads' {len(bench)} hand-written prompts ({BENCH_CHATS} in each of "
                  f"{', '.join(CHAT_CATEGORIES)}), the bench's among them"}
     return sets
+
+
+def _holds(tokenizer, conversations: list[torch.Tensor]) -> Callable[[str], bool]:
+    """Whether a text occurs in any of these conversations (decoded)."""
+    held = "\n\x00".join(tokenizer.batch_decode([c.tolist() for c in conversations]))
+    return lambda text: text in held
+
+
+def trained_on(tokenizer, stream: Path, requests: list[str], upto: int) -> list[int]:
+    """The places of the requests that the stream's first `upto` conversations hold (a point of `upto`
+    trained on them): where a curve grows past the conversations its sets were drawn against."""
+    seen = _holds(tokenizer, torch.load(stream / STREAM_FILES[0])["conversations"][:upto])
+    return [i for i, r in enumerate(requests) if seen(r)]
+
+
+def restrict(scores: dict, keep: list[int]) -> dict:
+    """A drafter's scores on a set (request_acceptance's) over the prompts at the places `keep` alone."""
+    by_prompt = [scores["by_prompt"][i] for i in keep]
+    return {"tokens_per_round": round(sum(t for t, _ in by_prompt) / sum(r for _, r in by_prompt), 3),
+            "by_prompt": by_prompt}
 
 
 @torch.no_grad()
@@ -346,20 +373,35 @@ def score_same_prompts(target: str, stream: Path, points: list[int], device: str
     "k", "new_tokens", "points": {N: scores}}}; each point's scores kept in cN/same_prompts.json with the
     prompts they were scored on, and scored again only when those change. A point whose drafters are gone (a
     machine not kept) keeps its scores from `earlier` (a curve's "same_prompts") where the set's fingerprint
-    says they were scored on these very prompts; elsewhere it is left out."""
+    says they were scored on these very prompts; elsewhere it is left out.
+
+    The sets are drawn against as many conversations as `earlier`'s were ("drawn_against"), so a curve that
+    grows keeps its prompts; a request that the largest point's conversations hold is then "dropped", and
+    every point is scored on the others alone (the fingerprint stays the drawn set's)."""
     named = CONVERTED_PAIRS.get(target)  # a converted pair's name (smollm2): its cached directory
     tokenizer = load_tokenizer(ensure_converted(named.packaged) if named else target)
-    sets = same_prompts(tokenizer, stream)
-    scored: dict = {kind: {"about": s["about"], "prompts": len(s["prompts"]), "categories": s["categories"],
-                           "fingerprint": prompts_fingerprint([p.tolist() for p in s["prompts"]]),
-                           "k": SAME_K, "new_tokens": SAME_NEW_TOKENS, "points": {}} for kind, s in sets.items()}
+    drawn = next((s["drawn_against"] for s in (earlier or {}).values() if s.get("drawn_against")), None)
+    sets = same_prompts(tokenizer, stream, drawn_against=drawn)
+    scored, keeps = {}, {}
+    for kind, s in sets.items():
+        dropped = trained_on(tokenizer, stream, s["requests"], max(points)) if "requests" in s else []
+        keeps[kind] = [i for i in range(len(s["prompts"])) if i not in dropped]
+        about = s["about"] + (f"; {len(dropped)} dropped, which the first {max(points):,} conversations hold"
+                              if dropped else "")
+        scored[kind] = {"about": about, "prompts": len(keeps[kind]),
+                        "categories": [s["categories"][i] for i in keeps[kind]],
+                        "fingerprint": prompts_fingerprint([p.tolist() for p in s["prompts"]]),
+                        **({"drawn_against": s["drawn_against"], "dropped": dropped} if "requests" in s else {}),
+                        "k": SAME_K, "new_tokens": SAME_NEW_TOKENS, "points": {}}
     for n in sorted(points):
         point = stream / f"c{n}"
         if not (point / "draft" / "record.json").exists() or not (point / EAGLE[3].bundled / "record.json").exists():
             for kind, s in scored.items():
                 was = (earlier or {}).get(kind, {})
-                if was.get("fingerprint") == s["fingerprint"] and str(n) in was.get("points", {}):
-                    s["points"][str(n)] = was["points"][str(n)]
+                carried = (_carried(was, keeps[kind], was["points"][str(n)])
+                           if was.get("fingerprint") == s["fingerprint"] and str(n) in was.get("points", {}) else None)
+                if carried is not None:
+                    s["points"][str(n)] = carried
             continue
         path = point / "same_prompts.json"
         kept = json.loads(path.read_text()) if path.exists() else {}
@@ -369,8 +411,21 @@ def score_same_prompts(target: str, stream: Path, points: list[int], device: str
             if kept.get(kind, {}).get("prompts") != ids:
                 kept[kind] = {"prompts": ids, **request_acceptance(target, point, s["prompts"], device=device)}
                 path.write_text(json.dumps(kept) + "\n")
-            scored[kind]["points"][str(n)] = {d: kept[kind][d] for d in ("head", "draft")}
+            whole = keeps[kind] == list(range(len(ids)))
+            scored[kind]["points"][str(n)] = {d: kept[kind][d] if whole else restrict(kept[kind][d], keeps[kind])
+                                              for d in ("head", "draft")}
     return scored
+
+
+def _carried(was: dict, keep: list[int], scores: dict) -> dict | None:
+    """A point's recorded scores on a set (`was`, a curve's, which dropped was["dropped"]) over the places
+    `keep` of the drawn set; as recorded where it scored those very prompts, None where it never scored some."""
+    had = [i for i in range(was["prompts"] + len(was.get("dropped", []))) if i not in was.get("dropped", [])]
+    if had == keep:
+        return scores
+    if not set(keep) <= set(had):
+        return None
+    return {d: restrict(scores[d], [had.index(i) for i in keep]) for d in ("head", "draft")}
 
 
 def answering(stream: Path) -> dict:

@@ -236,7 +236,7 @@ def test_a_point_whose_drafters_are_gone_keeps_its_scores_only_on_the_very_promp
         tmp_path, monkeypatch):
     sets = {"varied forms": {"prompts": [torch.tensor([5, 6]), torch.tensor([7])], "categories": ["qa", "code"],
                              "about": "2 requests"}}
-    monkeypatch.setattr(scaling, "same_prompts", lambda tokenizer, stream: sets)
+    monkeypatch.setattr(scaling, "same_prompts", lambda tokenizer, stream, drawn_against=None: sets)
     monkeypatch.setattr(scaling, "request_acceptance", lambda target, point, prompts, device=None:
                         {"head": {"tokens_per_round": 2.0}, "draft": {"tokens_per_round": 1.5}})
     for folder in ("draft", scaling.EAGLE[3].bundled):  # c8's drafters are here; c4's were lost with a machine
@@ -248,8 +248,51 @@ def test_a_point_whose_drafters_are_gone_keeps_its_scores_only_on_the_very_promp
     mark = fresh["varied forms"]["fingerprint"]
     assert mark == scaling.prompts_fingerprint([[5, 6], [7]])
     recorded = {"head": {"tokens_per_round": 1.7}, "draft": {"tokens_per_round": 1.4}}
-    earlier = {"varied forms": {"fingerprint": mark, "points": {"4": recorded}}}
+    earlier = {"varied forms": {"fingerprint": mark, "prompts": 2, "points": {"4": recorded}}}
     carried = scaling.score_same_prompts(target, tmp_path, [4, 8], earlier=earlier)
     assert carried["varied forms"]["points"]["4"] == recorded and "8" in carried["varied forms"]["points"]
-    other = {"varied forms": {"fingerprint": scaling.prompts_fingerprint([[5, 6], [8]]), "points": {"4": recorded}}}
+    other = {"varied forms": {"fingerprint": scaling.prompts_fingerprint([[5, 6], [8]]), "prompts": 2,
+                              "points": {"4": recorded}}}
     assert "4" not in scaling.score_same_prompts(target, tmp_path, [4, 8], earlier=other)["varied forms"]["points"]
+
+
+def test_prompts_drawn_against_fewer_conversations_than_the_stream_holds_are_those_drawn_then(tmp_path):
+    tok = load_tokenizer(BUNDLED_DIR / "target")
+    varied = held_out_requests(3, TUNING_CATEGORIES, lambda t: False)
+    later = encode_chat(tok, [{"role": "user", "content": varied[0]}]).to(torch.int32)
+    torch.save({"conversations": [torch.tensor([5, 6], dtype=torch.int32), later]}, tmp_path / "chat_conversations.pt")
+    then, now = same_prompts(tok, tmp_path, 3, drawn_against=1), same_prompts(tok, tmp_path, 3)
+    assert then["varied forms"]["requests"] == varied and varied[0] not in now["varied forms"]["requests"]
+    assert then["varied forms"]["about"].endswith("none in the first 1 of the stream's conversations")
+    assert scaling.trained_on(tok, tmp_path, varied, 2) == [0] and scaling.trained_on(tok, tmp_path, varied, 1) == []
+    with pytest.raises(ValueError, match="answer more first"):
+        same_prompts(tok, tmp_path, 3, drawn_against=3)
+
+
+def test_a_growing_curve_scores_every_point_on_the_drawn_prompts_its_largest_point_never_trained_on(
+        tmp_path, monkeypatch):
+    tok = load_tokenizer(BUNDLED_DIR / "target")
+    requests = ["Name three rivers.", "What causes fog?", "Sort these words."]
+    torch.save({"conversations": [encode_chat(tok, [{"role": "user", "content": t}]).to(torch.int32)
+                                  for t in ("Hello there.", requests[1])]}, tmp_path / "chat_conversations.pt")
+    drawn = []
+    sets = {"varied forms": {"prompts": [torch.tensor([i]) for i in (5, 6, 7)], "categories": ["qa", "math", "code"],
+                             "about": "3 requests", "requests": requests, "drawn_against": 1}}
+    monkeypatch.setattr(scaling, "same_prompts", lambda tokenizer, stream, drawn_against=None:
+                        drawn.append(drawn_against) or sets)
+    monkeypatch.setattr(scaling, "request_acceptance", lambda target, point, prompts, device=None:
+                        {d: {"tokens_per_round": 1.5, "by_prompt": [[6, 3], [8, 2], [4, 4]]} for d in ("head", "draft")})
+    for folder in ("draft", scaling.EAGLE[3].bundled):  # c2's drafters are here; c1's were lost with a machine
+        (tmp_path / "c2" / folder).mkdir(parents=True)
+        (tmp_path / "c2" / folder / "record.json").write_text("{}")
+    recorded = {d: {"tokens_per_round": 1.545, "by_prompt": [[5, 5], [9, 3], [3, 3]]} for d in ("head", "draft")}
+    earlier = {"varied forms": {"fingerprint": scaling.prompts_fingerprint([[5], [6], [7]]), "prompts": 3,
+                                "drawn_against": 1, "dropped": [], "points": {"1": recorded}}}
+    grown = scaling.score_same_prompts(str(BUNDLED_DIR / "target"), tmp_path, [1, 2], earlier=earlier)["varied forms"]
+    assert drawn == [1]  # drawn against as many conversations as the record's sets were
+    assert grown["dropped"] == [1] and grown["prompts"] == 2 and grown["categories"] == ["qa", "code"]
+    assert "1 dropped, which the first 2 conversations hold" in grown["about"]
+    assert grown["points"]["1"]["head"] == {"tokens_per_round": 1.0, "by_prompt": [[5, 5], [3, 3]]}
+    assert grown["points"]["2"]["draft"] == {"tokens_per_round": round(10 / 7, 3), "by_prompt": [[6, 3], [4, 4]]}
+    again = scaling.score_same_prompts(str(BUNDLED_DIR / "target"), tmp_path, [1, 2], earlier={"varied forms": grown})
+    assert again["varied forms"]["points"]["1"] == grown["points"]["1"]  # carried as it stands a second time
