@@ -688,7 +688,8 @@ def speedup_interval(row: BenchRow, base: BenchRow, level: float = 0.95, draws: 
 def round_costs(row: BenchRow, base: BenchRow) -> dict[str, float]:
     """Where `row`'s rounds went, each term in decode steps of `base` (target-only: its target time
     per token): "draft", "verify" and "other" per round, beside "tpr" (tokens a round emitted, one per
-    target pass), "passes" (drafter passes a round) and "nodes" (drafts verified a round). The speedup
+    target pass), "passes" (drafter passes a round), "nodes" (drafts verified a round) and "width" (positions
+    a verify pass reads: the pending token, the drafts and any side tokens, lookahead's window). The speedup
     is about tpr / (draft + verify + other): tokens per pass belong to the drafter and the text, the
     round's cost in decode steps to the machine, which is why one drafter's ratio moves between
     machines while its tokens per pass do not."""
@@ -698,7 +699,8 @@ def round_costs(row: BenchRow, base: BenchRow) -> dict[str, float]:
     st, step = row.stats, base.stats.target_s / base.stats.rounds
     per_round = lambda seconds: seconds / st.rounds / step  # noqa: E731
     return dict(tpr=st.mean_tokens_per_round, draft=per_round(st.draft_s), verify=per_round(st.target_s),
-                other=per_round(st.other_s), passes=st.draft_calls / st.rounds, nodes=st.drafted / st.rounds)
+                other=per_round(st.other_s), passes=st.draft_calls / st.rounds, nodes=st.drafted / st.rounds,
+                width=st.verified_positions / st.rounds)
 
 
 def row_label(method: str) -> str:

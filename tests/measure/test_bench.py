@@ -187,9 +187,10 @@ def test_round_costs_are_in_decode_steps_of_the_target_only_row():
     # 20 rounds of 5 tokens: 0.24 s verifying (1.5 steps a round), 0.08 s drafting, 0.02 s else
     spec = BenchRow("speclab eagle", 100, 0.44, GenerationStats(
         method="speculative", k=8, new_tokens=100, rounds=20, draft_calls=120, drafted=140, accepted=80,
-        rejections=15, prefill_s=0.1, draft_s=0.08, target_s=0.24, wall_s=0.44))
-    cost = round_costs(spec, base)
-    assert cost == pytest.approx(dict(tpr=5.0, draft=0.5, verify=1.5, other=0.125, passes=6.0, nodes=7.0))
+        rejections=15, prefill_s=0.1, draft_s=0.08, target_s=0.24, wall_s=0.44, verified_positions=400))
+    cost = round_costs(spec, base)  # 400 positions verified: the drafts, the pending tokens and 240 side tokens
+    assert cost == pytest.approx(dict(tpr=5.0, draft=0.5, verify=1.5, other=0.125, passes=6.0, nodes=7.0,
+                                      width=20.0))
     with pytest.raises(ValueError, match="drafted"):
         round_costs(base, base)
     with pytest.raises(ValueError, match="target-only"):
