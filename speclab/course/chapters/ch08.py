@@ -443,6 +443,26 @@ def gain_difference(curve: dict, where: str, other: str, drafter: str, small: in
     return _gain(a, np.arange(len(a[0]))) - _gain(b, np.arange(len(b[0]))), float(lo), float(hi)
 
 
+def line_check(curve: dict, where: str, drafter: str, points: tuple[int, int, int], categories=None,
+               draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Does the straight line (log tokens a round against log data) through the first two of `points`
+    (conversations) hold at the third? Its measured tokens a round over the line's prediction there, and
+    the 95% interval over one set's prompts (ROUNDS_WHERE; those of `categories` only, where given), each
+    draw the same prompts at all three points: below 1, the curve bends down (more data buys less)."""
+    by_n = {p["conversations"]: p["tokens"] for p in curve["points"]}
+    logs = np.log([by_n[n] for n in points])
+    slope_x = (logs[2] - logs[1]) / (logs[1] - logs[0])  # the third step's length in the first step's
+    runs = _runs(curve, where, drafter, points[:2], categories) + _runs(curve, where, drafter, points[2:], categories)
+
+    def held(rows: np.ndarray) -> float:
+        tpr = [r[rows, 0].sum() / r[rows, 1].sum() for r in runs]
+        return float(tpr[2] / (tpr[1] * (tpr[1] / tpr[0]) ** slope_x))
+
+    n, rng = len(runs[0]), np.random.default_rng(seed)
+    lo, hi = np.percentile([held(rng.integers(0, n, n)) for _ in range(draws)], [2.5, 97.5])
+    return held(np.arange(n)), float(lo), float(hi)
+
+
 def rounds_needed(point: dict, drafter: str, path: str, goal: float) -> tuple[float, float]:
     """What a goal speed asks of acceptance at a point's measured costs: (tokens a round needed, as a multiple
     of the point's). A round's cost in target steps is its tokens a round over its speedup; at a fixed K a

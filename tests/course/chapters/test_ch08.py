@@ -271,3 +271,25 @@ def test_goal_table_says_never_where_a_line_never_gets_there():
             "data_x": 440.3, "data_x_interval": (21.1, np.inf)}
     html = ch08.goal_table([goal, {**goal, "data_x": 2e6}], (1400, 4000), 14).data
     assert "440x (21x to never)" in html and "over 10,000x (21x to never)" in html and "+2% (0% to +5%)" in html
+
+
+def test_line_check_reads_the_third_point_against_the_line_through_the_first_two():
+    def same(by_point):
+        return {"varied forms": {"categories": ["qa", "math"],
+                                 "points": {n: {"head": {"by_prompt": b}} for n, b in by_point.items()}}}
+    points = [{"conversations": n, "tokens": t} for n, t in ((1, 100), (4, 400), (16, 1600))]
+    # 1.6 -> 2.0 tokens a round over the first 4x of data; the line says 2.5 after the next 4x
+    on_line = {"1": [[16, 10], [16, 10]], "4": [[20, 10], [20, 10]], "16": [[25, 10], [25, 10]]}
+    held, lo, hi = ch08.line_check({"points": points, "same_prompts": same(on_line)}, "varied forms", "head",
+                                   (1, 4, 16))
+    assert held == pytest.approx(1.0) and lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
+    # the third point reached 2.2 on one prompt and 2.0 on the other: the curve bends down, and the
+    # interval spans the two prompts' own readings
+    bent = {**on_line, "16": [[22, 10], [20, 10]]}
+    held, lo, hi = ch08.line_check({"points": points, "same_prompts": same(bent)}, "varied forms", "head",
+                                   (1, 4, 16))
+    assert held == pytest.approx(2.1 / 2.5) and lo == pytest.approx(2.0 / 2.5) and hi == pytest.approx(2.2 / 2.5)
+    # a third step half as long (in log data) as the first: the line's prediction is 2.0 * 1.25 ** 0.5
+    half = [{"conversations": 16, "tokens": 800} if p["conversations"] == 16 else p for p in points]
+    held, _, _ = ch08.line_check({"points": half, "same_prompts": same(on_line)}, "varied forms", "head", (1, 4, 16))
+    assert held == pytest.approx(2.5 / (2.0 * 1.25 ** 0.5))
