@@ -142,7 +142,7 @@ def _(f):
 # TESTS q3
 lab.question("q3", "fused_layers", points=1, title="which layers an engine fuses")
 HINT_Q3 = ("Read the config the way the engine does, not the way it was written (q3's text; the trap of chapter "
-           "12.2): vLLM prefers the top-level ids when a config has both, falls back to `eagle_config`'s, and "
+           "12.2): vLLM's V1 runner prefers the top-level ids when a config has both, falls back to `eagle_config`'s, and "
            "never shifts them; SGLang never reads the top level and adds 1 to `eagle_config`'s; where an engine "
            "finds no ids it uses the default q3 gives.")
 
