@@ -75,7 +75,8 @@ uninterrupted one.
 
 def install_help(what: str, method: Method, pronoun: str = "them", options: str = "") -> str:
     """--install's help: where the trained `what` is copied, beside the bundled target, and what loads it."""
-    return (f"when done, copy the {what} into the package (speclab/pairs/stdlib/{method.bundled}), where "
+    return (f"when done, copy the {what} into the package, into the target's pair folder (speclab/pairs/stdlib/"
+            f"{method.bundled} for the bundled target, speclab/pairs/smollm2/... for --target smollm2), where "
             f"load_drafter({method.name!r}{options}) finds {pronoun}")
 
 

@@ -1,9 +1,9 @@
 """Answers a submission borrowed rather than wrote: flagged for the instructor, never scored.
 
 speclab implements every algorithm the labs ask for, so no grader can make borrowing impossible; it can make it
-visible. The public check modules hold no reference implementation (the references stay in the instructor
-sources' hidden cells): what a public check compares with is a value recorded on its own case
-(`speclab.checks.Expected`). Read from the submission's code cells (the judge runs no learner code), this flags
+visible. The public check modules hold no instructor reference implementation (those stay in the instructor
+sources' hidden cells): what a public check compares with is speclab's own function, where the lab's text says
+so, or a value recorded on its own case (`speclab.checks.Expected`). Read from the submission's code cells (the judge runs no learner code), this flags
 an answer bound to something imported from speclab, or a function that calls speclab's own code the lab does not
 offer (`verification.verify_block` in a `block_verify`); a use of the checks' `reference_*` names, of speclab's check
 modules (by import, or by name in a string: `importlib`, `resources.files`), or of the recorded values and the

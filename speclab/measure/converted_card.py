@@ -134,7 +134,8 @@ def converted_card(name: str, benches: list[Path], lossless: Path | None = None)
              "## The target", "",
              f"From the package registry: `{model.requirement}` (sha256 pinned in speclab/packaged.py), licence "
              f"{model.licence}; its GGUF file converted once by transformers into a plain float16 folder in the "
-             "cache (README, 'The SmolLM2 pair'). Nothing of the target ships in this repository.", "",
+             "cache (speclab/pairs/smollm2/README.md, 'The pair in use'). Nothing of the target ships in this "
+             "repository.", "",
              "## What speclab trained for it", ""]
     draft = read(pair.folder / "draft" / "record.json")
     if draft:

@@ -106,7 +106,8 @@ intensity_ref = speclab.measure.profiling.matmul_intensity  # the reference your
 
 HINT_Q3 = ("A matmul's FLOPs count a multiply and an add for every term of every output; its bytes are every "
            "element it reads (both inputs) and writes (the output) once, at the given element size. See chapter "
-           "1, section 1.1 (Arithmetic intensity).")
+           "1, section 1.1 (Arithmetic intensity), whose 2n/b counts the weights' bytes alone: this q3 counts A, B "
+           "and C.")
 
 
 @lab.case("q3", "a decode step: one token (m = 1) through a 4096 x 4096 weight in 16-bit", hint=HINT_Q3)

@@ -374,7 +374,7 @@ def _(f):
                why="a verify pass of 1.4 target steps leaves nothing for the drafts to win")
 
 
-@lab.case("q4", "a modelled speedup of exactly 1 is no gain: None", hint=HINT_Q4)
+@lab.case("q4", "a plan where the modelled speedup is above 1; exactly 1 is no gain: None", hint=HINT_Q4)
 def _(f):
     check_plan(f, {4: 0.5, 8: 0.6}, {4: 0.1, 8: 0.2}, 4)
     check_plan(f, {4: 0.0, 8: 0.0}, {4: 0.0, 8: 0.0}, 4,

@@ -429,7 +429,7 @@ def _(f):
 
 # TESTS q6
 lab.question("q6", "max_paying_k", points=2, title="how far speculation pays")
-WHERE_Q6 = " See q6's text above, chapter 4's speedup model, and chapter 10, section 10.4 (A verify pass, by width)."
+WHERE_Q6 = " See q6's text above, chapter 4's speedup model, and chapter 10, section 10.4 (A verify pass, by width, on each path)."
 HINT_Q6 = ("The budget is the largest K from 1 to k_max whose modelled speedup S(K) is above 1, or 0." + WHERE_Q6)
 
 
