@@ -3,7 +3,8 @@
 speclab implements every algorithm the labs ask for, so no grader can make borrowing impossible; it can make it
 visible. The public check modules hold no instructor reference implementation (those stay in the instructor
 sources' hidden cells): what a public check compares with is speclab's own function, where the lab's text says
-so, or a value recorded on its own case (`speclab.checks.Expected`). Read from the submission's code cells (the judge runs no learner code), this flags
+so, or a value recorded on its own case (`speclab.checks.Expected`). Read from the submission's code cells (the
+judge runs no learner code), this flags
 an answer bound to something imported from speclab, or a function that calls speclab's own code the lab does not
 offer (`verification.verify_block` in a `block_verify`); a use of the checks' `reference_*` names, of speclab's check
 modules (by import, or by name in a string: `importlib`, `resources.files`), or of the recorded values and the
@@ -53,9 +54,12 @@ def _dotted(node: ast.AST, imports: dict[str, str]) -> str | None:
 
 def _delegations(module: ast.Module, imports: dict[str, str], by_name: dict[str, str], offered: str) -> list[str]:
     """Functions (answers, their helpers, lambdas) that call speclab's own code the lab does not offer: a
-    speclab function the lab's text never names, or one named like an answer the lab asks for (a wrapper
+    speclab function the lab's text never names or names only to forbid ("Don't call `...`"), or one named like
+    an answer the lab asks for (a wrapper
     around `speclab.measure.batching.crossover` is still speclab's crossover)."""
     flags = []
+    # the text names some of speclab's functions only to forbid them ("Don't call `speclab.trees.leaf_paths`")
+    forbidden = re.findall(r"[Dd]on't call `(speclab[\w.]*)`", offered)
     for node in ast.walk(module):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
@@ -66,7 +70,8 @@ def _delegations(module: ast.Module, imports: dict[str, str], by_name: dict[str,
             if not source or not source.startswith("speclab") or getattr(sub.func, "id", None) in by_name:
                 continue  # a call of an answer imported from speclab is flagged as that import already
             last = source.rsplit(".", 1)[-1]
-            if last in by_name or not re.search(rf"\b{re.escape(last)}\b", offered):
+            banned = any(source == f or source.startswith(f + ".") or last == f.rsplit(".", 1)[-1] for f in forbidden)
+            if last in by_name or banned or not re.search(rf"\b{re.escape(last)}\b", offered):
                 flags.append(f"{who} calls {source}, speclab's own code, which the lab does not offer")
     return flags
 

@@ -72,6 +72,15 @@ def test_an_answer_that_hands_the_work_to_speclab_is_flagged_but_not_the_calls_i
            "    return max([k for k in range(1, k_max + 1) if theory.expected_tokens(alpha, k) > k], default=0)")
     assert borrowed([own], answers, offered) == []
     assert borrowed([wrapper], answers) == []  # without the lab's text, calls are not judged
+    # a function the text names only to forbid it is not offered, nor is anything in a module it forbids
+    forbids = offered + "\nDon't call `speclab.logits_to_probs`: the check compares your function with it.\n" \
+                        "Don't call `speclab.train`: the check compares yours with it."
+    served = ("import speclab\nfrom speclab.train import eagle\ndef served_probs(logits, t):\n"
+              "    return speclab.logits_to_probs(logits, t)\ndef loss(*a):\n    return eagle.eagle_loss(*a)")
+    assert borrowed([served], {"q1": "served_probs"}, forbids) == [
+        "q1: `served_probs` calls speclab.logits_to_probs, speclab's own code, which the lab does not offer",
+        "`loss` calls speclab.train.eagle.eagle_loss, speclab's own code, which the lab does not offer"]
+    assert borrowed([own], answers, forbids) == []  # what it offers stays offered
 
 
 def test_no_solved_or_untouched_lab_is_flagged_with_its_own_text():
