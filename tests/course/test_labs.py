@@ -94,6 +94,31 @@ LAB11_ATTENTION = ("def batched_attention(cache, q, k, v, lengths):\n"
                    "    return torch.softmax(scores, dim=-1) @ values")
 
 
+# Lab 2's loop and lab 3's round, written out so that each rule below is broken by changing one line.
+LAB02_LOOP = ("def greedy_speculative_decode(target, draft, prompt, k, max_new_tokens):\n"
+              "    t_run, d_run = ModelRunner(target), ModelRunner(draft)\n    ids = prompt.tolist()\n"
+              "    if len(ids) > 1:\n        t_run.forward(prompt[:-1])\n    out = []\n"
+              "    while len(out) < max_new_tokens:\n        k_round = min(k, max_new_tokens - len(out) - 1)\n"
+              "        drafts, new = [], prompt.new_tensor(ids[d_run.length:])\n        for _ in range(k_round):\n"
+              "            token = int(d_run.forward(new, last_only=True)[-1].argmax())\n"
+              "            drafts.append(token)\n            new = prompt.new_tensor([token])\n"
+              "        emitted = verify_and_rollback(t_run, ids[-1], prompt.new_tensor(drafts))\n"
+              "        ids += emitted\n        out += emitted\n        d_run.rollback(min(d_run.length, len(ids) - 1))\n"
+              "    return out[:max_new_tokens]")
+LAB03_ROUND = ("def verify_round(target_probs, draft_probs, draft_tokens, generator=None):\n"
+               "    k = len(draft_tokens)\n    for i in range(k):\n        x = int(draft_tokens[i])\n"
+               "        u = torch.rand((), generator=generator)\n"
+               "        if u < accept_probability(target_probs[i], draft_probs[i], x):\n            continue\n"
+               "        r = residual(target_probs[i], draft_probs[i])\n"
+               "        return i, int(torch.multinomial(r, 1, generator=generator))\n"
+               "    return k, int(torch.multinomial(target_probs[k], 1, generator=generator))")
+
+
+def lab02_loop_but(old: str, new: str) -> str:
+    assert old in LAB02_LOOP, old
+    return LAB02_LOOP.replace(old, new, 1)
+
+
 # Lab 13's answers, written out so that each mistake below is the solution with one line changed.
 LAB13_WEIGHTS = ("def block_weights(p_x, q_x):\n    weights = [1.0]\n    for p, q in zip(p_x, q_x):\n"
                  "        weights.append(min(1.0, weights[-1] * p / q))\n    return weights")
@@ -1116,6 +1141,64 @@ RULES = [
                "        keep.append(w[i])  # the weight alone\n")),
     ("lab13", "q4", "let s become s + (t,)", "s grows with each drafted token",
      lab13_but("q4", "        s = s + (token,)", "        s = (s + (token,))[-(depth - 1):]  # cut back to the depth")),
+    # labs 2-5: rules whose only cases were hidden, or missing (lab 3 q1's float32 is in the docstring, not the text)
+    ("lab02", "q1", "as an `int`", "the count comes back as a Python int",
+     "def accepted_prefix_length(target_choices, draft_tokens):\n    k = len(draft_tokens)\n"
+     "    return (target_choices[:k] == draft_tokens).int().cumprod(0).sum()  # a 0-dim tensor"),
+    ("lab02", "q2", "(Python `int`s)", "the tokens come back as a list of Python ints",
+     "def round_tokens(target_logits, draft_tokens):\n    choices = target_logits.argmax(dim=-1)\n"
+     "    n = accepted_prefix_length(choices, draft_tokens)\n"
+     "    return list(draft_tokens[:n]) + [choices[n]]  # 0-dim tensors"),
+    ("lab02", "q4", "0 drafts is fine", "a round with no draft left",
+     lab02_loop_but("prompt.new_tensor(drafts)", "torch.tensor(drafts)")),  # float32 when empty
+    ("lab02", "q4", "(if the prompt has more than one)", "a one-token prompt",
+     lab02_loop_but("    if len(ids) > 1:\n        t_run.forward(prompt[:-1])", "    t_run.forward(prompt[:-1])")),
+    ("lab02", "q4", "Verify with your `verify_and_rollback`", "one target pass per round",
+     "def greedy_speculative_decode(target, draft, prompt, k, max_new_tokens):\n"
+     "    t_run, out, new = ModelRunner(target), [], prompt  # target-only greedy decoding\n"
+     "    while len(out) < max_new_tokens:\n"
+     "        out.append(int(t_run.forward(new, last_only=True)[-1].argmax()))\n"
+     "        new = prompt.new_tensor(out[-1:])\n    return out"),
+    ("lab02", "q4", "returned as a list of `int`s", "the tokens come back as a list of Python ints, not a tensor",
+     lab02_loop_but("    return out[:max_new_tokens]", "    return torch.tensor(out[:max_new_tokens])")),
+    ("lab03", "q1", "working on the last dimension", "a batch of 2 rows",
+     "def served_probs(logits, temperature, top_k=None, top_p=None):\n"
+     "    probs = speclab.logits_to_probs(logits, temperature, top_k, None)\n"
+     "    if top_p is not None and top_p < 1:\n"
+     "        s, order = torch.sort(probs, dim=-1, descending=True)\n"
+     "        s = s.masked_fill(s.cumsum(-1) - s >= top_p, 0.0)\n"
+     "        probs = torch.zeros_like(probs).scatter(-1, order, s)\n"
+     "        probs = probs / probs.sum()  # over the whole tensor, not each row\n    return probs"),
+    ("lab03", "q1", "in this order", "top-k = 2, then top-p = 0.5",
+     "def served_probs(logits, temperature, top_k=None, top_p=None):\n"
+     "    probs = speclab.logits_to_probs(logits, temperature, None, top_p)  # top-p first\n"
+     "    if temperature and top_k is not None and top_k < probs.shape[-1]:\n"
+     "        probs = probs.masked_fill(probs < torch.topk(probs, top_k, dim=-1).values[..., -1:], 0.0)\n"
+     "        probs = probs / probs.sum(-1, keepdim=True)\n    return probs"),
+    ("lab03", "q2", "speclab accepts it", "the draft gave the token no mass but the target did",
+     "def accept_probability(p, q, token):\n    px, qx = float(p[token]), float(q[token])\n"
+     "    if px <= 0 or qx <= 0:  # q(x) = 0 taken for never\n        return 0.0\n    return min(1.0, px / qx)"),
+    ("lab03", "q2", "return a float", "the probability comes back as a Python float",
+     "def accept_probability(p, q, token):\n    px, qx = p[token], q[token]\n"
+     "    if px <= 0:\n        return px * 0\n    return torch.clamp(px / qx, max=1.0)  # a 0-dim tensor"),
+    ("lab03", "q4", "Use `generator` for every random draw", "two generators seeded alike",
+     LAB03_ROUND.replace("torch.rand((), generator=generator)", "torch.rand(())  # the global generator")),
+    ("lab03", "q4", "return plain `int`s", "come back as plain ints",
+     LAB03_ROUND.replace("int(torch.multinomial(r, 1, generator=generator))",
+                         "torch.multinomial(r, 1, generator=generator)[0]  # a 0-dim tensor")),
+    ("lab04", "q3", "Return `0.0` when even $\\alpha = 0$ breaks even", "a free draft (c = 0) at K = 2",
+     "def breakeven_alpha(k, c):\n    f = lambda a: speedup(a, k, c) - 1\n"
+     "    if f(0.0) * f(1.0) >= 0:  # no sign change taken for no breakeven\n        return float('nan')\n"
+     "    lo, hi = 0.0, 1.0\n    for _ in range(60):\n        mid = (lo + hi) / 2\n"
+     "        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)\n    return (lo + hi) / 2"),
+    ("lab04", "q4", "on a tie, the smallest such $K$", "a tie, K = 1",
+     next(m[3] for m in MISTAKES if m[2] == "ties go to the smaller K")),
+    ("lab04", "q5", "simulate `rounds` rounds", "a simulation's means differ",
+     "def simulate_mean_tokens(alpha, k, rounds, seed):\n    return expected_tokens(alpha, k)  # the closed form"),
+    ("lab05", "q4", "the smallest on a tie", "a tie, K = 1",
+     "def choose_k(workloads, c, k_max=8):\n    def time_per_token(k):\n"
+     "        return sum(s * (1 + k * c) / theory.expected_tokens(a, k) for s, a in workloads)\n"
+     "    return min(range(k_max, 0, -1), key=time_per_token)  # the largest K on a tie"),
 ]
 
 

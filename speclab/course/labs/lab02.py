@@ -9,9 +9,10 @@ if "lab" not in globals():  # imported as a module rather than run by speclab.ch
 
 # TESTS: helpers shared by the checks of this lab
 import copy
+import numpy as np
 import torch
 import speclab
-from speclab.checks import expect, expect_equal
+from speclab.checks import expect, expect_equal, show, unfinished
 from speclab.runner import ModelRunner
 from speclab.models import tiny_model  # a small random causal LM, built offline from its config
 
@@ -25,6 +26,11 @@ def one_hot(ids, vocab):
 
 def random_ids(n, vocab, seed):
     return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def python_int(x):
+    """A Python int (numpy's too), not a tensor, a float or a bool."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 class CountingRunner(ModelRunner):
@@ -68,6 +74,19 @@ def _(f):
     check_prefix(f, [5, 9, 3, 7, 1], [5, 9, 2, 7], why="position 2 differs; position 3 matches but comes after it")
 
 
+@lab.case("q1", "the count comes back as a Python int, not a tensor",
+          hint=("q1 asks for the count as an int: a one-element tensor is not one. See "
+                "q1's text above, and chapter 2, section 2.1 (One round)."))
+def _(f):
+    choices, drafts = torch.tensor([6, 2, 8, 3]), torch.tensor([6, 2, 1])
+    call = (f"accepted_prefix_length(target_choices={choices.tolist()}, "
+            f"draft_tokens={drafts.tolist()})")
+    got = f(choices, drafts)
+    expect(got is not None, unfinished(call))
+    expect(python_int(got), f"{call} returned {show(got)} ({type(got).__name__}); "
+           "expected a Python int, as q1 asks")
+
+
 # TESTS q2
 lab.question("q2", "round_tokens", points=1, title="the tokens one round emits")
 
@@ -106,6 +125,22 @@ def _(f):
                 " 2, section 2.2 (The bonus token)."))
 def _(f):
     check_round(f, [3, 1, 4, 1, 5], [3, 1, 9, 1], why="drafts 3, 1 kept, then the correction 4")
+
+
+@lab.case("q2", "the tokens come back as a list of Python ints, not tensors",
+          hint=("q2 asks for a list of Python ints: a token taken from a tensor stays a "
+                "tensor until you convert it. See q2's text above, and chapter 2, section "
+                "2.2 (The bonus token)."))
+def _(f):
+    logits, drafts = logits_choosing([7, 2, 9, 4], seed=3), torch.tensor([7, 5, 9])
+    call = f"round_tokens(logits with argmax [7, 2, 9, 4], draft_tokens={drafts.tolist()})"
+    got = f(logits, drafts)
+    expect(got is not None, unfinished(call))
+    expect(isinstance(got, list), f"{call} returned a {type(got).__name__}, {show(got)}; "
+           "expected a list of Python ints, as q2 asks")
+    odd = next((t for t in got if not python_int(t)), None)
+    expect(odd is None, f"{call} returned {show(got)}, holding {show(odd)} as a "
+           f"{type(odd).__name__}; expected a list of Python ints, as q2 asks")
 
 
 # TESTS q3
@@ -198,6 +233,17 @@ def _(f):
     check_loop(f, k=4, n=20, perfect=True)
 
 
+@lab.case("q4", "a round with no draft left: max_new_tokens = 6 with k = 4, then "
+                "max_new_tokens = 1",
+          hint=("When only one token is still wanted, a round drafts nothing and emits the "
+                "target's own token: a round of 0 drafts must work (one verify pass over the"
+                " pending token alone). See q4's text above, and chapter 2, section 2.3 (The"
+                " loop, written out)."))
+def _(f):
+    check_loop(f, k=4, n=6, perfect=True, seed=6)  # 5 tokens, then a round of 0 drafts
+    check_loop(f, k=3, n=1, seed=7)  # the first round already has no draft
+
+
 @lab.case("q4", "a different draft model: rejections and corrections",
           hint=("The draft model's cache must hold the accepted sequence only: what it computed for drafts after"
                 " the first mismatch has to go before the next round. See q4's text above, and chapter 2, "
@@ -212,3 +258,35 @@ def _(f):
                 "(The loop, written out)."))
 def _(f):
     check_loop(f, k=4, n=7, perfect=True)
+
+
+@lab.case("q4", "a one-token prompt (k = 2): the target's cache starts empty",
+          hint=("With a one-token prompt there is nothing to feed the target before the "
+                "first round: that token is the pending one. See q4's text above, and "
+                "chapter 2, section 2.3 (The loop, written out)."))
+def _(f):
+    check_loop(f, k=2, n=8, prompt_len=1, seed=6)
+
+
+@lab.case("q4", "one target pass per round, not one per token (a perfect draft, k = 3)",
+          hint=("Each round verifies all its drafts with your verify_and_rollback, one "
+                "target pass; decoding the target token by token is not speculative. See "
+                "q4's text above, and chapter 2, section 2.3 (The loop, written out)."))
+def _(f):
+    check_loop(f, k=3, n=14, perfect=True, count_calls=True, seed=6)
+
+
+@lab.case("q4", "the tokens come back as a list of Python ints, not a tensor",
+          hint=("q4 asks for the new tokens as a list of ints. See q4's text above, and "
+                "chapter 2, section 2.3 (The loop, written out)."))
+def _(f):
+    target, draft = tiny_model("llama", layers=2, seed=8), tiny_model("llama", layers=1, seed=108)
+    prompt = random_ids(4, target.config.vocab_size, 8)
+    call = "greedy_speculative_decode(target, draft, prompt of 4 tokens, k=2, max_new_tokens=5)"
+    got = f(target, draft, prompt, 2, 5)
+    expect(got is not None, unfinished(call))
+    expect(isinstance(got, list), f"{call} returned a {type(got).__name__}, {show(got)}; "
+           "expected a list of Python ints, as q4 asks")
+    odd = next((t for t in got if not python_int(t)), None)
+    expect(odd is None, f"{call} returned {show(got)}, holding {show(odd)} as a "
+           f"{type(odd).__name__}; expected a list of Python ints, as q4 asks")

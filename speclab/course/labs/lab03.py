@@ -9,9 +9,16 @@ if "lab" not in globals():  # imported as a module rather than run by speclab.ch
 
 # TESTS: helpers shared by the checks of this lab
 import math
+import numpy as np
 import torch
 import speclab
-from speclab.checks import expect, expect_allclose, expect_close, expect_distribution, expect_equal, show, unfinished
+from speclab.checks import (expect, expect_allclose, expect_close, expect_distribution, expect_equal, plain,
+                            show, unfinished)
+
+
+def python_int(x):
+    """A Python int (numpy's too), not a tensor, a float or a bool."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def dist(values):
@@ -87,6 +94,41 @@ def _(f):
                  why="0.5 + 0.25 = 0.75 < 0.8, so the third token (the one that crosses 0.8) stays; the fourth goes")
 
 
+@lab.case("q1", "a batch of 2 rows: each row is served on its own, over the last dimension",
+          hint=("Logits of shape (..., V): every step works row by row on the last "
+                "dimension, the renormalisation included. See q1's text above, and chapter "
+                "3, section 3.4 (Served-distribution parity)."))
+def _(f):
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.0, 3.0, -2.0, 1.0]])
+    for t, k, p in [(1.0, None, 0.7), (0.0, None, None), (0.8, 2, None)]:
+        check_served(f, logits, t, k, p)
+
+
+@lab.case("q1", "top-k = 2, then top-p = 0.5 on what top-k kept: one token stays",
+          hint=("The steps go in the order q1 lists: top-k on the logits first, then top-p "
+                "on the softmax of what top-k kept. See q1's text above, and chapter 3, "
+                "section 3.4 (Served-distribution parity)."))
+def _(f):
+    check_served(f, torch.tensor([0.4, 0.3, 0.2, 0.1]).log(), 1.0, top_k=2, top_p=0.5,
+                 why="top-k keeps 0.4 and 0.3, which become 0.571 and 0.429: 0.571 alone "
+                 "reaches 0.5")
+
+
+@lab.case("q1", "a float32 distribution, from float64 logits and at temperature 0 too",
+          hint=("The served distribution is float32 probabilities, as speclab's: a one-hot "
+                "of integers is not one. See q1's text above (the function's docstring), "
+                "and chapter 3, section 3.4 (Served-distribution parity)."))
+def _(f):
+    for dtype, t in [(torch.float32, 0.0), (torch.float64, 1.0)]:
+        logits = torch.tensor([0.5, 2.0, -1.0], dtype=dtype)
+        call = f"served_probs({show(logits)} as {dtype}, temperature={t})"
+        got = f(logits, t, None, None)
+        expect_allclose(got, speclab.logits_to_probs(logits, t), call)
+        expect(isinstance(got, torch.Tensor) and got.dtype == torch.float32,
+               f"{call} returned a {type(got).__name__} of {getattr(got, 'dtype', '?')}; "
+               "expected a torch.float32 tensor")
+
+
 # TESTS q2
 lab.question("q2", "accept_probability", points=1, title="the acceptance probability")
 
@@ -113,6 +155,25 @@ def _(f):
 @lab.case("q2", "the target gives the token no mass: never accepted", hint=HINT_Q2)
 def _(f):
     check_accept(f, dist([0.0, 0.7, 0.3]), dist([0.5, 0.25, 0.25]), 0)
+
+
+@lab.case("q2", "the draft gave the token no mass but the target did: accepted",
+          hint=HINT_Q2)
+def _(f):
+    check_accept(f, dist([0.1, 0.6, 0.3]), dist([0.5, 0.5, 0.0]), 2,
+                 why="q(x) = 0 < p(x) = 0.3: speclab's test u * q(x) < p(x) always passes")
+
+
+@lab.case("q2", "the probability comes back as a Python float, not a tensor",
+          hint=("q2 asks for a float: a one-element tensor is not one. See the question's "
+                "text above, and chapter 3, section 3.1 (The rule at one position)."))
+def _(f):
+    p, q = dist([0.2, 0.3, 0.5]), dist([0.4, 0.4, 0.2])
+    call = f"accept_probability(p={show(p)}, q={show(q)}, token=0)"
+    got = f(p, q, 0)
+    expect(got is not None, unfinished(call))
+    expect(isinstance(got, (float, np.floating)), f"{call} returned {show(got)} ({type(got).__name__}); "
+           "expected a Python float, as q2 asks")
 
 
 # TESTS q3
@@ -226,6 +287,46 @@ def _(f):
     _, first = run_rounds(f, p, q, n=3000, seed=2)
     expect_distribution(first, p[0], "first emitted token over 3000 rounds with drafts sampled from q",
                         why="speculative sampling must reproduce the target's distribution")
+
+
+@lab.case("q4", "two generators seeded alike give the same rounds: every draw uses generator",
+          hint=("Every random number of a round, the uniform draws and the token draws, "
+                "comes from the generator passed in, never from torch's global one. See "
+                "q4's text above, and chapter 3, sections 3.1 and 3.2 (the rule and its "
+                "proof)."))
+def _(f):
+    p = torch.stack([dist([0.3, 0.4, 0.3]), dist([0.5, 0.2, 0.3]), dist([0.2, 0.3, 0.5])])
+    q = torch.stack([dist([0.5, 0.3, 0.2]), dist([0.3, 0.4, 0.3])])
+    call = "verify_round(p, q, draft_tokens=[0, 1], generator)"
+    runs = []
+    for other in (1, 2):
+        torch.manual_seed(other)  # the global generator differs between the two runs
+        g = torch.Generator().manual_seed(8)
+        results = [f(p, q, torch.tensor([0, 1]), g) for _ in range(40)]
+        expect(results[0] is not None, unfinished(call))
+        runs.append([plain(r) for r in results])
+    same = sum(a == b for a, b in zip(*runs))
+    expect(same == 40, f"40 calls of {call}, twice, each time with a generator seeded 8: "
+           f"{40 - same} of the 40 rounds came out differently; the same seed must give "
+           "the same rounds")
+
+
+@lab.case("q4", "the number accepted and the token come back as plain ints",
+          hint=("q4 asks for plain ints: torch.multinomial returns a tensor. See q4's text "
+                "above, and chapter 3, sections 3.1 and 3.2 (the rule and its proof)."))
+def _(f):
+    p = torch.stack([dist([0.3, 0.4, 0.3]), dist([0.2, 0.3, 0.5])])
+    q = dist([0.5, 0.3, 0.2])[None]
+    g = torch.Generator().manual_seed(9)
+    call = "verify_round(p, q, draft_tokens=[0], generator)"
+    for _ in range(20):  # rounds that reject and rounds that accept
+        result = f(p, q, torch.tensor([0]), g)
+        expect(result is not None, unfinished(call))
+        expect(isinstance(result, (tuple, list)) and len(result) == 2,
+               f"{call} returned {show(result)}; expected a pair (number accepted, next token)")
+        odd = next((v for v in result if not python_int(v)), None)
+        expect(odd is None, f"{call} returned {show(result)}, holding {show(odd)} as a "
+               f"{type(odd).__name__}; expected plain ints, as q4 asks")
 
 
 # TESTS q5

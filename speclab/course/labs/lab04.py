@@ -95,6 +95,15 @@ def _(f):
     expect_close(f(3, 1.0), float("nan"), "breakeven_alpha(3, 1.0)")
 
 
+@lab.case("q3", "a free draft (c = 0) at K = 2: alpha = 0 already breaks even, so 0.0",
+          hint=("When even alpha = 0 breaks even there is no crossing to search for: the "
+                "question says what to return then. See q3's text above, and chapter 4, "
+                "section 4.2 (Cost ratio, speedup and breakeven)."))
+def _(f):
+    expect_close(f(2, 0.0), 0.0, "breakeven_alpha(2, 0.0)", tol=1e-6,
+                 why="speedup(0, 2, 0) is exactly 1")
+
+
 # TESTS q4
 lab.question("q4", "best_k", points=1, title="the best K")
 HINT_Q4 = ("Compare every K from 1 to k_max, k_max included, by the modelled speedup; on a tie the smaller K "
@@ -114,6 +123,14 @@ def _(f):
 @lab.case("q4", "alpha = 1 and a free draft: the largest K allowed", hint=HINT_Q4)
 def _(f):
     expect_equal(f(1.0, 0.0, k_max=10), 10, "best_k(1.0, 0.0, k_max=10)")
+
+
+@lab.case("q4", "a perfect draft as costly as the target (alpha = 1, c = 1): a tie, K = 1",
+          hint=("Here every K has the same speedup: on a tie the smaller K wins. See q4's "
+                "text above, and chapter 4, section 4.3 (The best K)."))
+def _(f):
+    expect_equal(f(1.0, 1.0, k_max=6), 1, "best_k(1.0, 1.0, k_max=6)",
+                 why="every K from 1 to 6 has speedup exactly 1")
 
 
 # TESTS q5
@@ -160,3 +177,14 @@ def _(f):
     expect(first is not None, unfinished("simulate_mean_tokens(0.6, 4, 500, 7)"))
     expect(first == second, f"simulate_mean_tokens(0.6, 4, 500, 7) returned {first} and then "
            f"{second}; the same seed must give the same result")
+
+
+@lab.case("q5", "seeds 10 to 13 at alpha = 0.7, K = 3: a simulation's means differ",
+          hint=("The function simulates rounds: its mean is a sample, which changes with "
+                "the seed, not the closed form. See q5's text above, and chapter 4, "
+                "section 4.4 (A Monte-Carlo check)."))
+def _(f):
+    values = [f(0.7, 3, 200, seed) for seed in range(10, 14)]
+    expect(values[0] is not None, unfinished("simulate_mean_tokens(0.7, 3, 200, 10)"))
+    expect(len(set(values)) > 1, f"simulate_mean_tokens(0.7, 3, 200, seed) returned {values}"
+           " for seeds 10 to 13: 200 simulated rounds give a different mean for each seed")

@@ -136,3 +136,12 @@ def _(f):
 def _(f):
     mix = [(0.5, 0.6), (0.5, 0.5)]
     expect_equal(f(mix, 0.5), expected("choose", mix, 0.5), "choose_k([(0.5, 0.6), (0.5, 0.5)], 0.5)")
+
+
+@lab.case("q4", "a perfect draft as costly as the target (alpha = 1, c = 1): a tie, K = 1",
+          hint=("Here every K takes the same time per token: on a tie the smaller K wins. "
+                "See q4's text above, and chapter 4, section 4.3 (The best K)."))
+def _(f):
+    mix = [(0.6, 1.0), (0.4, 1.0)]
+    expect_equal(f(mix, 1.0, k_max=6), 1, "choose_k([(0.6, 1.0), (0.4, 1.0)], 1.0, k_max=6)",
+                 why="T(K) is exactly 1 for every K from 1 to 6")
