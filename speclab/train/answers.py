@@ -47,6 +47,9 @@ def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, see
     if n < 1 or batch < 1:
         raise ValueError(f"ask for at least one conversation and a batch of at least one, not {n} and {batch}")
     out.mkdir(parents=True, exist_ok=True)
+    if packed is not None and n % PART:
+        print(f"note: only whole parts of {PART} are packed, so the last {n % PART} of {n} conversations stay "
+              f"in {out} alone; ask for {n // PART * PART + PART} to pack them too")
     if packed is not None and (packed / "stream.json").exists():
         unpack_stream(packed, out)
     dev = pick_device("cpu" if not torch.cuda.is_available() else "cuda")
