@@ -33,6 +33,15 @@ def python_int(x):
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+def expect_int_list(got, call, question):
+    """`got` is a list of Python ints, as `question` asks."""
+    expect(isinstance(got, list), f"{call} returned a {type(got).__name__}, {show(got)}; "
+           f"expected a list of Python ints, as {question} asks")
+    odd = next((t for t in got if not python_int(t)), None)
+    expect(odd is None, f"{call} returned {show(got)}, holding {show(odd)} as a "
+           f"{type(odd).__name__}; expected a list of Python ints, as {question} asks")
+
+
 class CountingRunner(ModelRunner):
     """A ModelRunner that counts forward passes."""
     calls = 0
@@ -136,11 +145,7 @@ def _(f):
     call = f"round_tokens(logits with argmax [7, 2, 9, 4], draft_tokens={drafts.tolist()})"
     got = f(logits, drafts)
     expect(got is not None, unfinished(call))
-    expect(isinstance(got, list), f"{call} returned a {type(got).__name__}, {show(got)}; "
-           "expected a list of Python ints, as q2 asks")
-    odd = next((t for t in got if not python_int(t)), None)
-    expect(odd is None, f"{call} returned {show(got)}, holding {show(odd)} as a "
-           f"{type(odd).__name__}; expected a list of Python ints, as q2 asks")
+    expect_int_list(got, call, "q2")
 
 
 # TESTS q3
@@ -285,8 +290,4 @@ def _(f):
     call = "greedy_speculative_decode(target, draft, prompt of 4 tokens, k=2, max_new_tokens=5)"
     got = f(target, draft, prompt, 2, 5)
     expect(got is not None, unfinished(call))
-    expect(isinstance(got, list), f"{call} returned a {type(got).__name__}, {show(got)}; "
-           "expected a list of Python ints, as q4 asks")
-    odd = next((t for t in got if not python_int(t)), None)
-    expect(odd is None, f"{call} returned {show(got)}, holding {show(odd)} as a "
-           f"{type(odd).__name__}; expected a list of Python ints, as q4 asks")
+    expect_int_list(got, call, "q4")
