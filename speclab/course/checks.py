@@ -88,6 +88,11 @@ def plain(x: Any) -> Any:
     return x
 
 
+def python_int(x: Any) -> bool:
+    """Whether x is a Python int (numpy's too, which the grader turns into one), not a tensor, float or bool."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
 UNFINISHED = ("it looks unfinished: write your code where it says `# YOUR CODE HERE` (in place of the `...`) "
               "and `return` the result")
 

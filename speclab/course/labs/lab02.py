@@ -9,10 +9,9 @@ if "lab" not in globals():  # imported as a module rather than run by speclab.ch
 
 # TESTS: helpers shared by the checks of this lab
 import copy
-import numpy as np
 import torch
 import speclab
-from speclab.checks import expect, expect_equal, show, unfinished
+from speclab.checks import expect, expect_equal, python_int, show, unfinished
 from speclab.runner import ModelRunner
 from speclab.models import tiny_model  # a small random causal LM, built offline from its config
 
@@ -26,11 +25,6 @@ def one_hot(ids, vocab):
 
 def random_ids(n, vocab, seed):
     return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
-
-
-def python_int(x):
-    """A Python int (numpy's too), not a tensor, a float or a bool."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def expect_int_list(got, call, question):

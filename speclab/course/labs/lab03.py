@@ -12,13 +12,8 @@ import math
 import numpy as np
 import torch
 import speclab
-from speclab.checks import (expect, expect_allclose, expect_close, expect_distribution, expect_equal, plain,
+from speclab.checks import (expect, expect_allclose, expect_close, expect_distribution, expect_equal, plain, python_int,
                             show, unfinished)
-
-
-def python_int(x):
-    """A Python int (numpy's too), not a tensor, a float or a bool."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def dist(values):
