@@ -376,8 +376,11 @@ def run_answers(args) -> None:
                           stop_after_minutes=args.stop_after_minutes, requests=args.requests, packed=args.packed)
     print(f"{report['conversations']} conversations, {report['tokens']:,} tokens ({report['answer_tokens']:,} "
           f"written by the target) at {report['answer_tokens_per_s']:.0f} tokens/s over the batches' wall time "
-          f"(pauses included; the median batch: {report['median_batch_tokens_per_s']} tokens/s) on "
-          f"{report['host']}; record: {args.out / 'answers.json'}")
+          f"(pauses included); the median batch: {report['median_batch_tokens_per_s']} tokens/s; record: "
+          f"{args.out / 'answers.json'}")
+    for each in report["hosts"]:  # a stream restored from packed parts was answered on earlier machines
+        print(f"  {each['batches']} batches on {each['host'] or 'a machine not recorded'}: the median batch "
+              f"{each['median_batch_tokens_per_s']} tokens/s")
 
 
 def run_scale(args) -> None:

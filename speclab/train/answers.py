@@ -36,12 +36,25 @@ def median_batch_rate(state: dict) -> float | None:
     return round(statistics.median(rates), 1) if rates else None
 
 
+def rates_by_host(state: dict) -> list[dict]:
+    """The median batch's answer tokens per second on each machine that answered part of the stream
+    (chat_data.note_host), in the order they first ran; "host" None for batches timed before hosts were kept."""
+    marks = [[0, None], *state.get("hosts", [])]
+    groups: dict = {}
+    for i, batch in enumerate(state.get("batches", [])):
+        host = [h for first, h in marks if first <= i][-1]
+        groups.setdefault(host, []).append(batch)
+    return [{"host": host, "batches": len(timed), "median_batch_tokens_per_s": median_batch_rate({"batches": timed})}
+            for host, timed in groups.items()]
+
+
 def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, seed: int = 0,
                  stop_after_minutes: float | None = None, requests: str = "everyday",
                  packed: Path | None = None) -> dict:
     """Answer n chat requests (chat_conversations; requests "everyday", or "varied", which a stream of
     everyday ones goes on with) on the fast path, B = batch at a time, into out/chat_conversations.pt;
-    write and return out/answers.json: tokens, seconds, tokens per second of the answering, and the host.
+    write and return out/answers.json: tokens, seconds, tokens per second of the answering, this run's host,
+    and the median batch's rate on each host that answered part of the stream (rates_by_host).
     `packed`: a folder the stream is restored from first and packed into after each part (pack_stream), so
     that hours of answering outlive the machine they ran on."""
     if n < 1 or batch < 1:
@@ -62,15 +75,17 @@ def self_answers(target_dir: str | Path, out: Path, n: int, batch: int = 64, see
     goals = [*range(PART, n, PART), n] if packed is not None else [n]
     for goal in goals:
         chat_conversations(target, tokenizer, out, goal, max_new_tokens=MAX_NEW_TOKENS, seed=seed, batch=batch,
-                           deadline=deadline, requests=requests)
+                           deadline=deadline, requests=requests, host=hardware(dev))
         if packed is not None:
             pack_stream(out, packed, PART, batch)
     state = torch.load(out / "chat_conversations.pt")
     record = {**summary(out), "decoder": f"speclab generate, fast path (static cache), batch {batch}",
-              "answer_tokens": int(state.get("answer_tokens", 0)), "host": hardware(dev),
+              "answer_tokens": int(state.get("answer_tokens", 0)), "this_run_host": hardware(dev),
               "this_run_seconds": round(time.time() - started, 1)}
     record["answer_tokens_per_s"] = record["answer_tokens"] / max(state.get("answer_seconds", 0.0), 1e-9)
+    # the median over every batch, and on each machine: a restored stream's batches ran on earlier ones
     record["median_batch_tokens_per_s"] = median_batch_rate(state)
+    record["hosts"] = rates_by_host(state)
     (out / "answers.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -104,7 +119,8 @@ def pack_stream(out: Path, packed: Path, part: int = PART, batch: int = 64) -> i
     kept = batches[:done // batch]
     counters = {"conversations": done, "part": part, "requests": state.get("requests", "library"),
                 "continued": [list(c) for c in state.get("continued", []) if c[1] < done],
-                "batches": kept, "material_seconds": state.get("material_seconds", 0.0)}
+                "batches": kept, "material_seconds": state.get("material_seconds", 0.0),
+                "hosts": [mark for mark in state.get("hosts", []) if mark[0] < len(kept)]}
     (packed / "stream.json").write_text(json.dumps(counters) + "\n")
     return done
 
@@ -127,6 +143,8 @@ def unpack_stream(packed: Path, out: Path) -> int:
              "batches": [tuple(b) for b in counters["batches"]], "material_seconds": counters["material_seconds"]}
     if counters["continued"]:
         state["continued"] = [tuple(c) for c in counters["continued"]]
+    if counters.get("hosts"):
+        state["hosts"] = [list(mark) for mark in counters["hosts"]]
     out.mkdir(parents=True, exist_ok=True)
     for name in MATERIAL:
         if (packed / name).exists():

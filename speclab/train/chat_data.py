@@ -186,12 +186,14 @@ def follow_ups_for(requests: str, category: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------- the target's answers
 def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, out: Path, n: int,
                        max_new_tokens: int = 256, seed: int = 0, batch: int = 64,
-                       deadline: float | None = None, requests: str = "library") -> list[torch.Tensor]:
+                       deadline: float | None = None, requests: str = "library",
+                       host: str | None = None) -> list[torch.Tensor]:
     """n conversations in the seven categories with the target's replies (alternately greedy and sampled at
     T = 1, batch by batch: 64 at a time, 1.9 s a conversation on 2 CPU cores against 3.0 s at 16; a quarter
     of them get a second turn: second_turns), as token ids through the chat template; the first messages
     from `requests` (first_messages). Saved after each batch in out/chat_conversations.pt, so an
-    interrupted run resumes where it stopped."""
+    interrupted run resumes where it stopped. `host`, if given, is kept as the machine the batches of this
+    run ran on (note_host)."""
     path = out / "chat_conversations.pt"
     state = torch.load(path) if path.exists() else {"conversations": [], "seconds": 0.0, "requests": requests}
     continue_stream(state, requests, n, path)
@@ -233,11 +235,21 @@ def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
         state["answer_seconds"] = state.get("answer_seconds", 0.0) + seconds
         # each batch's own tokens and seconds: a run paused mid-batch (SIGSTOP while something is timed)
         # inflates that batch and the sums, not the median batch's rate
+        if host is not None:
+            note_host(state, host)
         state.setdefault("batches", []).append((written, round(seconds, 2)))
         save_whole(state, path)
         bar.update(len(rows))
     bar.close()
     return state["conversations"][:n]
+
+
+def note_host(state: dict, host: str) -> None:
+    """Record that the stream's batches run on `host` from the next one on: state["hosts"] holds [first batch,
+    host] at every change, so a stream answered over several sessions says which machine timed which batch."""
+    hosts = state.setdefault("hosts", [])
+    if not hosts or hosts[-1][1] != host:
+        hosts.append([len(state.get("batches", [])), host])
 
 
 def pack(conversations: list[torch.Tensor], seq_len: int, eos: int) -> torch.Tensor:

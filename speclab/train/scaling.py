@@ -33,7 +33,7 @@ from speclab.methods import draft_model_method, load_drafter
 from speclab.methods.eagle import FeatureHead, describe_tree
 from speclab.models import CONVERTED_PAIRS, load_model, load_pair, load_tokenizer
 from speclab.packaged import ensure_converted
-from speclab.train.answers import median_batch_rate
+from speclab.train.answers import median_batch_rate, rates_by_host
 from speclab.train import chat_requests
 from speclab.train.chat_data import answer_next, check_disjoint, stream_kinds
 from speclab.train.chat_requests import TUNING_CATEGORIES
@@ -432,15 +432,15 @@ def answering(stream: Path) -> dict:
     """How the stream's conversations were answered: how many, the answer tokens the target wrote and the
     wall seconds of their batches (summed over every run that added to it, pauses included), the median
     batch's tokens per second over the batches timed one by one, its kinds of request with the conversation
-    each starts at (chat_data.stream_kinds), and the host of the last run that finished (stream/answers.json)."""
+    each starts at (chat_data.stream_kinds), and the median batch's rate on each host that answered part of it
+    (answers.rates_by_host: a stream restored from packed parts was answered over several sessions)."""
     state = torch.load(stream / STREAM_FILES[0])
-    done = stream / "answers.json"
     return {"conversations": len(state["conversations"]),
             "kinds": [[kind, start] for kind, start in stream_kinds(state)],  # each kind of request, from where
             "answer_tokens": int(state.get("answer_tokens", 0)),
             "answer_seconds": round(float(state.get("answer_seconds", 0.0)), 1),
             "batches_timed": len(state.get("batches", [])), "median_batch_tokens_per_s": median_batch_rate(state),
-            "host": json.loads(done.read_text())["host"] if done.exists() else None}
+            "hosts": rates_by_host(state)}
 
 
 def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-everyday", device: str | None = None,

@@ -62,7 +62,24 @@ def test_the_command_records_tokens_per_second_and_the_host(fake_replies, tmp_pa
     batches = torch.load(tmp_path / "run" / "chat_conversations.pt")["batches"]  # 7 at 4 a batch: 2 batches
     assert len(batches) == 2 and saved["median_batch_tokens_per_s"] > 0
     assert sum(tokens for tokens, _ in batches) == saved["answer_tokens"]
-    assert "fast path" in saved["decoder"] and "CPU thread" in saved["host"] and record == saved
+    assert "fast path" in saved["decoder"] and "CPU thread" in saved["this_run_host"] and record == saved
+    assert saved["hosts"] == [{"host": saved["this_run_host"], "batches": 2,
+                               "median_batch_tokens_per_s": saved["median_batch_tokens_per_s"]}]
+
+
+def test_rates_are_kept_by_host_and_batches_from_before_hosts_were_kept_are_said_to_be_unrecorded():
+    state = {"batches": [(100, 1.0), (300, 1.0), (200, 2.0), (90, 1.0), (50, 1.0)]}
+    chat_data.note_host(state, "fast")  # the next batch on ran on "fast"
+    assert state["hosts"] == [[5, "fast"]]
+    state["batches"].append((120, 1.0))
+    chat_data.note_host(state, "fast")  # the same machine again: no new mark
+    chat_data.note_host(state, "slow")
+    state["batches"].append((30, 1.0))
+    assert state["hosts"] == [[5, "fast"], [6, "slow"]]
+    assert answers.rates_by_host(state) == [
+        {"host": None, "batches": 5, "median_batch_tokens_per_s": 100.0},
+        {"host": "fast", "batches": 1, "median_batch_tokens_per_s": 120.0},
+        {"host": "slow", "batches": 1, "median_batch_tokens_per_s": 30.0}]
 
 
 def test_a_packed_stream_outlives_its_machine_and_goes_on_as_one_run_would(fake_replies, tmp_path,  # noqa: F811
@@ -87,9 +104,12 @@ def test_a_packed_stream_outlives_its_machine_and_goes_on_as_one_run_would(fake_
     assert (packed / "conversations_000.pt").stat().st_mtime_ns == written  # a part is written once
     counters = json.loads((packed / "stream.json").read_text())
     assert counters["conversations"] == 8 and len(counters["batches"]) == 4
+    assert [mark[0] for mark in counters["hosts"]] == [0]  # one machine answered the packed batches
     assert [b[0] for b in counters["batches"]] == [b[0] for b in whole["batches"][:4]]  # the tokens a batch
     restored = tmp_path / "restored"
     assert answers.unpack_stream(packed, restored) == 8
-    assert torch.load(restored / "chat_conversations.pt")["answer_tokens"] == sum(b[0] for b in whole["batches"][:4])
+    state = torch.load(restored / "chat_conversations.pt")
+    assert state["answer_tokens"] == sum(b[0] for b in whole["batches"][:4])
+    assert state["hosts"] == counters["hosts"]  # a restored stream's batches keep the machine they ran on
     with pytest.raises(ValueError, match="parts of 3"):
         answers.pack_stream(tmp_path / "one run", tmp_path / "odd", part=3, batch=2)
