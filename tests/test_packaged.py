@@ -174,3 +174,23 @@ def test_cache_root_follows_speclab_cache_then_xdg(monkeypatch, tmp_path):
     assert packaged.converted_dir("smollm2") == tmp_path / "mine" / "smollm2-0.1.2"
     with pytest.raises(ValueError, match="no packaged model called 'llama9'"):
         packaged.converted_dir("llama9")
+
+
+def test_a_conversion_signature_tells_the_same_model_from_one_with_its_attention_rows_permuted(tmp_path):
+    model, tok = tiny_model("llama", layers=2, vocab=64, seed=0, tie=True), chat_tokenizer()
+    packaged.save_plain(model, tok, tmp_path / "a", dtype=torch.float32)
+    packaged.save_plain(model, tok, tmp_path / "again", dtype=torch.float32)
+    text = " ".join(WORDS[:12])
+    mine = packaged.conversion_signature(tmp_path / "a", text)
+    assert len(mine["greedy"]) == 12
+    packaged.check_same_conversion(mine, packaged.conversion_signature(tmp_path / "again", text))
+    # what a GGUF loader that un-permutes q_proj otherwise would make: same weights, rows in another order
+    q = model.model.layers[0].self_attn.q_proj.weight
+    with torch.no_grad():
+        q.copy_(q.view(2, -1, q.shape[1]).flip(0).reshape(q.shape))
+    packaged.save_plain(model, tok, tmp_path / "permuted", dtype=torch.float32)
+    with pytest.raises(ValueError, match="not the same model"):
+        packaged.check_same_conversion(mine, packaged.conversion_signature(tmp_path / "permuted", text))
+    with pytest.raises(ValueError, match="not the same model"):  # logits off by more than float32 rounding
+        packaged.check_same_conversion(mine, {**mine, "logits_norm": mine["logits_norm"] * 1.01})
+
