@@ -240,6 +240,9 @@ def add_scale_command(sub) -> None:
                      "on the chat tuning requests (where it has none), then its bench command (held-out chat "
                      "prompts, target-only beside both drafters, eager and fast) into STREAM/cN/bench.json; run it "
                      "with nothing else on the machine")
+    cmd.add_argument("--train-only", action="store_true", help="train each point's drafters and stop: neither the "
+                     "same prompts scored nor STREAM/curve.json written (for a GPU lent for minutes; the same "
+                     "command without it then scores and writes the curve)")
     cmd.set_defaults(run=run_scale)
 
 
@@ -385,7 +388,7 @@ def run_answers(args) -> None:
 
 def run_scale(args) -> None:
     curve = scale(args.target, args.stream, args.points, args.preset, args.device, args.stop_after_minutes, args.pair,
-                  (lambda point: time_point(args, point)) if args.bench else None)
+                  (lambda point: time_point(args, point)) if args.bench else None, args.train_only)
     for p in curve["points"]:
         print(f"{p['conversations']:>6} conversations, {p['tokens']:>9,} tokens: EAGLE-3 top-1 by position "
               f"{p['head']['heldout_top1_by_step']}, draft top-1 {p['draft']['heldout_top1']}")
@@ -393,6 +396,10 @@ def run_scale(args) -> None:
             for path, best in p.get("speeds", {}).get(name, {}).items():
                 print(f"    {name} {path}: {best['speedup']:.2f}x target-only ({best['row']}, "
                       f"{best['tokens_per_round']:.2f} tokens a round)")
+    if args.train_only:
+        print(f"trained; {args.stream / 'curve.json'} not written: the same command without --train-only scores the "
+              "points on the same prompts and writes it")
+        return
     print(f"curve: {args.stream / 'curve.json'}" + ("" if args.bench else "; time each point with --bench (or its "
                                                      "'bench' command)"))
 

@@ -445,10 +445,12 @@ def answering(stream: Path) -> dict:
 
 def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-everyday", device: str | None = None,
           stop_after_minutes: float | None = None, pair: str | None = None,
-          bench: Callable[[Path], object] | None = None) -> dict:
+          bench: Callable[[Path], object] | None = None, train_only: bool = False) -> dict:
     """Every point trained in turn, and timed by `bench` where given (train_point); the points the stream
     cannot yet supply are said aloud and skipped. Writes and returns stream/curve.json, which keeps the points
-    of earlier runs that this one did not name. `pair`: the target's pair name, for the bench commands."""
+    of earlier runs that this one did not name. `pair`: the target's pair name, for the bench commands.
+    `train_only`: return after training, with neither the same prompts scored nor the curve written (a GPU lent
+    for minutes trains; the same call without it scores, and keeps the earlier points' scores, where they run)."""
     curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)),
              "answers": answering(stream), "points": []}
     for n in sorted(points):
@@ -456,6 +458,8 @@ def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-every
             curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair, bench))
         except ValueError as err:
             print(f"point {n}: {err}")
+    if train_only:
+        return curve
     trained, kept = bool(curve["points"]), None
     if (stream / "curve.json").exists():
         earlier = json.loads((stream / "curve.json").read_text())

@@ -27,6 +27,12 @@ def test_points_are_nested_frozen_and_trained_at_the_same_steps_per_conversation
     whole = torch.load(stream / "chat_conversations.pt")["conversations"]
     monkeypatch.setattr(scaling, "SAME_PROMPTS", 4)  # (32 for a real curve)
     monkeypatch.setattr(scaling, "BENCH_CHATS", 1)  # the first prompt of each chat workload (4 for a real curve)
+    # what a GPU lent for minutes runs: the drafters trained, nothing decoded, no curve (the next call writes it)
+    train_main(["scale", "--target", "smollm2", "--stream", str(stream), "--points", "4", "--preset", "micro-chat",
+                "--device", "cpu", "--train-only"])
+    assert "curve.json not written" in capsys.readouterr().out and not (stream / "curve.json").exists()
+    assert (stream / "c4" / "eagle3" / "record.json").exists() and (stream / "c4" / "draft" / "record.json").exists()
+    assert not (stream / "c4" / "same_prompts.json").exists()
     train_main(["scale", "--target", "smollm2", "--stream", str(stream), "--points", "4,8,16",
                 "--preset", "micro-chat", "--device", "cpu"])
     assert "holds 8 conversations, not 16" in capsys.readouterr().out  # said aloud, not trained
