@@ -233,10 +233,10 @@ def chat_conversations(target: PreTrainedModel, tokenizer: PreTrainedTokenizerBa
         # were counted has neither, so the rate is of the batches counted)
         state["answer_tokens"] = state.get("answer_tokens", 0) + written
         state["answer_seconds"] = state.get("answer_seconds", 0.0) + seconds
-        # each batch's own tokens and seconds: a run paused mid-batch (SIGSTOP while something is timed)
-        # inflates that batch and the sums, not the median batch's rate
         if host is not None:
             note_host(state, host)
+        # each batch's own tokens and seconds: a run paused mid-batch (SIGSTOP while something is timed)
+        # inflates that batch and the sums, not the median batch's rate
         state.setdefault("batches", []).append((written, round(seconds, 2)))
         save_whole(state, path)
         bar.update(len(rows))
