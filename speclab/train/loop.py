@@ -39,6 +39,13 @@ def deadline_after(minutes: float | None) -> float | None:
     return time.time() + 60 * minutes if minutes else None
 
 
+def minutes_left(deadline: float | None) -> float | None:
+    """What is left of `deadline` (deadline_after) in minutes, for a run that starts under it: a command that
+    runs several trainers in turn gives each what the earlier ones left. At least a moment, so that a run
+    started past the deadline stops at once rather than reading 0 as no limit; None: no limit."""
+    return None if deadline is None else max((deadline - time.time()) / 60, 1e-3)
+
+
 def has_bf16_units(device: torch.device) -> bool:
     """Whether `device` multiplies bfloat16 natively: a CPU with AVX512-BF16 or AMX, a GPU from Ampere on."""
     if device.type == "cpu":

@@ -43,7 +43,7 @@ from speclab.train.eagle import METHODS as EAGLE
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
 from speclab.train.shared_draft import draft_loss, train_shared_draft
 from speclab.train.varied_requests import held_out_requests
-from speclab.train.loop import save_whole
+from speclab.train.loop import deadline_after, minutes_left, save_whole
 
 POINTS = (1400, 4000, 14000)  # 0.35M, 1M and 3.5M tokens of SmolLM2's answers (issue 67)
 STREAM_FILES = ("chat_conversations.pt", "everyday_material.pt")
@@ -89,7 +89,9 @@ def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyd
     """Both drafters trained on the first n conversations (resumable: each trainer checkpoints in cN/; a
     drafter whose record says it ran this point's steps is done), then timed by `bench(point)` (the command
     line's: it times the head's tree settings where it has none, then runs bench_argv) unless cN/bench.json
-    holds the timing of these drafters; returns the point's summary (point_summary)."""
+    holds the timing of these drafters; returns the point's summary (point_summary). `stop_after_minutes` is
+    the two trainers' together: the draft gets what the head left."""
+    deadline = deadline_after(stop_after_minutes)
     point = freeze_point(stream, n)
     eagle, draft = EAGLE_PRESETS[preset], SHARED_PRESETS[preset]
     head_steps = scaled_steps(eagle, n, None, eagle.eagle3_steps)
@@ -98,12 +100,12 @@ def train_point(target: str, stream: Path, n: int, preset: str = "smollm2-everyd
         for timed in (point / "bench.json", point / EAGLE[3].bundled / "tree.json", point / "answers.json"):
             timed.unlink(missing_ok=True)  # they timed or scored another head
         train_eagle(target, point, preset, device=device, version=3, conversations=n, steps=head_steps,
-                    stop_after_minutes=stop_after_minutes)
+                    stop_after_minutes=minutes_left(deadline))
     if not _trained(point / "draft" / "record.json", draft_steps, draft.answers_only):
         for timed in (point / "bench.json", point / "answers.json"):
             timed.unlink(missing_ok=True)
         train_shared_draft(target, point, preset, device=device, conversations=n, steps=draft_steps,
-                           stop_after_minutes=stop_after_minutes)
+                           stop_after_minutes=minutes_left(deadline))
     if not _answers_scored(point):
         score_answers(target, point, eagle.eval_depth, device)
     if bench is not None and not (point / "bench.json").exists():
@@ -448,14 +450,16 @@ def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-every
           bench: Callable[[Path], object] | None = None, train_only: bool = False) -> dict:
     """Every point trained in turn, and timed by `bench` where given (train_point); the points the stream
     cannot yet supply are said aloud and skipped. Writes and returns stream/curve.json, which keeps the points
-    of earlier runs that this one did not name. `pair`: the target's pair name, for the bench commands.
-    `train_only`: return after training, with neither the same prompts scored nor the curve written (a GPU lent
+    of earlier runs that this one did not name. `stop_after_minutes` covers all the training, point after
+    point. `pair`: the target's pair name, for the bench commands. `train_only`: return after training, with neither the same prompts scored nor the curve written (a GPU lent
     for minutes trains; the same call without it scores, and keeps the earlier points' scores, where they run)."""
+    deadline = deadline_after(stop_after_minutes)  # one budget for every point's training, in turn
     curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)),
              "answers": answering(stream), "points": []}
     for n in sorted(points):
         try:
-            curve["points"].append(train_point(target, stream, n, preset, device, stop_after_minutes, pair, bench))
+            curve["points"].append(train_point(target, stream, n, preset, device, minutes_left(deadline), pair,
+                                               bench))
         except ValueError as err:
             print(f"point {n}: {err}")
     if train_only:

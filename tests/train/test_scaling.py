@@ -1,10 +1,12 @@
 """train scale: the points of a data-scaling curve are the first N conversations of one stream, frozen, each
 trained with the same steps per conversation, summed up in curve.json."""
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+import speclab.train.loop as loop
 import speclab.train.scaling as scaling
 from speclab.cli.train import main as train_main
 from speclab.measure.workloads import CHAT, encode_chat, load_chats
@@ -302,3 +304,29 @@ def test_a_growing_curve_scores_every_point_on_the_drawn_prompts_its_largest_poi
     assert grown["points"]["2"]["draft"] == {"tokens_per_round": round(10 / 7, 3), "by_prompt": [[6, 3], [4, 4]]}
     again = scaling.score_same_prompts(str(BUNDLED_DIR / "target"), tmp_path, [1, 2], earlier={"varied forms": grown})
     assert again["varied forms"]["points"]["1"] == grown["points"]["1"]  # carried as it stands a second time
+
+
+def test_one_time_budget_covers_both_trainers_of_a_point(tmp_path, monkeypatch):
+    # the draft gets what the head left: a GPU lent for minutes must not run the head's minutes twice
+    clock = [1000.0]
+    monkeypatch.setattr(loop, "time", SimpleNamespace(time=lambda: clock[0]))
+    given = {}
+
+    def head(*args, stop_after_minutes=None, **kwargs):
+        given["head"] = stop_after_minutes
+        clock[0] += 180  # the head trains for 3 minutes
+
+    monkeypatch.setattr(scaling, "train_eagle", head)
+    monkeypatch.setattr(scaling, "train_shared_draft",
+                        lambda *args, stop_after_minutes=None, **kwargs: given.update(draft=stop_after_minutes))
+    monkeypatch.setattr(scaling, "freeze_point", lambda stream, n: tmp_path)
+    monkeypatch.setattr(scaling, "_answers_scored", lambda point: True)
+    monkeypatch.setattr(scaling, "point_summary", lambda point, pair: {})
+    scaling.train_point("target", tmp_path, 8, "micro-chat", stop_after_minutes=5)
+    assert given == {"head": 5.0, "draft": 2.0}
+    clock[0] = 1000.0
+    scaling.train_point("target", tmp_path, 8, "micro-chat", stop_after_minutes=2)  # the head spends it all
+    assert given["head"] == 2.0 and 0 < given["draft"] < 0.01  # a moment: stop at once, not "no limit"
+    scaling.train_point("target", tmp_path, 8, "micro-chat")
+    assert given == {"head": None, "draft": None}
+
