@@ -451,8 +451,9 @@ def scale(target: str, stream: Path, points=POINTS, preset: str = "smollm2-every
     """Every point trained in turn, and timed by `bench` where given (train_point); the points the stream
     cannot yet supply are said aloud and skipped. Writes and returns stream/curve.json, which keeps the points
     of earlier runs that this one did not name. `stop_after_minutes` covers all the training, point after
-    point. `pair`: the target's pair name, for the bench commands. `train_only`: return after training, with neither the same prompts scored nor the curve written (a GPU lent
-    for minutes trains; the same call without it scores, and keeps the earlier points' scores, where they run)."""
+    point. `pair`: the target's pair name, for the bench commands. `train_only`: return after training, with
+    neither the same prompts scored nor the curve written (a GPU lent for minutes trains; the same call
+    without it scores, and keeps the earlier points' scores, where they run)."""
     deadline = deadline_after(stop_after_minutes)  # one budget for every point's training, in turn
     curve = {"preset": preset, "target": pair or target, "host": hardware(pick_device(device)),
              "answers": answering(stream), "points": []}
