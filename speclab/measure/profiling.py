@@ -228,10 +228,12 @@ def gemv_bandwidth_by_size(device: torch.device | str, sizes_mb: tuple[int, ...]
     return {mb: gemv_bandwidth_gbs(device, mb, repeats) for mb in sizes_mb}
 
 
-def matmul_gflops(device: torch.device | str, n: int = 2048, repeats: int = 5) -> float:
-    """The float32 GFLOP/s a large matrix product reaches here (best of `repeats`): the compute roof that
-    gemv_bandwidth_gbs's bandwidth roof meets at the ridge."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+def matmul_gflops(device: torch.device | str, n: int = 2048, repeats: int = 5,
+                  dtype: torch.dtype = torch.float32) -> float:
+    """The GFLOP/s a product of two n-square matrices of `dtype` reaches here (best of `repeats`): the
+    compute roof that gemv_bandwidth_gbs's bandwidth roof meets at the ridge."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
     a @ b
     best = float("inf")
     for _ in range(repeats):

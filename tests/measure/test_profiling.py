@@ -96,6 +96,15 @@ def test_the_bandwidth_by_size_measures_each_size_it_is_given():
     assert list(by_size) == [1, 4] and min(by_size.values()) > 0
 
 
+def test_the_compute_roof_multiplies_matrices_of_the_dtype_it_is_given(monkeypatch):
+    made = []
+    randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *shape, **kw: made.append(kw["dtype"]) or randn(*shape, **kw))
+    fast = profiling.matmul_gflops("cpu", n=64, repeats=2, dtype=torch.bfloat16)
+    assert made == [torch.bfloat16, torch.bfloat16]
+    assert fast > 0 and profiling.matmul_gflops("cpu", n=64, repeats=2) > 0 and made[2:] == [torch.float32] * 2
+
+
 def test_thread_scaling_times_the_step_and_the_floor_at_each_thread_count_and_restores_the_count(pair, monkeypatch):
     target, _ = pair
     seen = []
