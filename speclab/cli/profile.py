@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "torch.compile): its forward times and where its decode step's time goes; with more than "
                    "one thread, its step and the floor on one thread and on all")
     p.add_argument("--json", default=None, help="also write the measurements here; {device} is replaced by the "
-                   "device's name (chapter 1 reads book/measurements/profile-{device}.json)")
+                   "device's name (the book's profiles are book/records/10_profile_*.json)")
     return p
 
 
