@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--stop-at-eos", action="store_true", help="stop each prompt's decoding at the tokenizer's "
                    "end-of-sequence token, included (a chat answer's end of turn), as Spec-Bench does; default: "
                    "decode --max-new-tokens tokens whatever comes, past the end of an answer too")
-    b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median")
+    b.add_argument("--repeats", type=int, default=3, help="time each method this many times; report the median run "
+                   "(of an even number, the slower middle one)")
     b.add_argument("--json", default=None, help="also write the results to this JSON file")
     b.add_argument("--batch-sizes", type=int_list, default=None, metavar="B,B,...",
                    help="measure batched decoding instead (chapter 11): target-only, the draft model, prompt "

@@ -592,8 +592,8 @@ class Bench:
 def measured(row: Row, repeats: list[tuple], reference: list | None, temperature: float,
              alone: list[tuple] | None = None) -> BenchRow:
     """The BenchRow of `row` from its timed repeats ((seconds, [(tokens, stats, seconds) per prompt]) each):
-    the median repeat's totals, whether its greedy outputs equal `reference` (target-only's), and the
-    medians of its passes timed alone."""
+    the median repeat's totals (of an even number, the slower middle one), whether its greedy outputs equal
+    `reference` (target-only's), and the medians of its passes timed alone."""
     runs = [(seconds, *map(list, zip(*results))) for seconds, results in repeats]
     times = [r[0] for r in runs]
     seconds, outputs, stats, per_prompt = runs[sorted(range(len(times)), key=times.__getitem__)[len(times) // 2]]
