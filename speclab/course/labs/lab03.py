@@ -29,12 +29,8 @@ def random_dist(v, g, sparsity=0.0):
     return p / p.sum()
 
 
-def accept_ref(p, q, x):
-    """The rule's acceptance probability, P(u * q(x) < p(x)) for u ~ U[0, 1), as speclab applies it."""
-    px, qx = float(p[x]), float(q[x])
-    if px <= 0:
-        return 0.0
-    return 1.0 if qx <= px else px / qx
+expected = lab.expected  # what a case compares with (speclab.checks.Expected): recorded values in
+#                          the public checks, the references in the grader
 
 
 # TESTS q1
@@ -129,7 +125,7 @@ lab.question("q2", "accept_probability", points=1, title="the acceptance probabi
 
 
 def check_accept(f, p, q, x, why=""):
-    expect_close(f(p, q, x), accept_ref(p, q, x), f"accept_probability(p={show(p)}, q={show(q)}, token={x})", why=why)
+    expect_close(f(p, q, x), expected("accept", p, q, x), f"accept_probability(p={show(p)}, q={show(q)}, token={x})", why=why)
 
 
 HINT_Q2 = ("A draft token is accepted with the ratio of the target's probability to the draft's, capped at 1; "
@@ -266,7 +262,7 @@ def _(f):
     p = torch.stack([dist([0.3, 0.5, 0.2]), dist([0.5, 0.2, 0.3]), dist([0.2, 0.3, 0.5])])
     q = torch.stack([dist([0.6, 0.3, 0.1]), dist([0.2, 0.4, 0.4])])
     drafts = torch.tensor([0, 1])
-    a = [accept_ref(p[i], q[i], int(drafts[i])) for i in range(2)]
+    a = [expected("accept", p[i], q[i], int(drafts[i])) for i in range(2)]
     exact = [1 - a[0], a[0] * (1 - a[1]), a[0] * a[1]]
     accepted, _ = run_rounds(f, p, q, drafts, n=2000, seed=1)
     expect_distribution(accepted, exact, "number of accepted drafts (0, 1, 2) over 2000 rounds with drafts [0, 1]")
@@ -331,7 +327,7 @@ lab.question("q5", "served_acceptance", points=1, title="sampler parity")
 def check_parity(f, t_logits, d_logits, x, temperature, top_k=None, top_p=None, why=""):
     p = speclab.logits_to_probs(t_logits, temperature, top_k, top_p)
     q = speclab.logits_to_probs(d_logits, temperature, top_k, top_p)
-    expect_close(f(t_logits, d_logits, x, temperature, top_k, top_p), accept_ref(p, q, x),
+    expect_close(f(t_logits, d_logits, x, temperature, top_k, top_p), expected("accept", p, q, x),
                  f"served_acceptance(target_logits={show(t_logits)}, draft_logits={show(d_logits)}, token={x}, "
                  f"temperature={temperature}, top_k={top_k}, top_p={top_p})", tol=1e-5, why=why)
 
