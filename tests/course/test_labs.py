@@ -1276,7 +1276,6 @@ def test_the_public_checks_hand_out_no_ready_made_answer(lab):
         assert called == {key[2] for key in values["VALUES"]}, f"{lab}: a public call with no recorded value"
 
 
-
 def same_result(a, b) -> bool:
     """Whether two answers' results are alike: tensors and floats close, containers item by item."""
     import math
@@ -1306,6 +1305,7 @@ def test_no_public_function_returns_an_answer(lab):
     checker = Lab(lab, public_tests=False, time_limit=None)
     scope = {"lab": checker, "__name__": f"speclab.course.labs.{lab}"}
     exec(compile(text, f"<{lab} public checks>", "exec"), scope)
+
     def library(obj) -> bool:  # speclab's own code, not the course's checks
         module = (obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)) or ""
         return (module == "speclab" or module.startswith("speclab.")) and not module.startswith("speclab.course")
@@ -1343,6 +1343,7 @@ def test_no_public_function_returns_an_answer(lab):
                     alike.append(False)
             assert not (alike and all(alike)), \
                 f"{lab}: the public `{name}` returns what `{question.answer}` does: a ready-made answer"
+
 
 def code_of(lab: str) -> list[str]:
     """The lab's reference code: its solutions and the references of its hidden cells."""
