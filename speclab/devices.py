@@ -56,13 +56,14 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def default_dtype(device: torch.device, cuda_bf16: bool | None = None) -> torch.dtype:
-    """bf16 on GPUs that support it (fp16 on older ones such as the T4), fp32 on CPU.
+    """bf16 on GPUs that multiply it natively (fp16 on older ones such as the T4), fp32 on CPU.
 
-    CPU kernels for half precision are slow and less exact, so the CPU keeps fp32.
+    CPU kernels for half precision are slow and less exact, so the CPU keeps fp32. torch's
+    is_bf16_supported() also says yes where bf16 is only emulated (a T4), hence including_emulation=False.
     """
     if device.type == "cuda":
         if cuda_bf16 is None:
-            cuda_bf16 = torch.cuda.is_bf16_supported()
+            cuda_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
         return torch.bfloat16 if cuda_bf16 else torch.float16
     if device.type == "mps":
         return torch.float16

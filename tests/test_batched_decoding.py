@@ -262,3 +262,14 @@ def test_layer_skipping_drafts_a_batch_on_a_view_of_the_target(batch_pair, alone
     rows = speculative_generate(target, drafter, PROMPTS, k=3, max_new_tokens=20)
     assert [r.tokens.tolist() for r in rows] == alone
     assert [shape[2] for shape in drafter.view_paths] == [4]  # max_batch follows the target's
+
+
+def test_the_eager_paths_refusal_of_a_batch_names_a_function_that_exists(batch_pair):
+    import importlib
+    import re
+    from speclab.runner import ModelRunner
+    with pytest.raises(ValueError, match="one sequence at a time") as refused:
+        ModelRunner(batch_pair[0], "target").only_row([0, 1])
+    dotted = re.search(r"(speclab(?:\.\w+)+)\(", str(refused.value)).group(1)
+    module, name = dotted.rsplit(".", 1)
+    assert callable(getattr(importlib.import_module(module), name))

@@ -31,6 +31,16 @@ def test_default_dtypes():
     assert devices.default_dtype(torch.device("mps")) == torch.float16
 
 
+def test_a_gpu_that_only_emulates_bf16_gets_float16(monkeypatch):
+    # torch answers True for a T4 unless emulation is excluded: a T4 must get float16, as chapter 0 says
+    def t4(including_emulation=True):
+        return including_emulation
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", t4)
+    assert devices.default_dtype(torch.device("cuda")) == torch.float16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)  # an A100
+    assert devices.default_dtype(torch.device("cuda")) == torch.bfloat16
+
+
 def test_draft_dtype_is_half_on_cpu_and_the_targets_elsewhere():
     assert devices.draft_dtype(torch.device("cpu"), torch.float32) == torch.float16
     assert devices.draft_dtype(torch.device("cuda"), torch.bfloat16) == torch.bfloat16

@@ -13,8 +13,10 @@ import torch
 
 from speclab import theory
 from speclab.cli.main import command_line, command_parser
-from speclab.cli.options import (add_pair_args, add_sampling_args, add_weights_args, int_list, layer_skip_setting,
-                                 load, lookahead_setting, prompts_for, require_draft, weights_given)
+from speclab.cli.options import (add_pair_args, add_sampling_args, add_weights_args, int_list, load, prompts_for,
+                                 require_draft, weights_given)
+from speclab.methods.layer_skip import layer_skip_setting
+from speclab.methods.lookahead import lookahead_setting
 from speclab.devices import cpu_name, gpu_name
 from speclab.measure.bench import (REFERENCE_METHODS, Bench, Decoding, Settings, bench_methods, default_methods,
                                    format_table, lesson_methods, model_check, needs_draft_model, plan_bench,
@@ -54,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "and, only when named, " + ", ".join(REFERENCE_METHODS) + " (Arctic Inference's suffix decoding: "
                    "bash .ci/install-arctic-suffix.sh .venv)")
     b.add_argument("--all", action="store_true", help="every row that fits the target, each method's variants "
-                   "and transformers' own target-only too (about 5-6 minutes on 2 CPU cores, against 2 for the "
-                   "default)")
+                   "and transformers' own target-only too (several times the default's 1 to 3 minutes on 2 CPU cores: "
+                   "README)")
     add_weights_args(b, used="the {name} rows")  # --heads, --eagle, --eagle3, --mtp (Method.weights_flag)
     b.add_argument("--layer-skip", type=layer_skip_setting, nargs="+", default=[(22, True)], metavar="E[+adapter]",
                    help="the layer-skip rows: exit layer, with or without the shipped exit adapter (default "

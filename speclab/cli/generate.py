@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from speclab.cli.main import command_parser
-from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_args, add_weights_args,
-                                 eagle_tree_setting, load, lookahead_setting, require_draft, weights_given)
+from speclab.cli.options import (add_adaptive_args, add_pair_args, add_sampling_args, add_weights_args, load,
+                                 require_draft, weights_given)
 from speclab.decoding import generate, speculative_generate
 from speclab.measure.workloads import encode_chat
 from speclab.methods import REGISTRY, draft_model_method, load_drafter, trained_drafters
@@ -59,25 +59,35 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--method", "--drafter", dest="method", choices=list(method_choices()), default=draft_model,
                    help=f"how to draft (the registry's methods, vLLM's names): {', '.join(methods)}; or "
                    f"{TARGET_ONLY} (older names: {', '.join(older_names())})")
-    g.add_argument("--lookahead", type=lookahead_setting, default="4,4,4", metavar="W,N,G",
-                   help="lookahead decoding's window, n-gram size and pool size per key (default 4,4,4)")
     add_weights_args(g)  # --heads, --eagle, --eagle3, --mtp: each method's weights (Method.weights_flag)
-    g.add_argument("--eagle-tree", type=eagle_tree_setting, default={}, metavar="dynamic|chain|TOP_K,DEPTH,TOTAL[,STOP]",
-                   help="eagle and eagle3: EAGLE-2's dynamic tree with the settings measured for the head (tree.json; "
-                   "the default), EAGLE-1's chain of --k tokens, or a tree of your own: children per node, depth, "
-                   "nodes, and optionally the stop (min_confidence)")
+    add_method_flags(g)  # --lookahead, --eagle-tree, --mtp-tokens, --exit-layer, ...: each method's own (Method.flags)
     g.add_argument("--fast", dest="fast_path", nargs="?", const="static", choices=FAST_MODES, default=None,
                    help="run the target and draft on the fast path: a static cache written by position "
                    "('compiled' adds torch.compile; 'graphs' replays CUDA graphs, on a GPU); same tokens, chapter 10")
-    g.add_argument("--mtp-tokens", type=int, default=1, help="MTP drafts per round (more chains the module)")
-    g.add_argument("--exit-layer", type=int, default=20, help="layer_skip: the last layer that drafts (default 20)")
-    g.add_argument("--exit-adapter", action="store_true", help="layer_skip: with the exit adapter shipped for the "
-                   "bundled target")
     g.add_argument("--then", default=draft_model, choices=trained_drafters(),
                    help=f"{' and '.join(in_front())}: the method that drafts where prompt lookup finds no match "
                    f"(default {draft_model}), with its own flags")
     add_adaptive_args(g)
     return g
+
+
+def add_method_flags(g: argparse.ArgumentParser) -> None:
+    """The flags the registry's methods declare (Method.flags), each once however many methods read it."""
+    added = set()
+    for m in REGISTRY.values():
+        for flag in m.flags:
+            if flag.name not in added:
+                g.add_argument(flag.name, **flag.spec)
+                added.add(flag.name)
+
+
+def check_flags_read(args, defaults, method: str) -> None:
+    """Refuse a method's flag (Method.flags) set for a run whose methods do not read it: it would change nothing."""
+    flags = {flag.name: flag.dest for m in REGISTRY.values() for flag in m.flags}
+    for name, dest in flags.items():
+        if getattr(args, dest) != getattr(defaults, dest) and not set(reading(dest)) & set(drafting(method, args)):
+            raise SystemExit(f"{name} is a setting of --method {' or '.join(reading(dest))}: use it with "
+                             f"{'that method' if len(reading(dest)) == 1 else 'one of them'}, not {args.method}")
 
 
 def settings_given(name: str, args) -> dict:
@@ -129,9 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.text is not None:
         args.prompt = args.text
     method = method_choices()[args.method]
-    if args.eagle_tree and not set(reading("eagle_tree")) & set(drafting(method, args)):
-        raise SystemExit(f"--eagle-tree sets EAGLE's draft tree: use it with --method "
-                         f"{' or '.join(reading('eagle_tree'))}, not {args.method}")
+    check_flags_read(args, parser.parse_args([]), method)
     target, draft, tok, device = load(args)
     text = args.prompt if args.prompt is not None else Path(args.prompt_file).read_text()
     if args.chat:  # print the prompt as the model reads it, template and all

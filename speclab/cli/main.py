@@ -22,7 +22,8 @@ COMMANDS = {
     "pairs": ("pairs", "list the bundled pair, smollm2 (from the package registry) and the hub pairs"),
     "workloads": ("workloads", "show the prompt sets; --build rewrites the shipped copying sets"),
     "train": ("train", "python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
-                       "train medusa|eagle|eagle3|mtp|exit --target DIR --out DIR"),
+                       "train medusa|eagle|eagle3|mtp|exit|shared-draft|pard --target DIR --out DIR | "
+                       "train eagle-tree | train answers | train scale"),
     "labs": ("labs", "python -m speclab labs build | grade DIR --out scores.csv"),
     "book": ("book", "python -m speclab book stats | book execute [--pages 08 09] | book screenshots"),
     "export": ("export", "a method's weights in vLLM's or SGLang's layout, with the engine's settings; "
@@ -44,7 +45,7 @@ MAP = """python -m speclab: the map of what speclab can do.
              prompt lookup in front of a drafter, ...); on one or more workloads (code, prose, the
              copying sets edit and quote, the chat prompts by task chat-*, or chat for all seven),
              and the speedup model checked against the costs measured in the loop; --fast
-             [static|compiled]: every row again on the fast path
+             [static|compiled|graphs]: every row again on the fast path
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth; --fast:
              where a decode step's time goes on each path, against the bandwidth floor (and the
              fast step and the floor on one thread and on all: what a second core buys each)
@@ -83,6 +84,11 @@ python -m speclab.serving.vllm_cpu (the fast path against vLLM's CPU engine, cha
 python -m speclab.serving.vllm_engine (speclab's exported heads in vLLM, chapter 12) and
 python -m speclab.serving.load_test (a vLLM server under Poisson load, chapter 12).
 
+Where the code is: the decode loop, speclab/decoding.py (speculative_generate, one loop for chains, trees
+and batches); the accept/reject rule, speclab/verification.py; the interface every method implements,
+speclab/drafting.py; the methods, a module each in speclab/methods/, named once in the registry,
+speclab/methods/__init__.py (REGISTRY; speclab.load_drafter loads any of them).
+
 python -m speclab COMMAND --help lists a command's options. Each command is a module of speclab.cli
 (speclab/cli/COMMAND.py, with build_parser() and main(argv)); this one imports none of them, nor torch,
 until a command is named.
@@ -101,7 +107,8 @@ def usage() -> str:
 def map_text() -> str:
     """What --help prints: the usage, MAP and the commands' lines of help."""
     width = max(map(len, COMMANDS))
-    lines = [textwrap.fill(text, 100, initial_indent=f"  {name:{width}}  ", subsequent_indent=" " * (width + 4))
+    lines = [textwrap.fill(text, 100, initial_indent=f"  {name:{width}}  ", subsequent_indent=" " * (width + 4),
+                           break_on_hyphens=False)  # a command's name (shared-draft) stays whole
              for name, (_, text) in COMMANDS.items()]
     return "\n".join([usage(), "", MAP.rstrip(), "", "commands:", *lines, "",
                       "options:", "  -h, --help  show this help message and exit"])

@@ -1,6 +1,6 @@
 """What several commands share: the pair's, sampling's and adaptive K's arguments, the weights flags (one
-for each registered method with weights), loading the pair and the prompts, and the parsers of the compound settings (W,N,G;
-E+adapter; TOP_K,DEPTH,TOTAL[,STOP]; K,K,...).
+for each registered method with weights), loading the pair and the prompts, and the parser of K,K,... (a method's own settings, W,N,G or
+E+adapter, are parsed by its module: Method.flags).
 
 No method's name is written in speclab/cli: each method module holds its own (NAME), the registry
 (speclab.methods) lists them."""
@@ -104,40 +104,6 @@ def weights_given(args) -> dict:
 
 
 # ================================================================ compound settings
-def lookahead_setting(text: str) -> tuple[int, int, int]:
-    """'W,N,G' -> (W, N, G), for --lookahead."""
-    try:
-        window, ngram, pool = (int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--lookahead takes W,N,G (three integers, e.g. 4,4,4), got {text!r}")
-    return window, ngram, pool
-
-
-def eagle_tree_setting(text: str) -> dict:
-    """'dynamic', 'chain' or 'TOP_K,DEPTH,TOTAL[,STOP]' -> load_drafter's EAGLE options, for --eagle-tree."""
-    if text in ("dynamic", "chain"):
-        return {"tree": text}
-    parts = text.split(",")
-    try:
-        top_k, depth, total = (int(v) for v in parts[:3])
-        stop = float(parts[3]) if len(parts) == 4 else None
-    except ValueError:
-        parts = []
-    if len(parts) not in (3, 4):
-        raise argparse.ArgumentTypeError(f"--eagle-tree takes dynamic, chain or TOP_K,DEPTH,TOTAL[,STOP] (e.g. 1,12,12 "
-                                         f"or 1,20,20,0.1), got {text!r}")
-    return dict(tree="dynamic", top_k=top_k, depth=depth, total_tokens=total, min_confidence=stop)
-
-
-def layer_skip_setting(text: str) -> tuple[int, bool]:
-    """'E' or 'E+adapter' -> (E, adapter), for --layer-skip."""
-    layer, _, extra = text.partition("+")
-    if not layer.isdigit() or extra not in ("", "adapter"):
-        raise argparse.ArgumentTypeError(f"--layer-skip takes E or E+adapter (an exit layer, e.g. 12 or 12+adapter), "
-                                         f"got {text!r}")
-    return int(layer), extra == "adapter"
-
-
 def int_list(text: str) -> list[int]:
     """'1,2,4,8' -> [1, 2, 4, 8], for --k-sweep."""
     try:

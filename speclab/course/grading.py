@@ -250,12 +250,16 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
               isolation: Isolation, executed_dir: Path | None = None, threads: int | None = None,
               cell_timeout: int = CELL_TIMEOUT_S, case_limit: float = CASE_TIME_LIMIT_S,
               answers: dict[str, str] | None = None, scale_to_load: bool = True, offered: str | None = None,
-              judges: Judges | None = None) -> Grade:
+              judges: Judges | None = None, name: str | None = None) -> Grade:
     """Run the submission in its own kernel (for the learner's outputs), then judge the functions it defines
     (`speclab.course.judge`), then write its feedback notebook: one for every readable submission. With
     scale_to_load, every limit is stretched by the host's load factor, measured first (`load_factor`). `offered` is
-    the lab's own text (its learner version): the speclab functions it names are the ones an answer may call."""
-    grade = Grade(path.name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
+    the lab's own text (its learner version): the speclab functions it names are the ones an answer may call.
+    `name` (default: the file's name) is the submission's row in the CSV and its feedback notebook's path under
+    executed_dir: grade_folder passes the path under the submissions folder, so that alice/lab03.ipynb and
+    bob/lab03.ipynb stay two rows and two feedback notebooks."""
+    name = name or path.name
+    grade = Grade(name, lab, questions={q: (0.0, p) for q, p in max_points.items()})
     fixed_threads = "OMP_NUM_THREADS" in os.environ  # the instructor's own choice stands
     if scale_to_load:
         grade.load = load_factor()
@@ -296,8 +300,8 @@ def grade_one(path: Path, lab: str, tests: str, max_points: dict[str, float], ti
     if grade.flags:
         feedback += "\nFlagged for your instructor (borrowed, not written):\n" + "".join(f"  {f}\n" for f in grade.flags)
     if executed_dir is not None:  # written after every process of the submission was killed
-        executed_dir.mkdir(parents=True, exist_ok=True)
-        nbformat.write(feedback_notebook(executed, feedback, note), executed_dir / path.name)
+        (executed_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(feedback_notebook(executed, feedback, note), executed_dir / name)
     return grade
 
 
@@ -416,21 +420,23 @@ def grade_folder(submissions: str | Path, out_csv: str | Path, timeout: float = 
         points[name] = {q.qid: q.points for q in probe.questions.values()}
         answers[name] = {q.qid: q.answer for q in probe.questions.values()}
         offered[name] = "\n".join(c.source for c in learner_notebook(nb, name).cells)  # what it lets an answer call
-    paths = sorted(p for p in Path(submissions).rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+    submissions = Path(submissions)
+    paths = sorted(p for p in submissions.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     isolation = detect_isolation(network=not network)
     keep = Path(executed_dir) if executed_dir is not None else None
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
     def one(path: Path) -> Grade:
+        name = path.relative_to(submissions).as_posix()  # learners' folders may hold files of one name
         try:
             nbformat.read(path, as_version=4)
         except Exception as err:  # noqa: BLE001 (an unreadable file is a row in the table, not a crash)
-            return Grade(path.name, status=f"unreadable notebook: {type(err).__name__}: {err}"[:200])
+            return Grade(name, status=f"unreadable notebook: {type(err).__name__}: {err}"[:200])
         which = lab or detect_lab(path, labs)
         if which is None:
-            return Grade(path.name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
+            return Grade(name, status="no lab found: the notebook has no Lab(\"labNN\") call; pass --lab")
         return grade_one(path, which, tests[which], points[which], timeout, isolation, keep, threads, cell_timeout,
-                         case_limit, answers[which], scale_to_load, offered[which], judges)
+                         case_limit, answers[which], scale_to_load, offered[which], judges, name)
 
     # one server imports what the checks need while the first notebook runs; each submission's judge is a fork of it
     present = sorted(({lab} if lab else {detect_lab(p, labs) for p in paths}) - {None})

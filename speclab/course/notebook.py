@@ -11,6 +11,7 @@ import html
 import json
 from pathlib import Path
 import platform
+import urllib.request
 
 from IPython.display import HTML, display
 import matplotlib.pyplot as plt
@@ -19,6 +20,7 @@ import transformers
 
 import speclab
 from speclab.methods import current_row
+from speclab.packaged import cache_root
 from speclab.devices import cpu_name  # noqa: F401  (the machine line names the CPU; kept importable here)
 from speclab.stats import Round
 from speclab.trees import children
@@ -60,11 +62,16 @@ def figure(name: str, fig) -> None:
 
 
 RECORDS = Path(__file__).resolve().parents[2] / "book" / "records"
+# Where a chapter finds a record when pip installed only the package (Colab): the repository's, fetched once.
+# _config.yml's repository.url names the same repository (tests/course/test_book.py keeps them one).
+REPOSITORY = "speclab-course/speclab"
+RAW_RECORDS = f"https://raw.githubusercontent.com/{REPOSITORY}/main/book/records/"
 
 
 def read_record(name: str) -> dict:
     """A record of the book (`book/records/NAME.json`, "NAME" or "NAME.json"): what a command measured on a named
-    host, read back. A path with a folder in it is read as it is."""
+    host, read back. A path with a folder in it is read as it is. Where the package was pip-installed without
+    the repository (Colab), the record is fetched from the repository once and kept in speclab's cache."""
     given = Path(name)
     if given.parent != Path("."):
         path = given
@@ -72,9 +79,39 @@ def read_record(name: str) -> dict:
         path = RECORDS / given.with_suffix(".json").name
         if not path.exists():   # a chapter run from book/ in a checkout without the package's tree beside it
             path = Path("records") / path.name
+        if not path.exists():
+            path = fetched_record(path.name)
     if not path.exists():
         raise FileNotFoundError(f"no record {name!r}: expected book/records/{given.stem}.json in the repository")
     return current_rows(json.loads(path.read_text()))
+
+
+def fetched_record(file: str) -> Path:
+    """book/records/`file` from the repository (RAW_RECORDS), kept under speclab's cache folder: what a chapter
+    reads on Colab, where `pip install` brings the package but not the book's records."""
+    kept = cache_root() / "records" / file
+    if kept.exists():
+        return kept
+    url = RAW_RECORDS + file
+    try:
+        data = download(url)
+        json.loads(data)   # a proxy's error page is not a record
+    except Exception as err:  # noqa: BLE001 (any failure says the same thing to the reader)
+        raise FileNotFoundError(
+            f"no record {file}: it is not beside this installed speclab (pip installs the package, not the book's "
+            f"records) and fetching {url} failed ({type(err).__name__}: {err}). Run the chapter from a clone of "
+            f"https://github.com/{REPOSITORY}, or put the file in {kept.parent}.") from err
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_suffix(".part")
+    partial.write_bytes(data)
+    partial.replace(kept)   # whole or absent
+    return kept
+
+
+def download(url: str) -> bytes:
+    """The bytes at `url` (a function of its own so that the tests can stand in for the network)."""
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return response.read()
 
 
 def current_rows(record):

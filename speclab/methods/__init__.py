@@ -45,6 +45,20 @@ class CardSection:
 
 
 @dataclass(frozen=True)
+class Flag:
+    """One of generate's flags, declared by the method that reads it: add_argument(name, **spec). Methods that
+    read the same setting declare the same Flag (eagle and eagle3's --eagle-tree); the command adds it once."""
+
+    name: str  # "--lookahead"
+    spec: Mapping = field(default_factory=dict)  # add_argument's keywords: type, default, metavar, help
+
+    @property
+    def dest(self) -> str:
+        """argparse's name for it: "--exit-layer" -> "exit_layer"."""
+        return self.name.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
 class Method:
     """One drafting method as the rest of speclab sees it (load_drafter builds it from this entry).
 
@@ -65,9 +79,10 @@ class Method:
     # speculative_generate options of the rows that decode with another schedule or acceptance rule
     decode_options: Mapping[str, Mapping] = field(default_factory=dict)
     lesson_rows: tuple[str, ...] = ()  # the rows `bench` runs by default (the course's lesson); --all: every row
-    # the command line (generate, bench): the flag naming its weights directory, and its other options from
-    # generate's flags (argparse's namespace -> load_drafter options)
+    # the command line (generate, bench): the flag naming its weights directory, generate's other flags it
+    # declares, and its load_drafter options from them (argparse's namespace -> options)
     weights_flag: str | None = None
+    flags: tuple[Flag, ...] = ()
     flag_options: Callable[[Namespace], Mapping] | None = None
     # its settings as each serving engine takes them: engine_settings(engine, Options) -> dict, raising
     # engines.Unsupported where an engine cannot express them (speclab.serving.settings reads it)
@@ -76,7 +91,6 @@ class Method:
     drafts_by_lookup: bool = False  # its drafts are lookups in the text, nearly free: the bench's --lookup-k is its K
     card: CardSection | None = None  # its section of the model card, for weights shipped with the bundled target
     older_names: tuple[str, ...] = ()  # names generate's --method also takes for it
-    flag_names: tuple[str, ...] = ()  # generate's flags (argparse's dests) flag_options reads, beside weights_flag
     # the load option naming another registered method it drafts in front of (generate's --then)
     in_front_of: str | None = None
     weights_help: str = ""  # what its weights flag names, for --help ("Medusa heads")
@@ -92,6 +106,11 @@ class Method:
     export_check: Callable[[str], None] | None = None  # export_check(engine) refuses an export it would mis-serve
     # its bench rows a bench setting sweeps, a row per value: row -> measure.bench.Settings' field ("k_sweep")
     bench_sweeps: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def flag_names(self) -> tuple[str, ...]:
+        """argparse's names of the flags it declares (what flag_options reads, beside weights_flag)."""
+        return tuple(f.dest for f in self.flags)
 
     def row(self, variant: str = "") -> str:
         """Its bench row of `variant` ("" : its own row): "speclab eagle tree"."""
@@ -170,6 +189,11 @@ EAGLE_OPTIONS = ("head= a directory; tree=\"dynamic\" (EAGLE-2's tree) or \"chai
 EAGLE_ALIASES = {"speculative_num_steps": ("depth", 0), "speculative_eagle_topk": ("top_k", 0),
                  "speculative_num_draft_tokens": ("total_tokens", -1), "num_speculative_tokens": ("depth", 0)}
 
+EAGLE_TREE = Flag("--eagle-tree", dict(
+    type=eagle.eagle_tree_setting, default={}, metavar="dynamic|chain|TOP_K,DEPTH,TOTAL[,STOP]",
+    help="eagle and eagle3: EAGLE-2's dynamic tree with the settings measured for the head (tree.json; the default), "
+         "EAGLE-1's chain of --k tokens, or a tree of your own: children per node, depth, nodes, and optionally the "
+         "stop (min_confidence)"))
 VLLM_CHAIN = {"tree": "chain"}  # how vLLM drafts with a head (its Medusa: top-1 only), whatever its settings
 CARD = "speclab.train.card"  # the model card's module, which writes each method's section
 
@@ -214,7 +238,10 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            options="window=W, ngram=N, pool=G, from_context=True, seed=0", bench_rows={R(lookahead.NAME): {}},
            bench_sweeps={R(lookahead.NAME): "lookahead"},
            engine_settings=lookahead.engine_settings, one_hot_drafts=True,
-           flag_options=lambda a: dict(zip(("window", "ngram", "pool"), a.lookahead)), flag_names=("lookahead",)),
+           flags=(Flag("--lookahead", dict(type=lookahead.lookahead_setting, default="4,4,4", metavar="W,N,G",
+                                           help="lookahead decoding's window, n-gram size and pool size per key "
+                                                "(default 4,4,4)")),),
+           flag_options=lambda a: dict(zip(("window", "ngram", "pool"), a.lookahead))),
     Method(medusa.NAME, medusa.load_medusa,
            options="heads= a directory; tree= \"chain\" or medusa_choices (default: the tree chosen for the heads)",
            weights="heads", bundled="medusa", train="medusa", weights_flag="heads", weights_help="Medusa heads",
@@ -228,7 +255,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                        "speclab medusa-typical": R(medusa.NAME, "typical")}),
     Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), options=EAGLE_OPTIONS,
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle", weights_help="EAGLE head",
-           flag_options=lambda a: a.eagle_tree, flag_names=("eagle_tree",),
+           flags=(EAGLE_TREE,), flag_options=lambda a: a.eagle_tree,
            bundled="eagle", on_target=True, train="eagle", engine_settings=eagle.engine_settings_for(1),
            vllm_drafts=lambda settings: VLLM_CHAIN, export_check=checkpoints.check_eagle_export,
            card=CardSection(f"{CARD}:eagle_card"),
@@ -239,7 +266,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            older_rows={"speclab eagle-tree": R(eagle.NAME, "tree"), "speclab eagle-chain": R(eagle.NAME, "chain")}),
     Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), options=EAGLE_OPTIONS,
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle3", weights_help="EAGLE-3 head",
-           flag_options=lambda a: a.eagle_tree, flag_names=("eagle_tree",),
+           flags=(EAGLE_TREE,), flag_options=lambda a: a.eagle_tree,
            bundled="eagle3", on_target=True, train="eagle3", engine_settings=eagle.engine_settings_for(3),
            vllm_drafts=lambda settings: VLLM_CHAIN, load_test=("", "fallback"),
            card=CardSection(f"{CARD}:eagle3_card"),
@@ -250,7 +277,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
            on_target=True, train="mtp", weights_flag="mtp", weights_help="MTP module",
            engine_settings=mtp.engine_settings, flag_options=lambda a: dict(num_tokens=a.mtp_tokens),
-           flag_names=("mtp_tokens",),
+           flags=(Flag("--mtp-tokens", dict(type=int, default=1, help="MTP drafts per round (more chains the "
+                                                                       "module)")),),
            card=CardSection(f"{CARD}:mtp_card"),
            # chained as deep as the round's K
            bench_rows={R(mtp.NAME): {}, R(mtp.NAME, "chain"): {"num_tokens": 64}},
@@ -260,7 +288,10 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            bundled="exit", on_target=True, train="exit", engine_settings=layer_skip.engine_settings,
            card=CardSection(f"{CARD}:exit_card"),
            flag_options=lambda a: dict(exit_layer=a.exit_layer, adapter=a.exit_adapter),
-           flag_names=("exit_layer", "exit_adapter"),
+           flags=(Flag("--exit-layer", dict(type=int, default=20, help="layer_skip: the last layer that drafts "
+                                                                       "(default 20)")),
+                  Flag("--exit-adapter", dict(action="store_true", help="layer_skip: with the exit adapter shipped "
+                                                                        "for the bundled target"))),
            bench_rows={R(layer_skip.NAME): {}}, bench_sweeps={R(layer_skip.NAME): "layer_skip"},
            older_rows={"speclab layer-skip": R(layer_skip.NAME)}),
     Method(parallel_draft.NAME, _load_parallel_draft, options="model= a parallel draft or its directory",

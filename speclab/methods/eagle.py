@@ -11,6 +11,7 @@ EAGLE-2's dynamic tree (expand_level, rerank). Training is in speclab.train.eagl
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -858,3 +859,20 @@ def engine_settings_for(version: int):
             return {"--spec-type": "draft-eagle3", "--spec-draft-model": path, "--spec-draft-n-max": o.k}
         raise no(engine, "generate() has no EAGLE drafter (assistant models, prompt lookup and early exit only)")
     return write
+
+
+# ================================================================ its setting on the command line
+def eagle_tree_setting(text: str) -> dict:
+    """'dynamic', 'chain' or 'TOP_K,DEPTH,TOTAL[,STOP]' -> load_drafter's EAGLE options, for --eagle-tree."""
+    if text in ("dynamic", "chain"):
+        return {"tree": text}
+    parts = text.split(",")
+    try:
+        top_k, depth, total = (int(v) for v in parts[:3])
+        stop = float(parts[3]) if len(parts) == 4 else None
+    except ValueError:
+        parts = []
+    if len(parts) not in (3, 4):
+        raise argparse.ArgumentTypeError(f"--eagle-tree takes dynamic, chain or TOP_K,DEPTH,TOTAL[,STOP] (e.g. 1,12,12 "
+                                         f"or 1,20,20,0.1), got {text!r}")
+    return dict(tree="dynamic", top_k=top_k, depth=depth, total_tokens=total, min_confidence=stop)

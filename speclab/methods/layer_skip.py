@@ -11,6 +11,7 @@ mid-model (speclab calls a model whole).
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -154,3 +155,13 @@ def engine_settings(engine: str, o: Options) -> dict:
     by_batch(engine, o)
     return {"assistant_early_exit": o.exit_layer, "num_assistant_tokens": o.k,
             "num_assistant_tokens_schedule": "constant"}
+
+
+# ================================================================ its setting on the command line
+def layer_skip_setting(text: str) -> tuple[int, bool]:
+    """'E' or 'E+adapter' -> (E, adapter), for --layer-skip."""
+    layer, _, extra = text.partition("+")
+    if not layer.isdigit() or extra not in ("", "adapter"):
+        raise argparse.ArgumentTypeError(f"--layer-skip takes E or E+adapter (an exit layer, e.g. 12 or 12+adapter), "
+                                         f"got {text!r}")
+    return int(layer), extra == "adapter"

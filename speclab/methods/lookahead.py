@@ -11,6 +11,7 @@ rides along as a SideBranch of the Draft and its logits come back through take_s
 """
 from __future__ import annotations
 
+import argparse
 import random
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -222,3 +223,13 @@ def engine_settings(engine: str, o: Options) -> dict:
                 "max_verification_set_size": g, **by_batch(engine, o)}
     raise no(engine, "no lookahead decoding (hao-ai-lab/LookaheadDecoding runs it on transformers; "
                      "TensorRT-LLM has it)")
+
+
+# ================================================================ its setting on the command line
+def lookahead_setting(text: str) -> tuple[int, int, int]:
+    """'W,N,G' -> (W, N, G), for --lookahead."""
+    try:
+        window, ngram, pool = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lookahead takes W,N,G (three integers, e.g. 4,4,4), got {text!r}")
+    return window, ngram, pool

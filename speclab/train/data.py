@@ -318,18 +318,6 @@ def check_resumed_rows(log: dict, features: dict, ckpt_file: Path) -> None:
 
 
 # ---------------------------------------------------------------- the machine
-def bf16_autocast_supported(device: torch.device) -> bool:
-    """bf16 mixed precision halves training time on GPUs and on CPUs with native bf16 (AVX512-BF16, AMX)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        try:
-            return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):
-            return False
-    return False
-
-
 def hardware(dev: torch.device) -> str:
     """What a training record or a timed choice ran on: the GPU, or the CPU's model name (timings, and
     the settings chosen from them, differ between CPUs of one architecture: chapter 8.7) and threads."""

@@ -20,9 +20,9 @@ from speclab.devices import pick_device
 from speclab.artifacts import record_target
 from speclab.models import BUNDLED_DIR, load_model, load_tokenizer, shallow_config
 from speclab.train.install import check_same_target
-from speclab.train.data import (bf16_autocast_supported, choose_preset, generate_continuations, get_batch, hardware,
+from speclab.train.data import (choose_preset, generate_continuations, get_batch, hardware,
                                 prepare_data)
-from speclab.train.loop import deadline_after, train_loop
+from speclab.train.loop import deadline_after, has_bf16_units, train_loop
 
 
 # ---------------------------------------------------------------- configuration (plain values)
@@ -199,7 +199,7 @@ def train_pair(out: Path, preset: str = "stdlib", device: str | None = None, see
     dev = pick_device(device)
     torch.manual_seed(seed)
     deadline = deadline_after(stop_after_minutes)
-    amp = bf16_autocast_supported(dev) if amp is None else amp
+    amp = has_bf16_units(dev) if amp is None else amp
     tokenizer, train, heldout = prepare_data(out, p)
     report = {"preset": asdict(p), "device": str(dev), "torch": torch.__version__, "seed": seed, "bf16_autocast": amp,
               "train_tokens": len(train), "heldout_tokens": len(heldout)}
@@ -224,7 +224,7 @@ def train_draft(target_dir: str | Path, out: Path, preset: str = "stdlib", devic
     p = resolve_preset(preset, overrides)
     out.mkdir(parents=True, exist_ok=True)
     dev = pick_device(device)
-    amp = bf16_autocast_supported(dev) if amp is None else amp
+    amp = has_bf16_units(dev) if amp is None else amp
     deadline = deadline_after(stop_after_minutes)
     tokenizer = load_tokenizer(target_dir)
     target = load_model(target_dir, dev, torch.float32)

@@ -94,5 +94,9 @@ def test_generate_reads_each_methods_flags_weights_and_the_method_behind_from_it
     assert drafter_options("pard", args, "DRAFT") == {"model": None}
     assert drafter_options("layer_skip", args, None) == {"exit_layer": 20, "adapter": False}
     assert reading("eagle_tree") == ["eagle", "eagle3"]
-    with pytest.raises(SystemExit, match="--eagle-tree sets EAGLE's draft tree: use it with --method eagle or eagle3"):
+    with pytest.raises(SystemExit, match="--eagle-tree is a setting of --method eagle or eagle3: use it with one of "
+                                         "them, not lookup_first"):
         main(["generate", "x", "--method", "lookup_first", "--then", "medusa", "--eagle-tree", "chain"])
+    with pytest.raises(SystemExit, match="--exit-layer is a setting of --method layer_skip: use it with that "
+                                         "method, not draft_model"):
+        main(["generate", "x", "--exit-layer", "4"])

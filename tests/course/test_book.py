@@ -28,6 +28,11 @@ def test_there_are_chapters():
     assert len(CHAPTERS) >= 6
 
 
+def test_the_package_fetches_records_from_the_configured_repository():
+    from speclab.course.notebook import REPOSITORY
+    assert repository_url() == f"https://github.com/{REPOSITORY}"
+
+
 @pytest.mark.parametrize("path", CHAPTERS + LABS, ids=lambda p: p.name)
 def test_colab_install_cell_uses_the_configured_repository(path):
     nb = json.loads(path.read_text())
@@ -36,6 +41,8 @@ def test_colab_install_cell_uses_the_configured_repository(path):
     assert installs, f"{path.name} has no Colab install cell"
     urls = set(re.findall(r"git\+(https://[^\s\"'@]+)", "\n".join(installs)))
     assert urls == {repository_url()}, f"{path.name} installs from {urls}, _config.yml says {repository_url()}"
+    if path in CHAPTERS:  # any chapter may load_pair("smollm2"), whose conversion needs the extra's gguf
+        assert all("speclab[smollm2] @ git+" in s for s in installs), f"{path.name}: install speclab[smollm2]"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)

@@ -313,23 +313,31 @@ def test_the_grader_scores_a_full_and_an_empty_submission_100_and_0(tmp_path, mo
     subs = tmp_path / "submissions"
     subs.mkdir()
     # the plain solved and learner versions of every lab are graded in test_labs.py; here, one full
-    # submission as Colab saves it, the untouched learner version, and a file that is not a notebook
-    (subs / "empty.ipynb").write_bytes((ROOT / "labs" / "lab04.ipynb").read_bytes())
-    (subs / "full_from_colab.ipynb").write_text(json.dumps(colab_copy(learner_notebook(source, "lab04", True))))
+    # submission as Colab saves it, the untouched learner version, and a file that is not a notebook, the
+    # first two under one name in each learner's folder, as Colab's download names them
+    for learner in ("alice", "bob"):
+        (subs / learner).mkdir()
+    (subs / "bob" / "lab04.ipynb").write_bytes((ROOT / "labs" / "lab04.ipynb").read_bytes())
+    (subs / "alice" / "lab04.ipynb").write_text(json.dumps(colab_copy(learner_notebook(source, "lab04", True))))
     (subs / "unreadable.ipynb").write_text("{not json")
     out = tmp_path / "scores.csv"
     grades = grade_folder(subs, out, timeout=300, jobs=2, executed_dir=tmp_path / "executed")
     rows = {r["submission"]: r for r in csv.DictReader(out.open())}
-    assert rows["full_from_colab.ipynb"]["percent"] == "100" and rows["full_from_colab.ipynb"]["status"] == "ok"
-    assert rows["empty.ipynb"]["percent"] == "0" and rows["empty.ipynb"]["status"] == "ok"
+    full, empty = rows["alice/lab04.ipynb"], rows["bob/lab04.ipynb"]
+    assert full["percent"] == "100" and full["status"] == "ok"
+    assert empty["percent"] == "0" and empty["status"] == "ok"
     assert rows["unreadable.ipynb"]["percent"] == "0" and "unreadable" in rows["unreadable.ipynb"]["status"]
-    assert [k for k in rows["full_from_colab.ipynb"]][:5] == ["submission", "lab", "score", "max_score", "percent"]
-    assert {"q1", "q2", "q3", "q4", "q5"} <= set(rows["full_from_colab.ipynb"])
+    assert [k for k in full][:5] == ["submission", "lab", "score", "max_score", "percent"]
+    assert {"q1", "q2", "q3", "q4", "q5"} <= set(full)
     assert len(grades) == 3
-    feedback = nbformat.read(tmp_path / "executed" / "empty.ipynb", as_version=4).cells[-1].outputs
+    # each learner's feedback in their own folder: neither overwrites the other's
+    for learner, verdict in [("alice", "passed"), ("bob", "First failing check")]:
+        feedback = nbformat.read(tmp_path / "executed" / learner / "lab04.ipynb", as_version=4).cells[-1].outputs
+        assert verdict in "".join(o.get("text", "") for o in feedback), learner
+    feedback = nbformat.read(tmp_path / "executed" / "bob" / "lab04.ipynb", as_version=4).cells[-1].outputs
     text = "".join(o.get("text", "") for o in feedback)
     assert "First failing check" in text and re.search(r"\d+ hidden checks? failed", text)
-    whole = (tmp_path / "executed" / "empty.ipynb").read_text()
+    whole = (tmp_path / "executed" / "bob" / "lab04.ipynb").read_text()
     assert grading.RESULT_MARK not in whole and "grade_namespace" not in whole and "hidden=True" not in whole
 
 

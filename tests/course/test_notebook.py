@@ -1,7 +1,11 @@
 """Notebook helpers: the machine line, glue outside the book, the trace table."""
+import json
+
+import pytest
 import torch
 
 from speclab.models import tiny_model
+from speclab.course import notebook
 from speclab.course.notebook import MACHINE_WIDTH, environment_report, glue, machine, precision, round_kinds, trace_html
 from speclab.stats import Round
 
@@ -77,3 +81,31 @@ def test_draw_tree_puts_parents_above_the_middle_of_their_children():
     draw_tree(ax, parents, ["a", "b", "c", "d", "e"], "a tree", colors=["w", "y", "w", "y", "w"])
     assert len(ax.texts) == 6 and ax.get_title() == "a tree"
     plt.close(fig)
+
+
+def test_a_record_not_beside_an_installed_package_is_fetched_once_and_kept(tmp_path, monkeypatch):
+    # pip on Colab installs the package, not book/records: the chapter's record comes from the repository
+    here = notebook.RECORDS / "12_load_test.json"
+    monkeypatch.setattr(notebook, "RECORDS", tmp_path / "site-packages" / "book" / "records")
+    monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    asked = []
+    monkeypatch.setattr(notebook, "download", lambda url: asked.append(url) or here.read_bytes())
+    first = notebook.read_record("12_load_test")
+    assert first == notebook.current_rows(json.loads(here.read_text()))
+    assert asked == [notebook.RAW_RECORDS + "12_load_test.json"]
+    assert notebook.read_record("12_load_test.json") == first and len(asked) == 1  # kept: fetched once
+
+
+def test_a_record_that_cannot_be_fetched_says_where_to_run_the_chapter(tmp_path, monkeypatch):
+    monkeypatch.setattr(notebook, "RECORDS", tmp_path / "none")
+    monkeypatch.setenv("SPECLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+
+    def offline(url):
+        raise OSError("no network")
+    for reply in (offline, lambda url: b"<html>rate limited</html>"):
+        monkeypatch.setattr(notebook, "download", reply)
+        with pytest.raises(FileNotFoundError, match="Run the chapter from a clone"):
+            notebook.read_record("12_load_test")
+    assert not (tmp_path / "cache" / "records" / "12_load_test.json").exists()  # nothing half-right kept

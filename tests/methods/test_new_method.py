@@ -2,7 +2,8 @@
 registered for these tests only, runs everywhere speclab runs a method with nothing else edited: loaded
 by name, in the decode loop, `python -m speclab generate --method`, a bench row (the plan, `python -m
 speclab bench --methods`), its engine settings or the reason an engine has none, and its section of the
-model card; and it is gone after. Given weights (Method.weights_flag), it gets its command-line flag too."""
+model card; and it is gone after. Given weights (Method.weights_flag), it gets its command-line flag too, and
+given a setting of its own (Method.flags), generate's flag for it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -14,7 +15,7 @@ from speclab.cli.main import main
 from speclab.decoding import generate, speculative_generate
 from speclab.drafting import Draft, Drafter
 from speclab.measure import bench
-from speclab.methods import REGISTRY, CardSection, Method, bench_row, load_drafter
+from speclab.methods import REGISTRY, CardSection, Flag, Method, bench_row, load_drafter
 from speclab.methods.engines import Options, Unsupported, no
 from speclab.sampling import SamplingParams
 from speclab.serving import settings
@@ -31,8 +32,9 @@ class RepeatLast(Drafter):
     name = NAME
     batched = True  # no state between rounds
 
-    def __init__(self, table=None):
+    def __init__(self, table=None, times: int | None = None):
         self.table = table  # its (pretend) weights' directory, when the entry says it has weights
+        self.times = times  # a setting of its own, when the entry declares a flag for it
 
     def propose(self, ids: torch.Tensor, k: int, sampling: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
@@ -129,3 +131,21 @@ def test_a_method_with_weights_gets_its_flag(monkeypatch, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
     assert "--repeat-table" not in capsys.readouterr().out  # gone with its entry
+
+
+def test_a_method_with_a_setting_of_its_own_declares_generates_flag(monkeypatch, capsys):
+    """A flag in the entry (Method.flags, read by flag_options) is all a setting takes: generate offers it,
+    hands it to the load function, and refuses it with a method that does not read it."""
+    loaded = []
+    entry = replace(ENTRY, flags=(Flag("--repeat-times", dict(type=int, default=2, help="how often")),),
+                    flag_options=lambda args: dict(times=args.repeat_times),
+                    load=lambda target, **options: loaded.append(options) or RepeatLast(**options))
+    monkeypatch.setitem(REGISTRY, NAME, entry)
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "--repeat-times REPEAT_TIMES" in capsys.readouterr().out
+    main(["generate", "def f(x):", "--method", NAME, "--repeat-times", "5", "--max-new-tokens", "4", "--device", "cpu"])
+    assert loaded == [{"times": 5}]
+    with pytest.raises(SystemExit, match=f"--repeat-times is a setting of --method {NAME}: use it with that method, "
+                                         "not draft_model"):
+        main(["generate", "def f(x):", "--method", "draft_model", "--repeat-times", "5", "--device", "cpu"])
