@@ -107,7 +107,7 @@ def cut_at_stop(tokens: list[int], stops: set[int]) -> tuple[list[int], bool]:
 
 # ---------------------------------------------------------------- one sequence of a batch
 @dataclass
-class Sequence_:
+class LiveSequence:
     """One sequence being decoded: its cache row, its ids so far (prompt and output), what it has produced,
     its own K schedule and its own stats and trace. `done` once it stopped (EOS or max_new_tokens)."""
 
@@ -136,7 +136,7 @@ def since(clock: dict) -> float:
     return time.perf_counter() - clock["start"]
 
 
-def results(seqs: list[Sequence_], wall_s: float, batched: bool) -> GenerationResult | list[GenerationResult]:
+def results(seqs: list[LiveSequence], wall_s: float, batched: bool) -> GenerationResult | list[GenerationResult]:
     """One result per sequence (a list for a batch, the result itself for one prompt). Each sequence's
     stats carry the batch's pass times; its wall time is the batch's."""
     out = [s.result(wall_s) for s in seqs]
@@ -157,7 +157,7 @@ def generate(target: torch.nn.Module, input_ids: Prompts, *, max_new_tokens: int
     for prompt in prompts:
         check_length(target, len(prompt), max_new_tokens)
     stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
-    seqs = [Sequence_(row, prompt, GenerationStats(method="target only", device=str(runner.device),
+    seqs = [LiveSequence(row, prompt, GenerationStats(method="target only", device=str(runner.device),
                                                    batch=len(prompts))) for row, prompt in enumerate(prompts)]
     with timer(runner.device) as total:
         with timer(runner.device) as prefill:
@@ -192,12 +192,12 @@ LOSSLESS_RULES = ("rejection", "block")
 
 # The loop never imports a method: a bare model passed as the draft is wrapped by the registry's
 # draft-model method, looked up only when one is passed (speclab.methods.drafter_for_model).
-REGISTRY = "speclab.methods"
+METHODS_PACKAGE = "speclab.methods"
 
 
 def as_drafter(draft: torch.nn.Module | Drafter, device: torch.device) -> Drafter:
     """A Drafter (a bare model becomes a draft-model drafter) whose network runs on `device`."""
-    drafter = draft if isinstance(draft, Drafter) else import_module(REGISTRY).drafter_for_model(draft)
+    drafter = draft if isinstance(draft, Drafter) else import_module(METHODS_PACKAGE).drafter_for_model(draft)
     if drafter.device is not None and drafter.device != device:
         raise ValueError(f"target is on {device} but the {drafter.name} is on {drafter.device}: move both to the "
                          "same device (model.to(device))")
@@ -255,7 +255,7 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     rule = "" if acceptance == "rejection" else ", block verification" if acceptance == "block" else \
         f", {acceptance} acceptance"
     method = f"speculative ({drafter.name})" + adaptive + rule
-    seqs = [Sequence_(row, prompt, GenerationStats(method=method, k=k, device=str(runner.device),
+    seqs = [LiveSequence(row, prompt, GenerationStats(method=method, k=k, device=str(runner.device),
                                                    accepted_lengths=[0] * (k + 1), lossless=lossless,
                                                    batch=len(prompts)), make_schedule(k_schedule, k))
             for row, prompt in enumerate(prompts)]
@@ -315,7 +315,7 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     return results(seqs, total["seconds"], batched)
 
 
-def settle(seq: Sequence_, proposal: Draft, logits: torch.Tensor, cached: int, runner: Runner,
+def settle(seq: LiveSequence, proposal: Draft, logits: torch.Tensor, cached: int, runner: Runner,
            sampling: SamplingParams, generator: torch.Generator | None, acceptance: str, typical_epsilon: float,
            typical_delta: float) -> list[int]:
     """One sequence's share of a round: the acceptance rule over its N + 1 target rows, its cache cut back

@@ -59,6 +59,21 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class BenchRow:
+    """One bench row of a method, "speclab <name>[ <variant>]", all of it in one place: its load_drafter options,
+    its speculative_generate options (another schedule or acceptance rule), whether the lesson (bench's
+    default) runs it, the bench setting that sweeps it (a measure.bench.Settings field, a row per value), and
+    the labels records wrote for it before a rename (current_row reads them)."""
+
+    variant: str = ""
+    load: Mapping = field(default_factory=dict)
+    decode: Mapping = field(default_factory=dict)
+    lesson: bool = False
+    sweep: str | None = None
+    older: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Method:
     """One drafting method as the rest of speclab sees it (load_drafter builds it from this entry).
 
@@ -75,10 +90,7 @@ class Method:
     bundled: str | None = None  # the folder its weights ship in, in each pair's folder (speclab/pairs/<pair>/)
     on_target: bool = False  # built on the target itself: the bundled target is loaded when none is passed
     train: str | None = None  # `python -m speclab train <train>` makes its weights (None: nothing to train)
-    bench_rows: Mapping[str, Mapping] = field(default_factory=dict)  # bench row -> load_drafter options
-    # speculative_generate options of the rows that decode with another schedule or acceptance rule
-    decode_options: Mapping[str, Mapping] = field(default_factory=dict)
-    lesson_rows: tuple[str, ...] = ()  # the rows `bench` runs by default (the course's lesson); --all: every row
+    rows: tuple[BenchRow, ...] = ()  # its bench rows, each whole (bench --all runs every one)
     # the command line (generate, bench): the flag naming its weights directory, generate's other flags it
     # declares, and its load_drafter options from them (argparse's namespace -> options)
     weights_flag: str | None = None
@@ -94,9 +106,8 @@ class Method:
     # the load option naming another registered method it drafts in front of (generate's --then)
     in_front_of: str | None = None
     weights_help: str = ""  # what its weights flag names, for --help ("Medusa heads")
-    # its bench rows' older labels -> their labels now: records written before the rename read with them
-    # (current_row; a sweep's setting after the old label is kept: "speclab speculative K=2")
-    older_rows: Mapping[str, str] = field(default_factory=dict)
+    # older labels of its own that are no bench row's: "prompt lookup" -> "ngram" (chapter 11's batch sweep)
+    older_labels: Mapping[str, str] = field(default_factory=dict)
     # vLLM serves it on the bundled pair beside speclab (chapter 12, speclab.serving.vllm_engine): the load_drafter
     # options that draft as vLLM does with its export's settings (serving.json's), the weights left out
     vllm_drafts: Callable[[Mapping], Mapping] | None = None
@@ -104,8 +115,6 @@ class Method:
     # own settings, "fallback" the same with K 0 above a batch size
     load_test: tuple[str, ...] = ()
     export_check: Callable[[str], None] | None = None  # export_check(engine) refuses an export it would mis-serve
-    # its bench rows a bench setting sweeps, a row per value: row -> measure.bench.Settings' field ("k_sweep")
-    bench_sweeps: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def flag_names(self) -> tuple[str, ...]:
@@ -115,6 +124,33 @@ class Method:
     def row(self, variant: str = "") -> str:
         """Its bench row of `variant` ("" : its own row): "speclab eagle tree"."""
         return bench_row(self.name, variant)
+
+    # Its rows read by what each reader asks (label -> ...), all made from `rows`:
+    @property
+    def bench_rows(self) -> dict[str, Mapping]:
+        """Each row's label -> its load_drafter options."""
+        return {self.row(r.variant): r.load for r in self.rows}
+
+    @property
+    def decode_options(self) -> dict[str, Mapping]:
+        """The rows that decode with other speculative_generate options -> those options."""
+        return {self.row(r.variant): r.decode for r in self.rows if r.decode}
+
+    @property
+    def lesson_rows(self) -> tuple[str, ...]:
+        """The rows `bench` runs by default (the course's lesson)."""
+        return tuple(self.row(r.variant) for r in self.rows if r.lesson)
+
+    @property
+    def bench_sweeps(self) -> dict[str, str]:
+        """The rows a bench setting sweeps -> that setting (measure.bench.Settings' field, "k_sweep")."""
+        return {self.row(r.variant): r.sweep for r in self.rows if r.sweep}
+
+    @property
+    def older_rows(self) -> dict[str, str]:
+        """Older labels -> labels now: records written before a rename read with them (current_row; what follows
+        the old label is kept: "speclab speculative K=2")."""
+        return {**dict(self.older_labels), **{old: self.row(r.variant) for r in self.rows for old in r.older}}
 
     def uses_draft_model(self, row: str | None = None) -> bool:
         """Whether the method (or its bench row `row`) drafts with a draft model: the bench hands those
@@ -197,22 +233,18 @@ EAGLE_TREE = Flag("--eagle-tree", dict(
 VLLM_CHAIN = {"tree": "chain"}  # how vLLM drafts with a head (its Medusa: top-1 only), whatever its settings
 CARD = "speclab.train.card"  # the model card's module, which writes each method's section
 
-R = bench_row  # the registry's rows: R(name, variant)
+B = BenchRow
 
 REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(draft_model.NAME, _load_draft_model, options="draft= a model or a directory (default: the bundled draft)",
            engine_settings=draft_model.engine_settings, weights="draft", bundled="draft", train="draft",
            vllm_drafts=lambda settings: {},
-           bench_rows={R(draft_model.NAME): {}, R(draft_model.NAME, "adaptive-heuristic"): {},
-                       R(draft_model.NAME, "adaptive-confidence"): {}},
-           decode_options={R(draft_model.NAME, "adaptive-heuristic"): {"k_schedule": "heuristic"}},
-           lesson_rows=(R(draft_model.NAME),), older_names=("model",),
-           bench_sweeps={R(draft_model.NAME): "k_sweep",
-                         R(draft_model.NAME, "adaptive-confidence"): "confidence_thresholds"},
+           rows=(B(lesson=True, sweep="k_sweep", older=("speclab speculative",)),
+                 B("adaptive-heuristic", decode={"k_schedule": "heuristic"}, older=("speclab adaptive-heuristic",)),
+                 B("adaptive-confidence", sweep="confidence_thresholds", older=("speclab adaptive-confidence",))),
+           older_names=("model",),
            # chapter 11's batch sweep named its rows "draft model" and "prompt lookup" (its record still does)
-           older_rows={"draft model": draft_model.NAME, "speclab speculative": R(draft_model.NAME),
-                       "speclab adaptive-heuristic": R(draft_model.NAME, "adaptive-heuristic"),
-                       "speclab adaptive-confidence": R(draft_model.NAME, "adaptive-confidence")}),
+           older_labels={"draft model": draft_model.NAME}),
     Method(ngram.NAME, lambda target, **o: ngram.PromptLookupDrafter(**o),
            options="max_ngram=3, min_ngram=1, num_tokens=None (k), choose=\"frequent\"",
            engine_settings=ngram.engine_settings, one_hot_drafts=True, drafts_by_lookup=True, load_test=("",),
@@ -221,22 +253,18 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                     "num_speculative_tokens": ("num_tokens", 0),
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
-           bench_rows={R(ngram.NAME): {}}, lesson_rows=(R(ngram.NAME),), bench_sweeps={R(ngram.NAME): "lookup_choices"},
-           older_names=("prompt-lookup",),
            # chapter 10's vLLM comparison wrote "speclab prompt lookup (compiled)"
-           older_rows={"speclab prompt-lookup": R(ngram.NAME), "prompt lookup": ngram.NAME,
-                       "speclab prompt lookup": R(ngram.NAME)}),
+           rows=(B(lesson=True, sweep="lookup_choices", older=("speclab prompt-lookup", "speclab prompt lookup")),),
+           older_names=("prompt-lookup",), older_labels={"prompt lookup": ngram.NAME}),
     Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
            options="max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0, min_token_prob=0.1, "
                    "tree=False (vLLM's chain; True: the paper's tree)",
            engine_settings=suffix.engine_settings, one_hot_drafts=True, drafts_by_lookup=True,
            aliases={f"suffix_decoding_{name}": (name, 0) for name in  # vLLM's speculative_config keys
                     ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")},
-           bench_rows={R(suffix.NAME): {}, R(suffix.NAME, "tree"): {"tree": True}},
-           older_rows={"speclab suffix-tree": R(suffix.NAME, "tree")}),
+           rows=(B(), B("tree", load={"tree": True}, older=("speclab suffix-tree",)))),
     Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o),
-           options="window=W, ngram=N, pool=G, from_context=True, seed=0", bench_rows={R(lookahead.NAME): {}},
-           bench_sweeps={R(lookahead.NAME): "lookahead"},
+           options="window=W, ngram=N, pool=G, from_context=True, seed=0", rows=(B(sweep="lookahead"),),
            engine_settings=lookahead.engine_settings, one_hot_drafts=True,
            flags=(Flag("--lookahead", dict(type=lookahead.lookahead_setting, default="4,4,4", metavar="W,N,G",
                                            help="lookahead decoding's window, n-gram size and pool size per key "
@@ -248,11 +276,8 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            engine_settings=medusa.engine_settings, card=CardSection(f"{CARD}:medusa_card", marker="tree.json"),
            vllm_drafts=lambda settings: VLLM_CHAIN,
            # the tree under the Medusa reference's typical acceptance: lossy at T > 0 (chapter 7.7)
-           bench_rows={R(medusa.NAME): {}, R(medusa.NAME, "chain"): {"tree": "chain"}, R(medusa.NAME, "typical"): {}},
-           decode_options={R(medusa.NAME, "typical"): {"acceptance": "typical-medusa"}},
-           lesson_rows=(R(medusa.NAME),),
-           older_rows={"speclab medusa-chain": R(medusa.NAME, "chain"),
-                       "speclab medusa-typical": R(medusa.NAME, "typical")}),
+           rows=(B(lesson=True), B("chain", load={"tree": "chain"}, older=("speclab medusa-chain",)),
+                 B("typical", decode={"acceptance": "typical-medusa"}, older=("speclab medusa-typical",)))),
     Method(eagle.NAME, lambda target, **o: eagle.load_eagle(target, version=1, **o), options=EAGLE_OPTIONS,
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle", weights_help="EAGLE head",
            flags=(EAGLE_TREE,), flag_options=lambda a: a.eagle_tree,
@@ -261,18 +286,16 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            card=CardSection(f"{CARD}:eagle_card"),
            # the measured settings (a chain, on the CPU that timed them), EAGLE-2's fastest timed tree
            # with two or more children a node, and EAGLE-1's own chain
-           bench_rows={R(eagle.NAME): {}, R(eagle.NAME, "tree"): {"settings": "fastest-tree"},
-                       R(eagle.NAME, "chain"): {"tree": "chain"}}, lesson_rows=(R(eagle.NAME),),
-           older_rows={"speclab eagle-tree": R(eagle.NAME, "tree"), "speclab eagle-chain": R(eagle.NAME, "chain")}),
+           rows=(B(lesson=True), B("tree", load={"settings": "fastest-tree"}, older=("speclab eagle-tree",)),
+                 B("chain", load={"tree": "chain"}, older=("speclab eagle-chain",)))),
     Method(eagle.NAME3, lambda target, **o: eagle.load_eagle(target, version=3, **o), options=EAGLE_OPTIONS,
            aliases=EAGLE_ALIASES, weights="head", weights_flag="eagle3", weights_help="EAGLE-3 head",
            flags=(EAGLE_TREE,), flag_options=lambda a: a.eagle_tree,
            bundled="eagle3", on_target=True, train="eagle3", engine_settings=eagle.engine_settings_for(3),
            vllm_drafts=lambda settings: VLLM_CHAIN, load_test=("", "fallback"),
            card=CardSection(f"{CARD}:eagle3_card"),
-           bench_rows={R(eagle.NAME3): {}, R(eagle.NAME3, "tree"): {"settings": "fastest-tree"},
-                       R(eagle.NAME3, "chain"): {"tree": "chain"}}, lesson_rows=(R(eagle.NAME3),),
-           older_rows={"speclab eagle3-tree": R(eagle.NAME3, "tree"), "speclab eagle3-chain": R(eagle.NAME3, "chain")}),
+           rows=(B(lesson=True), B("tree", load={"settings": "fastest-tree"}, older=("speclab eagle3-tree",)),
+                 B("chain", load={"tree": "chain"}, older=("speclab eagle3-chain",)))),
     Method(mtp.NAME, mtp.load_mtp, options="module= a directory; num_tokens=1 (drafts a round; more chains it)",
            aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
            on_target=True, train="mtp", weights_flag="mtp", weights_help="MTP module",
@@ -281,8 +304,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                                                                        "module)")),),
            card=CardSection(f"{CARD}:mtp_card"),
            # chained as deep as the round's K
-           bench_rows={R(mtp.NAME): {}, R(mtp.NAME, "chain"): {"num_tokens": 64}},
-           older_rows={"speclab mtp-chain": R(mtp.NAME, "chain")}),
+           rows=(B(), B("chain", load={"num_tokens": 64}, older=("speclab mtp-chain",)))),
     Method(layer_skip.NAME, _load_layer_skip,
            options="exit_layer=E (1..L-1); adapter=False (no new weights), True (those shipped) or a directory",
            bundled="exit", on_target=True, train="exit", engine_settings=layer_skip.engine_settings,
@@ -292,21 +314,18 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                                                                        "(default 20)")),
                   Flag("--exit-adapter", dict(action="store_true", help="layer_skip: with the exit adapter shipped "
                                                                         "for the bundled target"))),
-           bench_rows={R(layer_skip.NAME): {}}, bench_sweeps={R(layer_skip.NAME): "layer_skip"},
-           older_rows={"speclab layer-skip": R(layer_skip.NAME)}),
+           rows=(B(sweep="layer_skip", older=("speclab layer-skip",)),)),
     Method(parallel_draft.NAME, _load_parallel_draft, options="model= a parallel draft or its directory",
            weights="model", bundled="pard", train="pard", engine_settings=parallel_draft.engine_settings,
            card=CardSection(f"{CARD}:pard_card"),
-           bench_rows={R(parallel_draft.NAME): {}}),
+           rows=(B(),)),
     # no weights of its own: the drafter behind lookup loads (or is handed) its own
     Method(lookup_first.NAME, _load_lookup_first,
            options="min_ngram=2, max_ngram=3; drafter= a method's name (default draft_model), loaded with the "
                    "remaining options",
            engine_settings=lambda engine, o: _lookup_first_settings(engine, o), in_front_of="drafter",
-           bench_rows={R(lookup_first.NAME, draft_model.NAME): {"drafter": draft_model.NAME},
-                       R(lookup_first.NAME, eagle.NAME3): {"drafter": eagle.NAME3}},
-           older_rows={"speclab lookup-then-draft": R(lookup_first.NAME, draft_model.NAME),
-                       "speclab lookup-then-eagle3": R(lookup_first.NAME, eagle.NAME3)}),
+           rows=(B(draft_model.NAME, load={"drafter": draft_model.NAME}, older=("speclab lookup-then-draft",)),
+                 B(eagle.NAME3, load={"drafter": eagle.NAME3}, older=("speclab lookup-then-eagle3",)))),
 )}
 METHODS = tuple(REGISTRY)  # vLLM's names where vLLM has the method
 

@@ -15,7 +15,7 @@ from speclab.cli.main import main
 from speclab.decoding import generate, speculative_generate
 from speclab.drafting import Draft, Drafter
 from speclab.measure import bench
-from speclab.methods import REGISTRY, CardSection, Flag, Method, bench_row, load_drafter
+from speclab.methods import REGISTRY, BenchRow, CardSection, Flag, Method, bench_row, load_drafter
 from speclab.methods.engines import Options, Unsupported, no
 from speclab.sampling import SamplingParams
 from speclab.serving import settings
@@ -52,7 +52,7 @@ def card_section(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, meth
 
 
 ENTRY = Method(NAME, lambda target, **options: RepeatLast(**options), options="none", bundled=FOLDER,
-               engine_settings=engine_settings, one_hot_drafts=True, bench_rows={ROW: {}},
+               engine_settings=engine_settings, one_hot_drafts=True, rows=(BenchRow(),),
                card=CardSection(card_section))
 
 
