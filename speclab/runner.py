@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch._dynamo
@@ -25,6 +25,9 @@ from transformers import DynamicCache
 from speclab.fast_model import FastLlama
 from speclab.graphs import GraphedCall
 from speclab.trees import chain_parents, pass_visibility, tree_attention_mask, tree_position_ids
+
+if TYPE_CHECKING:  # the interface sits above the runner: named for the type only
+    from speclab.drafting import SideBranch
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -68,7 +71,8 @@ class Runner(Protocol):
 
     @abstractmethod
     def verify_pass(self, ids: torch.Tensor, parents: Sequence[int] | None = None,
-                    feature_layers: Sequence[int] = (), side=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    feature_layers: Sequence[int] = (), side: SideBranch | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One pass over [pending token, draft nodes (a chain, or a tree by `parents`), side tokens]."""
 
     @abstractmethod
@@ -123,7 +127,8 @@ class ModelRunner(Runner):
 
     @torch.inference_mode()
     def verify_pass(self, ids: torch.Tensor, parents: Sequence[int] | None = None,
-                    feature_layers: Sequence[int] = (), side=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    feature_layers: Sequence[int] = (), side: SideBranch | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One pass over [pending token, draft nodes, side tokens] (1-D `ids`), appended after the cached
         tokens: (logits (n, V), features or None). With `parents` the nodes form a tree (speclab.trees):
         each sees the cache, the pending token and its own ancestors, at position cache + depth. Without,
@@ -548,7 +553,7 @@ class StaticRunner(Runner):
         return self.run_rows(passes, feature_layers, width=self.path.verify_width(widest))
 
     def verify_pass(self, ids: torch.Tensor, parents: Sequence[int] | None = None,
-                    feature_layers: Sequence[int] = (), side=None, row: int = 0
+                    feature_layers: Sequence[int] = (), side: SideBranch | None = None, row: int = 0
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ModelRunner.verify_pass on the static cache (same rows, masks and positions)."""
         return self.verify_rows([row], [ids], [parents], feature_layers, [side])[0]
