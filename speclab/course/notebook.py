@@ -87,8 +87,9 @@ def read_record(name: str) -> dict:
 
 
 def fetched_record(file: str) -> Path:
-    """book/records/`file` from the repository (RAW_RECORDS), kept under speclab's cache folder: what a chapter
-    reads on Colab, where `pip install` brings the package but not the book's records."""
+    """book/records/`file` from the repository's main branch (RAW_RECORDS), kept under speclab's cache folder
+    until deleted: what a chapter reads on Colab (a fresh runtime, a fresh cache), where `pip install` brings
+    the package but not the book's records."""
     kept = cache_root() / "records" / file
     if kept.exists():
         return kept

@@ -300,7 +300,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
            aliases={"num_speculative_tokens": ("num_tokens", 0)}, weights="module", bundled="mtp",
            on_target=True, train="mtp", weights_flag="mtp", weights_help="MTP module",
            engine_settings=mtp.engine_settings, flag_options=lambda a: dict(num_tokens=a.mtp_tokens),
-           flags=(Flag("--mtp-tokens", dict(type=int, default=1, help="MTP drafts per round (more chains the "
+           flags=(Flag("--mtp-tokens", dict(type=int, default=1, help="mtp: drafts per round (more chains the "
                                                                        "module)")),),
            card=CardSection(f"{CARD}:mtp_card"),
            # chained as deep as the round's K
