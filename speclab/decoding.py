@@ -160,10 +160,10 @@ def generate(target: torch.nn.Module, input_ids: Prompts, *, max_new_tokens: int
     seqs = [LiveSequence(row, prompt, GenerationStats(method="target only", device=str(runner.device),
                                                    batch=len(prompts))) for row, prompt in enumerate(prompts)]
     with timer(runner.device) as total:
-        with timer(runner.device) as prefill:
+        with timer(runner.device) as took:
             logits = runner.forward_rows([s.row for s in seqs], prompts, last_only=True)
         for s in seqs:
-            s.stats.target_calls, s.stats.prefill_s = 1, prefill["seconds"]
+            s.stats.target_calls, s.stats.prefill_s = 1, took["seconds"]
         live = seqs
         while True:
             tokens = []
@@ -249,30 +249,15 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
         check_length(target, len(prompt), max_new_tokens)
     drafter.check_batch(len(prompts))
     stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
-    lossless = acceptance in LOSSLESS_RULES
-    adaptive = ("" if k_schedule == "fixed" else f", {k_schedule} K") + \
-        ("" if confidence_threshold is None else f", confidence stop {confidence_threshold:g}")
-    rule = "" if acceptance == "rejection" else ", block verification" if acceptance == "block" else \
-        f", {acceptance} acceptance"
-    method = f"speculative ({drafter.name})" + adaptive + rule
+    method = method_label(drafter.name, k_schedule, confidence_threshold, acceptance)
     seqs = [LiveSequence(row, prompt, GenerationStats(method=method, k=k, device=str(runner.device),
-                                                   accepted_lengths=[0] * (k + 1), lossless=lossless,
-                                                   batch=len(prompts)), make_schedule(k_schedule, k))
+                                                   accepted_lengths=[0] * (k + 1),
+                                                   lossless=acceptance in LOSSLESS_RULES, batch=len(prompts)),
+                         make_schedule(k_schedule, k))
             for row, prompt in enumerate(prompts)]
     features = drafter.feature_layers
     with timer(runner.device) as total:
-        with timer(runner.device) as prefill:
-            drafter.start_rows([s.row for s in seqs], prompts)
-            filled = [s for s in seqs if len(s.ids) > 1]  # the cache holds all but the pending last token
-            if filled:
-                rows, context = [s.row for s in filled], [s.ids[:-1] for s in filled]
-                if features:
-                    drafter.take_features_rows(rows, [h for _, h in runner.verify_rows(rows, context,
-                                                                                      feature_layers=features)])
-                else:
-                    runner.forward_rows(rows, context, last_only=True)
-        for s in seqs:
-            s.stats.prefill_s, s.stats.target_calls = prefill["seconds"], int(len(s.ids) > 1)
+        prefill(runner, drafter, seqs)
         live = seqs
         while live:
             # never produce more than asked: a sequence one token short of its budget drafts nothing
@@ -313,6 +298,32 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     for s in seqs:
         s.stats.draft_calls = drafter.forward_calls
     return results(seqs, total["seconds"], batched)
+
+
+def method_label(name: str, k_schedule: str, confidence_threshold: float | None, acceptance: str) -> str:
+    """The stats' name for a run: "speculative (eagle3), heuristic K, block verification"."""
+    adaptive = ("" if k_schedule == "fixed" else f", {k_schedule} K") + \
+        ("" if confidence_threshold is None else f", confidence stop {confidence_threshold:g}")
+    rule = "" if acceptance == "rejection" else ", block verification" if acceptance == "block" else \
+        f", {acceptance} acceptance"
+    return f"speculative ({name})" + adaptive + rule
+
+
+def prefill(runner: Runner, drafter: Drafter, seqs: list[LiveSequence]) -> None:
+    """Every prompt but its last token into the target's cache (the last is the first round's pending
+    token), the drafter started on the prompts and handed the target's features where it reads them."""
+    with timer(runner.device) as took:
+        drafter.start_rows([s.row for s in seqs], [s.ids for s in seqs])
+        filled = [s for s in seqs if len(s.ids) > 1]
+        if filled:
+            rows, context = [s.row for s in filled], [s.ids[:-1] for s in filled]
+            if drafter.feature_layers:
+                passes = runner.verify_rows(rows, context, feature_layers=drafter.feature_layers)
+                drafter.take_features_rows(rows, [hidden for _, hidden in passes])
+            else:
+                runner.forward_rows(rows, context, last_only=True)
+    for s in seqs:
+        s.stats.prefill_s, s.stats.target_calls = took["seconds"], int(len(s.ids) > 1)
 
 
 def settle(seq: LiveSequence, proposal: Draft, logits: torch.Tensor, cached: int, runner: Runner,

@@ -11,12 +11,12 @@ caller the runner its model is set up for.
 from __future__ import annotations
 
 import weakref
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import wraps
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import torch
 import torch._dynamo
@@ -39,10 +39,10 @@ def context_length(model: torch.nn.Module) -> int | None:
     return getattr(getattr(model, "config", None), "max_position_embeddings", None)
 
 
-class Runner(Protocol):
-    """What the decode loop and the drafters ask of a model's runner; ModelRunner (transformers' model
-    and DynamicCache, one sequence) and StaticRunner (the fast path's static cache, a batch of
-    sequences) declare it. A row is a sequence's cache row (0 for one prompt); the single-sequence
+class Runner(ABC):
+    """What the decode loop and the drafters ask of a model's runner, an abstract base class: ModelRunner
+    (transformers' model and DynamicCache, one sequence) and StaticRunner (the fast path's static cache, a
+    batch of sequences) implement it. A row is a sequence's cache row (0 for one prompt); the single-sequence
     methods (forward, verify_pass, length) act on row 0. Passes append after a row's cached tokens
     and return logits (n, V); verify passes also the features of `feature_layers` (or None)."""
 
