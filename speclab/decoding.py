@@ -158,7 +158,7 @@ def generate(target: torch.nn.Module, input_ids: Prompts, *, max_new_tokens: int
         check_length(target, len(prompt), max_new_tokens)
     stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
     seqs = [LiveSequence(row, prompt, GenerationStats(method="target only", device=str(runner.device),
-                                                   batch=len(prompts))) for row, prompt in enumerate(prompts)]
+                                                      batch=len(prompts))) for row, prompt in enumerate(prompts)]
     with timer(runner.device) as total:
         with timer(runner.device) as took:
             logits = runner.forward_rows([s.row for s in seqs], prompts, last_only=True)
@@ -251,8 +251,8 @@ def speculative_generate(target: torch.nn.Module, draft: torch.nn.Module | Draft
     stops, generator = stop_ids(eos_token_id), make_generator(seed, runner.device)
     method = method_label(drafter.name, k_schedule, confidence_threshold, acceptance)
     seqs = [LiveSequence(row, prompt, GenerationStats(method=method, k=k, device=str(runner.device),
-                                                   accepted_lengths=[0] * (k + 1),
-                                                   lossless=acceptance in LOSSLESS_RULES, batch=len(prompts)),
+                                                      accepted_lengths=[0] * (k + 1),
+                                                      lossless=acceptance in LOSSLESS_RULES, batch=len(prompts)),
                          make_schedule(k_schedule, k))
             for row, prompt in enumerate(prompts)]
     features = drafter.feature_layers

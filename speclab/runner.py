@@ -156,8 +156,8 @@ class ModelRunner(Runner):
         if list(rows) != [0]:
             raise ValueError(f"the {self.who} runs on the eager path (transformers' DynamicCache), which decodes one "
                              f"sequence at a time; batched decoding ({len(rows)} sequences) runs on the fast path's "
-                             "static cache: speclab.runner.enable_fast_path(model, max_batch=...) for the target and any "
-                             "draft model first")
+                             "static cache: speclab.runner.enable_fast_path(model, max_batch=...) for the target "
+                             "and any draft model first")
 
     def forward_rows(self, rows: Sequence[int], ids: Sequence[torch.Tensor], last_only: bool = False
                      ) -> list[torch.Tensor]:

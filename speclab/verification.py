@@ -116,7 +116,7 @@ def block_residual(weight: float, p: torch.Tensor, q: torch.Tensor) -> torch.Ten
 
 
 def check_tree_inputs(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
-                      parents: Sequence[int] | torch.Tensor) -> list[int]:
+                      parents: Sequence[int]) -> list[int]:
     """The parents as a list, once every shape and id is consistent; otherwise a ValueError saying what to fix."""
     if draft_tokens.dim() != 1 or target_probs.dim() != 2:
         raise ValueError(f"expected draft_tokens of shape (N,) and target_probs (N+1, V); "
@@ -134,8 +134,7 @@ def check_tree_inputs(target_probs: torch.Tensor, draft_probs: torch.Tensor | No
 
 
 def verify_tree(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tokens: torch.Tensor,
-                parents: Sequence[int] | torch.Tensor, generator: torch.Generator | None = None
-                ) -> tuple[list[int], int]:
+                parents: Sequence[int], generator: torch.Generator | None = None) -> tuple[list[int], int]:
     """The rejection rule on a tree of N draft nodes (multi-candidate speculative sampling, SpecInfer, Miao et
     al. 2024). Returns (path, next token): the accepted nodes from the root down and the token after them.
     target_probs (N+1, V): row 0 after the pending token, row i + 1 after node i; draft_probs (N, V): the
@@ -188,7 +187,7 @@ def typical_threshold(p: torch.Tensor, epsilon: float, delta: float) -> float:
     return min(epsilon, delta * float(torch.exp(-entropy)))
 
 
-def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, parents: Sequence[int] | torch.Tensor,
+def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, parents: Sequence[int],
                         epsilon: float = 0.09, delta: float = 0.3,
                         generator: torch.Generator | None = None) -> tuple[list[int], int]:
     """Typical acceptance (an extension in the Medusa paper, Cai et al. 2024), speclab's variant, on a
@@ -212,8 +211,7 @@ def typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, 
         node = chosen
 
 
-def medusa_typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor,
-                               parents: Sequence[int] | torch.Tensor,
+def medusa_typical_accept_tree(target_probs: torch.Tensor, draft_tokens: torch.Tensor, parents: Sequence[int],
                                epsilon: float = 0.09, delta: float = 0.3, fast: bool = True,
                                generator: torch.Generator | None = None) -> tuple[list[int], int]:
     """Typical acceptance as the Medusa reference decides it (FasterDecoding/Medusa,

@@ -85,9 +85,10 @@ def check_flags_read(args, defaults, method: str) -> None:
     """Refuse a method's flag (Method.flags) set for a run whose methods do not read it: it would change nothing."""
     flags = {flag.name: flag.dest for m in REGISTRY.values() for flag in m.flags}
     for name, dest in flags.items():
-        if getattr(args, dest) != getattr(defaults, dest) and not set(reading(dest)) & set(drafting(method, args)):
-            raise SystemExit(f"{name} is a setting of --method {' or '.join(reading(dest))}: use it with "
-                             f"{'that method' if len(reading(dest)) == 1 else 'one of them'}, not {args.method}")
+        readers = reading(dest)
+        if getattr(args, dest) != getattr(defaults, dest) and not set(readers) & set(drafting(method, args)):
+            raise SystemExit(f"{name} is a setting of --method {' or '.join(readers)}: use it with "
+                             f"{'that method' if len(readers) == 1 else 'one of them'}, not {args.method}")
 
 
 def settings_given(name: str, args) -> dict:

@@ -1,6 +1,6 @@
 """What several commands share: the pair's, sampling's and adaptive K's arguments, the weights flags (one
-for each registered method with weights), loading the pair and the prompts, and the parser of K,K,... (a method's own settings, W,N,G or
-E+adapter, are parsed by its module: Method.flags).
+for each registered method with weights), loading the pair and the prompts, and the parser of K,K,... (a
+method's own settings, W,N,G or E+adapter, are parsed by its module: Method.flags).
 
 No method's name is written in speclab/cli: each method module holds its own (NAME), the registry
 (speclab.methods) lists them."""

@@ -20,8 +20,7 @@ from speclab.devices import pick_device
 from speclab.artifacts import record_target
 from speclab.models import BUNDLED_DIR, load_model, load_tokenizer, shallow_config
 from speclab.train.install import check_same_target
-from speclab.train.data import (choose_preset, generate_continuations, get_batch, hardware,
-                                prepare_data)
+from speclab.train.data import choose_preset, generate_continuations, get_batch, hardware, prepare_data
 from speclab.train.loop import deadline_after, has_bf16_units, train_loop
 
 
