@@ -13,20 +13,19 @@ import torch
 
 from speclab import theory
 from speclab.cli.main import command_line, command_parser
-from speclab.cli.options import (add_pair_args, add_sampling_args, add_weights_args, int_list, load, prompts_for,
+from speclab.cli.options import (add_pair_args, add_sampling_args, add_weights_args, load, prompts_for,
                                  require_draft, weights_given)
-from speclab.methods.layer_skip import layer_skip_setting
-from speclab.methods.lookahead import lookahead_setting
 from speclab.devices import cpu_name, gpu_name
 from speclab.measure.bench import (REFERENCE_METHODS, Bench, Decoding, Settings, bench_methods, default_methods,
                                    format_table, lesson_methods, model_check, needs_draft_model, plan_bench,
-                                   prepare_fast_paths, row_label, run_plan)
+                                   prepare_fast_paths, registered_sweeps, row_label, run_plan)
 from speclab.measure import batching
 from speclab.measure.profiling import gemv_bandwidth_gbs, matmul_gflops, parameter_bytes
 from speclab.measure.workloads import CHAT, COPYING, expand_workloads, shipped_count
 from speclab.methods import current_row
-from speclab.methods.ngram import MATCH_CHOICES
+from speclab.methods.flags import int_list
 from speclab.runner import FAST_MODES, context_length, enable_fast_path, fast_paths
+
 
 def build_parser() -> argparse.ArgumentParser:
     b = command_parser("bench")
@@ -37,17 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "edits of one file, a series of requests: chapter 13), the chat prompts "
                    f"by task, run through the tokenizer's chat template ({', '.join(CHAT)}; 4 each), or "
                    "chat for all seven (speclab.measure.workloads)")
-    b.add_argument("--lookahead", type=lookahead_setting, nargs="+", default=[(4, 4, 4)], metavar="W,N,G",
-                   help="the lookahead row's window, n-gram size and pool size per key (default 4,4,4); several "
-                   "settings give a row each, side by side (a sweep)")
     b.add_argument("--num-prompts", type=int, default=4, help="prompts per workload (default 4, a quick look; from 8 on, "
                    "the table's '95%% over prompts' column says how far each ratio could move; the book's record "
                    "uses 16). Code prompts skip the eight EAGLE-2's settings are tuned on")
     b.add_argument("--lookup-k", type=int, default=None, help="tokens per round for the prompt-lookup rows, "
                    "speclab's and transformers' (default: --k); copying pays at a larger K (chapter 6)")
-    b.add_argument("--lookup-choose", nargs="+", default=None, choices=MATCH_CHOICES,
-                   help="prompt lookup's rule for choosing among several matches (default: frequent); several "
-                   "give a row each, side by side")
     b.add_argument("--prompt", default=None, help="benchmark this one prompt instead")
     b.add_argument("--methods", "--method", dest="methods", default=None,
                    help="comma-separated subset of: " + ", ".join(bench_methods()) + " (default: the lesson, target-only against "
@@ -59,17 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "and transformers' own target-only too (several times the default's 1 to 3 minutes on 2 CPU cores: "
                    "README)")
     add_weights_args(b, used="the {name} rows")  # --heads, --eagle, --eagle3, --mtp (Method.weights_flag)
-    b.add_argument("--layer-skip", type=layer_skip_setting, nargs="+", default=[(22, True)], metavar="E[+adapter]",
-                   help="the layer-skip rows: exit layer, with or without the shipped exit adapter (default "
-                   "22+adapter, the fastest in chapter 9's sweep); several give a row each, side by side (a sweep)")
-    b.add_argument("--k-sweep", type=int_list, default=None, metavar="K,K,...",
-                   help="also run the draft model at each of these fixed K, a row each (adaptive K is measured "
-                   "against the best of them)")
+    for sweep in registered_sweeps().values():  # declared by the methods' modules (Sweep), a row per value
+        b.add_argument(sweep.flag.name, dest=sweep.name, default=None, **sweep.flag.spec)
     b.add_argument("--adaptive-k", type=int, default=None, help="upper bound on K for the adaptive rows (default: "
                    "the largest --k-sweep value, else the larger of --k and 8)")
-    b.add_argument("--confidence-threshold", type=float, nargs="+", default=[0.1], help="the adaptive-confidence "
-                   "row's stop (default 0.1, the fastest in chapter 9's sweep; transformers' default is 0.4); several "
-                   "give a row each, side by side")
     b.add_argument("--block", action="store_true", help="also run every speclab row that drafts a chain with block "
                    "verification (Sun et al. 2025), as '<row> (block)', in the same interleaved runs: it can only "
                    "differ when sampling (--temperature above 0); chapter 13")
@@ -175,7 +161,8 @@ def bench_batches(args) -> dict:
 
 
 def print_settings(args, target, draft, device, workload: str, num_prompts: int) -> None:
-    settings = " ".join(f"{w},{n},{g}" for w, n, g in args.lookahead)
+    given = [f"{s.flag.name} {getattr(args, s.name)}" for s in registered_sweeps().values()
+             if getattr(args, s.name) is not None]  # the sweeps set by their flags (the rest: their defaults)
     lookup = f" (prompt lookup K={args.lookup_k})" if args.lookup_k else ""
     limit = "at most " if args.stop_at_eos else ""
     gpu = gpu_name(device)
@@ -183,8 +170,8 @@ def print_settings(args, target, draft, device, workload: str, num_prompts: int)
           f"{limit}{args.max_new_tokens} new tokens{' (stops at EOS)' if args.stop_at_eos else ''}, "
           f"temperature {args.temperature}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"median of {args.repeats} interleaved repeats; target {target.dtype}, "
-          f"draft {draft.dtype if draft is not None else 'none'}; "
-          f"lookahead W,N,G {settings}")
+          f"draft {draft.dtype if draft is not None else 'none'}"
+          + "".join(f"; {g}" for g in given))
 
 
 def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
@@ -197,7 +184,7 @@ def methods_to_run(args, target, draft, weights) -> tuple[str, ...]:
             require_draft(args, draft, f"the rows {[m for m in methods if needs_draft_model(m)]}")
         return methods
     choose = default_methods if args.all else lesson_methods
-    methods = choose(target, draft, weights, args.layer_skip)
+    methods = choose(target, draft, weights, settings_of(args))
     if draft is None:
         left_out = [m for m in methods if needs_draft_model(m)]
         print(f"no draft model for this pair: left out {', '.join(left_out)}")
@@ -215,10 +202,9 @@ def stop_token(args, tokenizer) -> int | None:
 
 
 def settings_of(args) -> Settings:
-    """The plan's settings from bench's flags: K, the lookup and adaptive rows' K, and the sweeps."""
-    return Settings(k=args.k, lookup_k=args.lookup_k, adaptive_k=args.adaptive_k, lookahead=args.lookahead,
-                    lookup_choices=args.lookup_choose, layer_skip=args.layer_skip, k_sweep=args.k_sweep,
-                    confidence_thresholds=args.confidence_threshold)
+    """The plan's settings from bench's flags: K, the lookup and adaptive rows' K, and the sweeps (Sweep.name
+    is each one's dest)."""
+    return Settings(args.k, args.lookup_k, args.adaptive_k, {s: getattr(args, s) for s in registered_sweeps()})
 
 
 def bench_rows(args, target, draft, prompts, paths, tok) -> list:
@@ -233,16 +219,14 @@ def bench_rows(args, target, draft, prompts, paths, tok) -> list:
 
 
 def summary_of(args, device, workload: str, rows: list) -> dict:
-    # a ratio depends on the machine (how it charges a pass over several positions): say which one
-    # the settings under their flags' names
+    # a ratio depends on the machine (how it charges a pass over several positions): say which one;
+    # the settings under their flags' names, each sweep's values (its default's where no flag set it)
+    settings = settings_of(args)
     return dict(device=str(device), gpu=gpu_name(device), cpu=cpu_name(), torch=torch.__version__,
                 workload=workload, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                repeats=args.repeats,
-                k=args.k, lookup_k=args.lookup_k or args.k, threads=torch.get_num_threads(),
-                lookahead=[list(s) for s in args.lookahead],
-                layer_skip=[list(s) for s in args.layer_skip], k_sweep=args.k_sweep,
-                adaptive_k=args.adaptive_k or max(args.k_sweep or [max(args.k, 8)]),
-                confidence_threshold=args.confidence_threshold, fast=args.fast, stop_at_eos=args.stop_at_eos,
+                repeats=args.repeats, k=args.k, lookup_k=settings.lookup, threads=torch.get_num_threads(),
+                **{name: list(settings.values(s)) for name, s in registered_sweeps().items()},
+                adaptive_k=settings.adaptive, fast=args.fast, stop_at_eos=args.stop_at_eos,
                 rows=[r.to_record() for r in rows])
 
 

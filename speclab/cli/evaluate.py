@@ -9,7 +9,8 @@ import json
 import torch
 
 from speclab.cli.main import command_line, command_parser
-from speclab.cli.options import add_pair_args, int_list, load, prompts_for, require_draft
+from speclab.cli.options import add_pair_args, load, prompts_for, require_draft
+from speclab.methods.flags import int_list
 from speclab.devices import cpu_name
 from speclab.measure.acceptance import acceptance_table, format_acceptance_table
 from speclab.measure.lossless import lossless_check

@@ -101,12 +101,3 @@ def weights_given(args) -> dict:
     """Method name -> the weights directory its flag names (Method.weights_flag: --heads, --eagle, ...; None:
     the weights shipped with the bundled target)."""
     return {m.name: getattr(args, weights_dest(m)) for m in REGISTRY.values() if m.weights_flag}
-
-
-# ================================================================ compound settings
-def int_list(text: str) -> list[int]:
-    """'1,2,4,8' -> [1, 2, 4, 8], for --k-sweep."""
-    try:
-        return [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers (e.g. 1,2,4,8), got {text!r}")

@@ -27,6 +27,8 @@ from speclab.decoding import generate, speculative_generate
 from speclab.devices import timer
 from speclab.drafting import Drafter
 from speclab.methods import REGISTRY, by_bench_row, current_row, load_drafter
+from speclab.methods.draft_model import K_SWEEP
+from speclab.methods.flags import Setting, Sweep
 from speclab.measure import arctic_suffix
 from speclab.measure.profiling import costs_alone, tune_verify_widths
 from speclab.runner import FastPath, disable_fast_path, enable_fast_path, fast_paths, model_device
@@ -40,12 +42,9 @@ HF_LESSON = ("hf assisted", "hf prompt-lookup")  # transformers' two against spe
 # rows only when asked for: another implementation of a speclab method, installed apart (chapter 13); Arctic
 # Inference's suffix decoding, whose drafts are lookups as speclab's are
 REFERENCE_METHODS = tuple(arctic_suffix.ROWS)
-LOOKAHEAD = ((4, 4, 4),)  # (W, N, G) of the bench's lookahead rows: see chapter 6 for how it was chosen
-LAYER_SKIP = ((22, True),)  # (exit layer, with the exit adapter) of the layer-skip rows: the fastest in chapter 9's sweep
 ADAPTIVE_K = 8  # the adaptive rows' upper bound on K without a K sweep: room to grow where drafts are accepted
 FAST = " (fast)"  # a row run on the fast path: "speclab eagle3 (fast)"
 BLOCK = " (block)"  # a chain row verified jointly (block verification): "speclab draft_model (block)"
-CONFIDENCE_THRESHOLDS = (0.1,)  # the adaptive-confidence rows' stops: 0.1 was the fastest in chapter 9's sweep (transformers' default 0.4 stops this small draft too early)
 ADAPTIVE = ("k_schedule", "confidence_threshold")  # speculative_generate options that make K adaptive
 
 
@@ -65,79 +64,48 @@ def draft_model_row() -> str:
 
 
 # ================================================================ the plan
-@dataclass(frozen=True)
-class Setting:
-    """One value of a sweep as a row: `text`, what the row's label adds for it ("": none, the only value
-    of its sweep), its load_drafter and speculative_generate options, and a K of its own (a K sweep's)."""
-
-    text: str = ""
-    load: Mapping = field(default_factory=dict)
-    decode: Mapping = field(default_factory=dict)
-    k: int | None = None
-
-
 def labelled(row: str, text: str) -> str:
     """The label of a setting `text` of the bench row `row`: "speclab layer_skip E=22+adapter"."""
     return f"{row} {text}" if text else row
 
 
-def named(values, text: Callable, make: Callable) -> tuple[Setting, ...]:
-    """make(value, its text) for each of `values`: one value adds nothing to the label, each of several
-    adds text(value)."""
-    values = list(values)
-    return tuple(make(v, text(v) if len(values) > 1 else "") for v in values)
-
-
-def lookahead_settings(s: Settings) -> tuple[Setting, ...]:
-    """A lookahead row per (W, N, G): "speclab lookahead 3,3,2" when there are several."""
-    return named(map(tuple, s.lookahead), lambda v: "{},{},{}".format(*v),
-                 lambda v, text: Setting(text, dict(window=v[0], ngram=v[1], pool=v[2])))
-
-
-def lookup_settings(s: Settings) -> tuple[Setting, ...]:
-    """A prompt-lookup row per match rule (methods.ngram.MATCH_CHOICES; None: the default)."""
-    return named(s.lookup_choices or [None], str, lambda c, text: Setting(text, {} if c is None else dict(choose=c)))
-
-
-def layer_skip_settings(s: Settings) -> tuple[Setting, ...]:
-    """A layer-skip row per (E, adapter): "E=12" or "E=12+adapter", always named."""
-    return tuple(Setting(f"E={e}" + ("+adapter" if adapter else ""), dict(exit_layer=int(e), adapter=bool(adapter)))
-                 for e, adapter in s.layer_skip)
-
-
-def k_settings(s: Settings) -> tuple[Setting, ...]:
-    """The draft model's own row, then a fixed-K row per K of the sweep: "K=2"."""
-    return (Setting(), *(Setting(f"K={k}", k=int(k)) for k in s.k_sweep or ()))
-
-
-def confidence_settings(s: Settings) -> tuple[Setting, ...]:
-    """A confidence-stop row per threshold: "0.2" when there are several."""
-    return named(s.confidence_thresholds, lambda t: f"{t:g}",
-                 lambda t, text: Setting(text, decode=dict(confidence_threshold=float(t))))
-
-
-def sweep(rows: Callable, option: str, default=None):
-    """A Settings field that sweeps: rows(settings) makes its rows, `option` is the bench's flag for it."""
-    return field(default=default, metadata={"sweep": rows, "option": option})
+def registered_sweeps() -> dict[str, Sweep]:
+    """Every sweep the registry's bench rows take (BenchRow.sweep, declared by the method modules), by name."""
+    found: dict[str, Sweep] = {}
+    for m in REGISTRY.values():
+        for sweep in m.bench_sweeps.values():
+            if found.setdefault(sweep.name, sweep) is not sweep:
+                raise ValueError(f"two bench sweeps are named {sweep.name!r} (the second {m.name}'s): rename one")
+    return found
 
 
 @dataclass(frozen=True)
 class Settings:
     """What shapes the rows (run_bench's arguments of the same names): K, prompt lookup's K (lookup_k,
     default k), the adaptive rows' upper bound (adaptive_k, default: the K sweep's largest, else the larger
-    of k and ADAPTIVE_K), and the sweeps, a row each: lookahead (W, N, G), lookup_choices (prompt lookup's
-    match rules), layer_skip ((exit layer, adapter)), k_sweep (fixed K, draft model), confidence_thresholds;
-    each sweep's field holds how it makes its rows and the bench option that sets it (sweep)."""
+    of k and ADAPTIVE_K), and `swept`, the values of the registered sweeps (registered_sweeps: lookahead,
+    lookup_choices, layer_skip, k_sweep, confidence_thresholds...) by name; a sweep not named takes its default."""
 
     k: int = 4
     lookup_k: int | None = None
     adaptive_k: int | None = None
-    lookahead: Sequence = sweep(lookahead_settings, "--lookahead W,N,G (lookahead)", LOOKAHEAD)
-    lookup_choices: Sequence | None = sweep(lookup_settings, "--lookup-choose RULE (lookup_choices)")
-    layer_skip: Sequence = sweep(layer_skip_settings, "--layer-skip E[+adapter] (run_bench's layer_skip)", LAYER_SKIP)
-    k_sweep: Sequence | None = sweep(k_settings, "--k-sweep K,K,... (k_sweep)")
-    confidence_thresholds: Sequence = sweep(confidence_settings, "--confidence-threshold T (confidence_thresholds)",
-                                            CONFIDENCE_THRESHOLDS)
+    swept: Mapping[str, Sequence | None] = field(default_factory=dict)
+
+    def __post_init__(self):
+        unknown = sorted(set(self.swept) - set(registered_sweeps()))
+        if unknown:
+            raise ValueError(f"no bench sweep is named {unknown}; the sweeps: {sorted(registered_sweeps())}, and "
+                             "the settings k, lookup_k and adaptive_k")
+
+    @classmethod
+    def of(cls, k: int = 4, lookup_k: int | None = None, adaptive_k: int | None = None, **swept) -> Settings:
+        """Settings(k, lookup_k, adaptive_k, swept) from keywords: Settings.of(k=3, lookahead=[(2, 2, 1)])."""
+        return cls(k, lookup_k, adaptive_k, swept)
+
+    def values(self, sweep: Sweep) -> Sequence:
+        """The values `sweep` takes here: those given, else its default."""
+        given = self.swept.get(sweep.name)
+        return sweep.default if given is None else given
 
     @property
     def lookup(self) -> int:
@@ -146,24 +114,18 @@ class Settings:
 
     @property
     def adaptive(self) -> int:
-        """The adaptive rows' upper bound on K."""
-        return self.adaptive_k or max(self.k_sweep or [max(self.k, ADAPTIVE_K)])
+        """The adaptive rows' upper bound on K (the adaptive rows are the draft model's, as its K sweep is)."""
+        return self.adaptive_k or max(self.swept.get(K_SWEEP.name) or [max(self.k, ADAPTIVE_K)])
 
 
-# each sweep a registered row can take (Method.bench_sweeps names it: a Settings field whose metadata holds
-# its rows and the bench option that sets it)
-SWEEPS: dict[str, tuple[Callable[[Settings], tuple[Setting, ...]], str]] = {
-    f.name: (f.metadata["sweep"], f.metadata["option"]) for f in fields(Settings) if "sweep" in f.metadata}
-
-
-def swept_rows() -> dict[str, str]:
+def swept_rows() -> dict[str, Sweep]:
     """Every registered row a sweep makes rows of, and that sweep (Method.bench_sweeps)."""
-    return {row: name for m in REGISTRY.values() for row, name in m.bench_sweeps.items()}
+    return {row: sweep for m in REGISTRY.values() for row, sweep in m.bench_sweeps.items()}
 
 
 def sweeps(settings: Settings) -> dict[str, tuple[Setting, ...]]:
     """The rows each swept registered row stands for, in order."""
-    return {row: SWEEPS[name][0](settings) for row, name in swept_rows().items()}
+    return {row: sweep.settings(settings.values(sweep)) for row, sweep in swept_rows().items()}
 
 
 def unknown_methods_message(unknown: list[str]) -> str:
@@ -171,7 +133,7 @@ def unknown_methods_message(unknown: list[str]) -> str:
     "speclab layer_skip E=8", is named with the row and the option that makes it."""
     swept = swept_rows()
     bases = {m: max((row for row in swept if m.startswith(row + " ")), key=len, default=None) for m in unknown}
-    hints = [f"{m!r} is a row of {row!r}: ask for {row!r} and set the row with {SWEEPS[swept[row]][1]}"
+    hints = [f"{m!r} is a row of {row!r}: ask for {row!r} and set the row with {swept[row].option}"
              for m, row in bases.items() if row is not None]
     return (f"unknown method(s) {unknown}; choose from {bench_methods() + REFERENCE_METHODS}"
             + "".join(f"\n{h}" for h in hints))
@@ -264,12 +226,9 @@ def plan(methods, settings: Settings = Settings()) -> tuple[Row, ...]:
     return tuple(row_of(base, setting, settings) for base, setting in expand(methods, settings))
 
 
-def expand_methods(methods, lookahead=LOOKAHEAD, lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
-                   confidence_thresholds=CONFIDENCE_THRESHOLDS) -> tuple[str, ...]:
-    """The labels of the rows `methods` stand for, in order."""
-    settings = Settings(lookahead=lookahead, lookup_choices=lookup_choices, layer_skip=layer_skip, k_sweep=k_sweep,
-                        confidence_thresholds=confidence_thresholds)
-    return tuple(labelled(row, setting.text) for row, setting in expand(methods, settings))
+def expand_methods(methods, **swept) -> tuple[str, ...]:
+    """The labels of the rows `methods` stand for, in order; `swept`: the sweeps' values by name (Settings)."""
+    return tuple(labelled(row, setting.text) for row, setting in expand(methods, Settings(swept=swept)))
 
 
 def drafter_for(row: str, options: Mapping, target, draft, weights: Mapping[str, str | Path] | None = None):
@@ -335,13 +294,10 @@ def variants(rows, drafters: Mapping, block: bool = False, fast: bool = False) -
     return rows
 
 
-def make_drafters(methods, target, draft, weights: Mapping[str, str | Path] | None = None, lookahead=LOOKAHEAD,
-                  lookup_choices=None, layer_skip=LAYER_SKIP, k_sweep=None,
-                  confidence_thresholds=CONFIDENCE_THRESHOLDS) -> dict:
-    """The drafter of each row of `methods` that drafts (expanded by the sweeps), by row label."""
-    settings = Settings(lookahead=lookahead, lookup_choices=lookup_choices, layer_skip=layer_skip, k_sweep=k_sweep,
-                        confidence_thresholds=confidence_thresholds)
-    return add_drafters(plan(methods, settings), {}, target, draft, weights)
+def make_drafters(methods, target, draft, weights: Mapping[str, str | Path] | None = None, **swept) -> dict:
+    """The drafter of each row of `methods` that drafts (expanded by the sweeps: their values by name), by row
+    label."""
+    return add_drafters(plan(methods, Settings(swept=swept)), {}, target, draft, weights)
 
 
 @dataclass
@@ -366,9 +322,9 @@ def plan_bench(methods, target, draft, settings: Settings = Settings(), weights=
 
 
 def default_methods(target, draft=None, weights: Mapping[str, str | Path] | None = None,
-                    layer_skip=LAYER_SKIP) -> tuple[str, ...]:
+                    settings: Settings = Settings()) -> tuple[str, ...]:
     """Every row that can run on this target: a registered method's rows only where its weights (heads,
-    an EAGLE head, an MTP module, the exit adapters of every `layer_skip` setting) fit it."""
+    an EAGLE head, an MTP module, the exit adapters of every layer-skip row of `settings`) fit it."""
     def fits(row: Row) -> bool:
         try:
             build_drafter(row, target, draft, weights)
@@ -381,18 +337,18 @@ def default_methods(target, draft=None, weights: Mapping[str, str | Path] | None
         return not row.needs_draft_model and (method.bundled is not None or "drafter" in row.load)
 
     methods = bench_methods()
-    rows = plan(methods, Settings(layer_skip=layer_skip))
+    rows = plan(methods, settings)
     unfit = {row.base for row in rows if row.engine == "speclab" and row.method and trained(row) and not fits(row)}
     return tuple(m for m in methods if m not in unfit)
 
 
 def lesson_methods(target, draft, weights: Mapping[str, str | Path] | None = None,
-                   layer_skip=LAYER_SKIP) -> tuple[str, ...]:
+                   settings: Settings = Settings()) -> tuple[str, ...]:
     """What `python -m speclab bench` runs by default, the course's lesson in about two minutes on 2 cores:
     target-only, each method's lesson rows (the registry's `lesson_rows`) and transformers' two, where they
     fit the target; `--all` runs every row."""
     lesson = {TARGET_ONLY, *HF_LESSON, *(row for m in REGISTRY.values() for row in m.lesson_rows)}
-    return tuple(m for m in default_methods(target, draft, weights, layer_skip) if m in lesson)
+    return tuple(m for m in default_methods(target, draft, weights, settings) if m in lesson)
 
 
 def needs_draft_model(label: str) -> bool:
@@ -638,12 +594,12 @@ def run_bench(target, draft, prompts: list[torch.Tensor], k: int = 4, max_new_to
               progress: Callable[[str], None] | None = None, **sweeps) -> list[BenchRow]:
     """Each of `methods` over every prompt, `repeats` times, interleaved prompt by prompt; a row per method (a
     row per setting of a swept one) with the totals over the prompts from the median repeat. `sweeps`:
-    Settings' other fields (lookahead, lookup_k, lookup_choices, layer_skip, k_sweep, adaptive_k,
-    confidence_thresholds); weights: method name -> its trained weights' directory (default: those shipped);
+    lookup_k, adaptive_k and the registered sweeps' values by name (Settings.of: lookahead, lookup_choices,
+    layer_skip, k_sweep, confidence_thresholds); weights: method name -> its trained weights' directory (default: those shipped);
     paths: every speclab row again on those fast paths as "<row> (fast)"; block: every chain row under the
     rejection rule again with block verification as "<row> (block)" (chapter 13); time_alone: the draft
     model's row's passes also timed alone; eos_token_id: stop each prompt there (None: max_new_tokens past it)."""
-    the_plan = plan_bench(methods, target, draft, Settings(k=k, **sweeps), weights, block, bool(paths))
+    the_plan = plan_bench(methods, target, draft, Settings.of(k=k, **sweeps), weights, block, bool(paths))
     decoding = Decoding(max_new_tokens, temperature, seed, eos_token_id)
     bench = Bench(target, draft, list(prompts), the_plan, decoding, paths)
     return run_plan(bench, repeats, warmup, time_alone, progress)

@@ -18,6 +18,7 @@ from speclab.drafting import Drafter
 from speclab.methods import (checkpoints, draft_model, eagle, layer_skip, lookahead, lookup_first, medusa, mtp,
                              ngram, parallel_draft, shipped, suffix)
 from speclab.methods.engines import Options, no
+from speclab.methods.flags import Flag, Sweep
 from speclab.models import BUNDLED_DIR, load_pair
 
 
@@ -45,31 +46,17 @@ class CardSection:
 
 
 @dataclass(frozen=True)
-class Flag:
-    """One of generate's flags, declared by the method that reads it: add_argument(name, **spec). Methods that
-    read the same setting declare the same Flag (eagle and eagle3's --eagle-tree); the command adds it once."""
-
-    name: str  # "--lookahead"
-    spec: Mapping = field(default_factory=dict)  # add_argument's keywords: type, default, metavar, help
-
-    @property
-    def dest(self) -> str:
-        """argparse's name for it: "--exit-layer" -> "exit_layer"."""
-        return self.name.lstrip("-").replace("-", "_")
-
-
-@dataclass(frozen=True)
 class BenchRow:
     """One bench row of a method, "speclab <name>[ <variant>]", all of it in one place: its load_drafter options,
     its speculative_generate options (another schedule or acceptance rule), whether the lesson (bench's
-    default) runs it, the bench setting that sweeps it (a measure.bench.Settings field, a row per value), and
-    the labels records wrote for it before a rename (current_row reads them)."""
+    default) runs it, the sweep its method's module declares for it (a bench flag, a row per value), and the
+    labels records wrote for it before a rename (current_row reads them)."""
 
     variant: str = ""
     load: Mapping = field(default_factory=dict)
     decode: Mapping = field(default_factory=dict)
     lesson: bool = False
-    sweep: str | None = None
+    sweep: Sweep | None = None
     older: tuple[str, ...] = ()
 
 
@@ -142,8 +129,8 @@ class Method:
         return tuple(self.row(r.variant) for r in self.rows if r.lesson)
 
     @property
-    def bench_sweeps(self) -> dict[str, str]:
-        """The rows a bench setting sweeps -> that setting (measure.bench.Settings' field, "k_sweep")."""
+    def bench_sweeps(self) -> dict[str, Sweep]:
+        """The rows a bench setting sweeps -> that sweep (draft_model.K_SWEEP for "speclab draft_model")."""
         return {self.row(r.variant): r.sweep for r in self.rows if r.sweep}
 
     @property
@@ -239,9 +226,9 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
     Method(draft_model.NAME, _load_draft_model, options="draft= a model or a directory (default: the bundled draft)",
            engine_settings=draft_model.engine_settings, weights="draft", bundled="draft", train="draft",
            vllm_drafts=lambda settings: {},
-           rows=(B(lesson=True, sweep="k_sweep", older=("speclab speculative",)),
+           rows=(B(lesson=True, sweep=draft_model.K_SWEEP, older=("speclab speculative",)),
                  B("adaptive-heuristic", decode={"k_schedule": "heuristic"}, older=("speclab adaptive-heuristic",)),
-                 B("adaptive-confidence", sweep="confidence_thresholds", older=("speclab adaptive-confidence",))),
+                 B("adaptive-confidence", sweep=draft_model.CONFIDENCE_SWEEP, older=("speclab adaptive-confidence",))),
            older_names=("model",),
            # chapter 11's batch sweep named its rows "draft model" and "prompt lookup" (its record still does)
            older_labels={"draft model": draft_model.NAME}),
@@ -254,7 +241,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                     "max_matching_ngram_size": ("max_ngram", 0),                                  # transformers
                     "prompt_lookup_num_tokens": ("num_tokens", 0)},
            # chapter 10's vLLM comparison wrote "speclab prompt lookup (compiled)"
-           rows=(B(lesson=True, sweep="lookup_choices", older=("speclab prompt-lookup", "speclab prompt lookup")),),
+           rows=(B(lesson=True, sweep=ngram.SWEEP, older=("speclab prompt-lookup", "speclab prompt lookup")),),
            older_names=("prompt-lookup",), older_labels={"prompt lookup": ngram.NAME}),
     Method(suffix.NAME, lambda target, **o: suffix.SuffixDrafter(**o),
            options="max_tree_depth=24, max_cached_requests=10000, max_spec_factor=1.0, min_token_prob=0.1, "
@@ -264,7 +251,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                     ("max_tree_depth", "max_cached_requests", "max_spec_factor", "min_token_prob")},
            rows=(B(), B("tree", load={"tree": True}, older=("speclab suffix-tree",)))),
     Method(lookahead.NAME, lambda target, **o: lookahead.LookaheadDrafter(**o),
-           options="window=W, ngram=N, pool=G, from_context=True, seed=0", rows=(B(sweep="lookahead"),),
+           options="window=W, ngram=N, pool=G, from_context=True, seed=0", rows=(B(sweep=lookahead.SWEEP),),
            engine_settings=lookahead.engine_settings, one_hot_drafts=True,
            flags=(Flag("--lookahead", dict(type=lookahead.lookahead_setting, default="4,4,4", metavar="W,N,G",
                                            help="lookahead decoding's window, n-gram size and pool size per key "
@@ -314,7 +301,7 @@ REGISTRY: dict[str, Method] = {m.name: m for m in (
                                                                        "(default 20)")),
                   Flag("--exit-adapter", dict(action="store_true", help="layer_skip: with the exit adapter shipped "
                                                                         "for the bundled target"))),
-           rows=(B(sweep="layer_skip", older=("speclab layer-skip",)),)),
+           rows=(B(sweep=layer_skip.SWEEP, older=("speclab layer-skip",)),)),
     Method(parallel_draft.NAME, _load_parallel_draft, options="model= a parallel draft or its directory",
            weights="model", bundled="pard", train="pard", engine_settings=parallel_draft.engine_settings,
            card=CardSection(f"{CARD}:pard_card"),

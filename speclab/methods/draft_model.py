@@ -12,6 +12,7 @@ from speclab.models import load_model
 from speclab.runner import model_device, runner_for
 from speclab.sampling import SamplingParams, check_finite, pick
 from speclab.methods.engines import Options, by_batch, confidence, no_confidence
+from speclab.methods.flags import Flag, Setting, Sweep, int_list, named
 
 NAME = "draft_model"  # the method's name in the registry (vLLM's)
 
@@ -147,3 +148,26 @@ def engine_settings(engine: str, o: Options) -> dict:
     # transformers' defaults (20 tokens, a 0.4 confidence stop) are not speclab's: both written out
     return {"assistant_model": path, "num_assistant_tokens": o.k, "num_assistant_tokens_schedule": "constant",
             "assistant_confidence_threshold": o.confidence_threshold or 0.0}
+
+
+# ================================================================ its bench sweeps
+def k_rows(values) -> tuple[Setting, ...]:
+    """The draft model's own row, then a fixed-K row per K of the sweep: "K=2"."""
+    return (Setting(), *(Setting(f"K={k}", k=int(k)) for k in values))
+
+
+def confidence_rows(values) -> tuple[Setting, ...]:
+    """An adaptive-confidence row per stop: "0.2" when there are several."""
+    return named(values, lambda t: f"{t:g}", lambda t, text: Setting(text, decode=dict(confidence_threshold=float(t))))
+
+
+K_SWEEP = Sweep("k_sweep", Flag("--k-sweep", dict(
+    type=int_list, metavar="K,K,...",
+    help="also run the draft model at each of these fixed K, a row each (adaptive K is measured against the best "
+         "of them)")), k_rows, default=())
+# the adaptive-confidence rows' stop: 0.1 was the fastest in chapter 9's sweep (transformers' default, 0.4, stops
+# this small draft too early)
+CONFIDENCE_SWEEP = Sweep("confidence_thresholds", Flag("--confidence-threshold", dict(
+    type=float, nargs="+", metavar="T",
+    help="the adaptive-confidence row's stop (default 0.1, the fastest in chapter 9's sweep; transformers' default "
+         "is 0.4); several give a row each, side by side")), confidence_rows, default=(0.1,))

@@ -23,6 +23,7 @@ from speclab.methods.draft_model import ModelDrafter
 from speclab.models import shallow_config
 from speclab.runner import FastPath, enable_fast_path, fast_path_of, use_fast_path
 from speclab.methods.engines import Options, by_batch, no
+from speclab.methods.flags import Flag, Setting, Sweep
 
 NAME = "layer_skip"  # the method's name in the registry
 ADAPTERS_CONFIG, ADAPTERS_FILE = "exit_config.json", "exit_adapters.safetensors"
@@ -165,3 +166,17 @@ def layer_skip_setting(text: str) -> tuple[int, bool]:
         raise argparse.ArgumentTypeError(f"--layer-skip takes E or E+adapter (an exit layer, e.g. 12 or 12+adapter), "
                                          f"got {text!r}")
     return int(layer), extra == "adapter"
+
+
+def layer_skip_rows(values) -> tuple[Setting, ...]:
+    """A bench row per (E, adapter): "E=12" or "E=12+adapter", always named."""
+    return tuple(Setting(f"E={e}" + ("+adapter" if adapter else ""), dict(exit_layer=int(e), adapter=bool(adapter)))
+                 for e, adapter in values)
+
+
+# the bench's exit layer: 22 with the adapter, the fastest in chapter 9's sweep
+SWEEP = Sweep("layer_skip", Flag("--layer-skip", dict(
+    type=layer_skip_setting, nargs="+", metavar="E[+adapter]",
+    help="the layer-skip rows: exit layer, with or without the shipped exit adapter (default 22+adapter, the "
+         "fastest in chapter 9's sweep); several give a row each, side by side (a sweep)")),
+    layer_skip_rows, default=((22, True),))

@@ -22,6 +22,7 @@ from speclab.drafting import Draft, Drafter, SideBranch
 from speclab.sampling import SamplingParams
 from speclab.trees import tree_attention_mask
 from speclab.methods.engines import Options, by_batch, no
+from speclab.methods.flags import Flag, Setting, Sweep, named
 
 NAME = "lookahead"  # the method's name in the registry
 
@@ -233,3 +234,16 @@ def lookahead_setting(text: str) -> tuple[int, int, int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--lookahead takes W,N,G (three integers, e.g. 4,4,4), got {text!r}")
     return window, ngram, pool
+
+
+def lookahead_rows(values) -> tuple[Setting, ...]:
+    """A bench row per (W, N, G): "speclab lookahead 3,3,2" when there are several."""
+    return named(map(tuple, values), lambda v: "{},{},{}".format(*v),
+                 lambda v, text: Setting(text, dict(window=v[0], ngram=v[1], pool=v[2])))
+
+
+# the bench's (W, N, G): 4,4,4, chosen in chapter 6
+SWEEP = Sweep("lookahead", Flag("--lookahead", dict(
+    type=lookahead_setting, nargs="+", metavar="W,N,G",
+    help="the lookahead row's window, n-gram size and pool size per key (default 4,4,4); several settings give a "
+         "row each, side by side (a sweep)")), lookahead_rows, default=((4, 4, 4),))

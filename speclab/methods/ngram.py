@@ -7,6 +7,7 @@ import torch
 from speclab.drafting import Draft, Drafter
 from speclab.sampling import SamplingParams
 from speclab.methods.engines import Options, by_batch, no
+from speclab.methods.flags import Flag, Setting, Sweep, named
 
 NAME = "ngram"  # the method's name in the registry (vLLM's)
 
@@ -136,3 +137,15 @@ def engine_settings(engine: str, o: Options) -> dict:
         raise no(engine, f"prompt lookup tries every size from max_matching_ngram_size down to 1; no minimum "
                          f"(min_ngram {o.min_ngram})")
     return {"prompt_lookup_num_tokens": o.k, "max_matching_ngram_size": o.max_ngram}
+
+
+# ================================================================ its bench sweep
+def lookup_rows(values) -> tuple[Setting, ...]:
+    """A prompt-lookup bench row per match rule (MATCH_CHOICES; None: the default, "frequent")."""
+    return named(values, str, lambda c, text: Setting(text, {} if c is None else dict(choose=c)))
+
+
+SWEEP = Sweep("lookup_choices", Flag("--lookup-choose", dict(
+    nargs="+", choices=MATCH_CHOICES, metavar="RULE",
+    help=f"prompt lookup's rule for choosing among several matches ({', '.join(MATCH_CHOICES)}; default: frequent); "
+         "several give a row each, side by side")), lookup_rows, default=(None,))

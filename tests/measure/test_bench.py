@@ -212,7 +212,7 @@ def test_combined_stats_sum_runs_and_refuse_mixed_methods():
 def test_lookahead_settings_become_rows_side_by_side(pair, prompt):
     from speclab.measure.bench import expand_methods
     methods = ("speclab target-only", "speclab lookahead", "speclab ngram", "hf prompt-lookup")
-    assert expand_methods(methods, [(4, 4, 4)]) == methods
+    assert expand_methods(methods, lookahead=[(4, 4, 4)]) == methods
     settings = [(2, 2, 1), (3, 3, 2)]
     rows = run_bench(*pair, [prompt], k=3, max_new_tokens=10, methods=methods, lookahead=settings, lookup_k=5,
                      warmup=False)
@@ -406,7 +406,7 @@ def test_the_interleaved_timing_says_how_far_it_got():
 def test_the_bench_is_a_plan_of_rows_as_data():
     """A row says what decodes it, with which options and K, on which path; its label is only its name."""
     from speclab.measure.bench import Row, Settings, plan, variants
-    settings = Settings(k=3, lookup_k=6, k_sweep=[1, 5], lookahead=[(2, 2, 1), (3, 3, 2)])
+    settings = Settings.of(k=3, lookup_k=6, k_sweep=[1, 5], lookahead=[(2, 2, 1), (3, 3, 2)])
     rows = {r.label: r for r in plan(("speclab target-only", "speclab draft_model",
                                       "speclab draft_model adaptive-heuristic", "speclab ngram", "speclab lookahead", "speclab medusa typical",
                                       "hf assisted", "hf prompt-lookup"), settings)}
@@ -440,16 +440,17 @@ def test_the_bench_is_a_plan_of_rows_as_data():
 def test_a_rows_label_is_made_of_its_data_and_the_sweeps_are_the_registrys():
     """The label is the registered row, a sweep's setting and the path, joined; it is never read back. Which
     registered rows a setting sweeps is the registry's (Method.bench_sweeps)."""
-    from speclab.measure.bench import SWEEPS, Row, Settings, plan, swept_rows
+    from speclab.measure.bench import Row, Settings, plan, registered_sweeps, swept_rows
     from speclab.methods import REGISTRY
     row = Row("speclab layer_skip", "speclab", "layer_skip", "E=22+adapter", block=True, fast=True)
     assert row.label == "speclab layer_skip E=22+adapter (block) (fast)"
     assert row.of == "speclab layer_skip E=22+adapter" and Row().of is None
     assert Row("hf assisted", "transformers", "assisted").label == "hf assisted"
     swept = swept_rows()
-    assert set(swept.values()) == set(SWEEPS) and all(row in REGISTRY[row.split()[1]].bench_rows for row in swept)
-    rows = plan(("speclab layer_skip", "speclab ngram"), Settings(layer_skip=[(8, False), (12, True)],
-                                                                  lookup_choices=["latest"]))
+    assert ({s.name for s in swept.values()} == set(registered_sweeps())
+            and all(row in REGISTRY[row.split()[1]].bench_rows for row in swept))
+    rows = plan(("speclab layer_skip", "speclab ngram"), Settings.of(layer_skip=[(8, False), (12, True)],
+                                                                     lookup_choices=["latest"]))
     assert [(r.base, r.setting, r.label) for r in rows] == [
         ("speclab layer_skip", "E=8", "speclab layer_skip E=8"),
         ("speclab layer_skip", "E=12+adapter", "speclab layer_skip E=12+adapter"),

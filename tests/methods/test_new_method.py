@@ -2,11 +2,13 @@
 registered for these tests only, runs everywhere speclab runs a method with nothing else edited: loaded
 by name, in the decode loop, `python -m speclab generate --method`, a bench row (the plan, `python -m
 speclab bench --methods`), its engine settings or the reason an engine has none, and its section of the
-model card; and it is gone after. Given weights (Method.weights_flag), it gets its command-line flag too, and
-given a setting of its own (Method.flags), generate's flag for it."""
+model card; and it is gone after. Given weights (Method.weights_flag), it gets its command-line flag too;
+given a setting of its own (Method.flags), generate's flag for it; and given a sweep in its module (Sweep, named
+by its BenchRow), the bench's flag and a row per value."""
 from __future__ import annotations
 
 from dataclasses import replace
+import json
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from speclab.decoding import generate, speculative_generate
 from speclab.drafting import Draft, Drafter
 from speclab.measure import bench
 from speclab.methods import REGISTRY, BenchRow, CardSection, Flag, Method, bench_row, load_drafter
+from speclab.methods.flags import Setting, Sweep, named
 from speclab.methods.engines import Options, Unsupported, no
 from speclab.sampling import SamplingParams
 from speclab.serving import settings
@@ -149,3 +152,37 @@ def test_a_method_with_a_setting_of_its_own_declares_generates_flag(monkeypatch,
     with pytest.raises(SystemExit, match=f"--repeat-times is a setting of --method {NAME}: use it with that method, "
                                          "not draft_model"):
         main(["generate", "def f(x):", "--method", "draft_model", "--repeat-times", "5", "--device", "cpu"])
+
+
+def test_a_method_with_a_sweep_of_its_own_gets_a_bench_row_per_value(monkeypatch, pair, prompt, tmp_path, capsys):
+    """A sweep declared beside the method (Sweep) and named by its row (BenchRow.sweep) is all a swept setting
+    takes: the plan makes a row per value (the default's one value: the row as registered), run_bench takes it
+    by name, bench offers its flag and records its values, and a label of one value points at the flag."""
+    loaded = []
+    sweep = Sweep("repeat_times", Flag("--repeat-times", dict(type=int, nargs="+", metavar="N", help="how often")),
+                  lambda values: named(values, lambda n: f"x{n}", lambda n, text: Setting(text, dict(times=n))),
+                  default=(2,))
+    entry = replace(ENTRY, rows=(BenchRow(sweep=sweep),),
+                    load=lambda target, **options: loaded.append(options) or RepeatLast(**options))
+    monkeypatch.setitem(REGISTRY, NAME, entry)
+    rows = bench.plan((ROW,), bench.Settings.of(k=3, repeat_times=[1, 3]))
+    assert [(r.label, dict(r.load)) for r in rows] == [(f"{ROW} x1", {"times": 1}), (f"{ROW} x3", {"times": 3})]
+    assert [(r.label, dict(r.load)) for r in bench.plan((ROW,))] == [(ROW, {"times": 2})]
+    timed = bench.run_bench(*pair, [prompt], k=3, max_new_tokens=6, methods=(bench.TARGET_ONLY, ROW), warmup=False,
+                            repeat_times=[1, 3])
+    assert [r.method for r in timed] == [bench.TARGET_ONLY, f"{ROW} x1", f"{ROW} x3"]
+    assert all(r.matches_target_only for r in timed[1:]) and {"times": 3} in loaded
+    with pytest.raises(ValueError, match=f"ask for '{ROW}' and set the row with --repeat-times N"):
+        bench.plan((f"{ROW} x5",))
+    with pytest.raises(ValueError, match="no bench sweep is named \\['repeat_count'\\]"):
+        bench.Settings.of(repeat_count=[1])
+    record = tmp_path / "bench.json"
+    main(["bench", "--prompt", "def f(x):", "--max-new-tokens", "4", "--repeats", "1", "--device", "cpu",
+          "--methods", f"{bench.TARGET_ONLY},{ROW}", "--repeat-times", "1", "3", "--json", str(record)])
+    assert f"\n{NAME} x3 " in capsys.readouterr().out
+    written = json.loads(record.read_text())
+    assert written["repeat_times"] == [1, 3] and written["lookahead"] == [[4, 4, 4]]  # every sweep's values
+    monkeypatch.undo()
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "--repeat-times" not in capsys.readouterr().out  # gone with its entry
