@@ -26,7 +26,8 @@ from speclab.drafting import Draft, Drafter
 from speclab.runner import Runner, context_length, runner_for
 from speclab.sampling import SamplingParams, check_finite, pad_vocab, pick
 from speclab.stats import GenerationResult, GenerationStats, Round
-from speclab.verification import medusa_typical_accept_tree, typical_accept_tree, verify_block, verify_tree
+from speclab.verification import (LOSSLESS_RULES, medusa_typical_accept_tree, typical_accept_tree, verify_block,
+                                  verify_tree)
 
 
 # ---------------------------------------------------------------- input checks
@@ -186,8 +187,7 @@ def generate(target: torch.nn.Module, input_ids: Prompts, *, max_new_tokens: int
 
 
 # ---------------------------------------------------------------- speculative decoding
-ACCEPTANCE_RULES = ("rejection", "block", "typical", "typical-medusa")
-LOSSLESS_RULES = ("rejection", "block")
+ACCEPTANCE_RULES = (*LOSSLESS_RULES, "typical", "typical-medusa")
 
 
 # The loop never imports a method: a bare model passed as the draft is wrapped by the registry's

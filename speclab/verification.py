@@ -44,28 +44,30 @@ def emitted_distribution(target_probs: torch.Tensor, sampled_probs: torch.Tensor
     return accepted + (1 - accepted.sum(-1, keepdim=True)) * residual_distribution(target_probs, q_r)
 
 
-VERIFY_METHODS = ("token", "block")
+# the lossless rules, named as speculative_generate's `acceptance` names them
+LOSSLESS_RULES = ("rejection", "block")
 
 
 def verify(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor,
-           generator: torch.Generator | None = None, method: str = "token") -> tuple[int, int]:
+           generator: torch.Generator | None = None, acceptance: str = "rejection") -> tuple[int, int]:
     """One round of the rule on explicit distributions, for a chain of K drafts.
 
     target_probs: (K+1, V) served target distributions, row i predicting the token after draft i-1
     (row K gives the bonus). draft_probs: (K, V) served draft distributions the drafts were drawn from.
     draft_tokens: (K,) ids. Returns (number of accepted drafts, next token id): the correction drawn
     from the residual at the first rejection, or the bonus token when all K are accepted.
-    method "token": the token-wise rule; a chain is the tree whose node i hangs under node i - 1, so
-    this is `verify_tree` on that tree. "block": block verification (`verify_block`), which judges the
-    drafts jointly and accepts at least as many in expectation; both are lossless.
+    acceptance "rejection": the token-wise rule; a chain is the tree whose node i hangs under node i - 1,
+    so this is `verify_tree` on that tree. "block": block verification (`verify_block`), which judges the
+    drafts jointly and accepts at least as many in expectation; both are lossless (speculative_generate's
+    `acceptance` names them alike).
     """
-    if method not in VERIFY_METHODS:
-        raise ValueError(f"method must be one of {VERIFY_METHODS}, got {method!r}")
+    if acceptance not in LOSSLESS_RULES:
+        raise ValueError(f"acceptance must be one of {LOSSLESS_RULES}, got {acceptance!r}")
     k = draft_tokens.shape[0] if draft_tokens.dim() == 1 else -1
     if k < 0 or target_probs.dim() != 2 or draft_probs.dim() != 2:
         raise ValueError("verify expects draft_tokens of shape (K,), target_probs (K+1, V), draft_probs (K, V); "
                          f"got {tuple(draft_tokens.shape)}, {tuple(target_probs.shape)}, {tuple(draft_probs.shape)}")
-    if method == "block":
+    if acceptance == "block":
         return verify_block(target_probs, draft_probs, draft_tokens, generator)
     path, next_token = verify_tree(target_probs, draft_probs, draft_tokens, chain_parents(k), generator)
     return len(path), next_token

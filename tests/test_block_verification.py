@@ -21,7 +21,7 @@ def chain(seed, sharp):
     return torch.softmax(torch.randn(V, generator=g) * sharp, -1), torch.softmax(torch.randn(V, V, generator=g) * sharp, -1)
 
 
-def first_two(target, draft, trials, seed, method="block"):
+def first_two(target, draft, trials, seed, acceptance="block"):
     """Counts of the first two tokens rounds of K drafts emit: drafts from the draft chain, checked against
     the target chain's rows after each prefix, rounds repeated until two tokens are out."""
     (p0, P), (q0, Q) = target, draft
@@ -39,7 +39,7 @@ def first_two(target, draft, trials, seed, method="block"):
                 drafts.append(draw(row, g))  # sample's token, drawn in Python
             prev = [last] + drafts
             rows_p = [p0 if prev[0] is None else P[prev[0]]] + [P[t] for t in drafts]
-            kept, nxt = verify(torch.stack(rows_p), torch.stack(rows_q), torch.tensor(drafts), g, method=method)
+            kept, nxt = verify(torch.stack(rows_p), torch.stack(rows_q), torch.tensor(drafts), g, acceptance=acceptance)
             if not out:
                 kept_total += kept
             out += drafts[:kept] + [nxt]
@@ -75,8 +75,8 @@ def test_the_check_catches_block_verification_with_the_token_wise_residual(monke
 @pytest.mark.parametrize("case", list(CASES))
 def test_block_verification_keeps_at_least_as_many_drafts_as_the_token_wise_rule(case):
     target, draft = CASES[case]
-    _, block = first_two(target, draft, 4000, seed=12, method="block")
-    _, token = first_two(target, draft, 4000, seed=12, method="token")
+    _, block = first_two(target, draft, 4000, seed=12, acceptance="block")
+    _, token = first_two(target, draft, 4000, seed=12, acceptance="rejection")
     assert block >= token - 0.03, (block, token)  # the paper's Theorem 2, within sampling noise
 
 
@@ -91,8 +91,8 @@ def test_greedy_block_verification_is_the_longest_match():
 
 
 def test_bad_input_is_refused():
-    with pytest.raises(ValueError, match="method must be one of"):
-        verify(torch.ones(2, V) / V, torch.ones(1, V) / V, torch.tensor([0]), method="blocks")
+    with pytest.raises(ValueError, match="acceptance must be one of \\('rejection', 'block'\\)"):
+        verify(torch.ones(2, V) / V, torch.ones(1, V) / V, torch.tensor([0]), acceptance="blocks")
     with pytest.raises(ValueError, match="K \\+ 1|N \\+ 1"):
         verify_block(torch.ones(2, V) / V, torch.ones(2, V) / V, torch.tensor([0, 1]))
 
