@@ -48,6 +48,9 @@ def attainable_tflops(intensity: float, peak_tflops: float, bandwidth_gbs: float
     return min(peak_tflops, intensity * bandwidth_gbs / 1000)
 
 
+H200_GBS = 4800  # GB/s: the NVIDIA H200's HBM3e bandwidth on its datasheet (the book's nvidia_h200), chapters 1 and 10
+
+
 def decode_floor_ms(weight_bytes: float, kv_bytes: float, bandwidth_gbs: float) -> float:
     """The bandwidth floor of one decode step: every weight and every cached key and value read once."""
     return (weight_bytes + kv_bytes) / (bandwidth_gbs * 1e9) * 1000
