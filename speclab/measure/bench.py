@@ -125,7 +125,7 @@ def swept_rows() -> dict[str, Sweep]:
 
 def sweeps(settings: Settings) -> dict[str, tuple[Setting, ...]]:
     """The rows each swept registered row stands for, in order."""
-    return {row: sweep.settings(settings.values(sweep)) for row, sweep in swept_rows().items()}
+    return {row: sweep.rows(settings.values(sweep)) for row, sweep in swept_rows().items()}
 
 
 def unknown_methods_message(unknown: list[str]) -> str:

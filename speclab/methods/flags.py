@@ -47,10 +47,6 @@ class Sweep:
     rows: Callable[[Sequence], tuple[Setting, ...]]
     default: Sequence | None = None
 
-    def settings(self, values: Sequence | None) -> tuple[Setting, ...]:
-        """The rows of `values` (None: the default's)."""
-        return self.rows(self.default if values is None else values)
-
     @property
     def option(self) -> str:
         """How to set it, for an error message: "--lookahead W,N,G (run_bench's lookahead)"."""
