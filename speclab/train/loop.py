@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +65,20 @@ def step_precision(bf16: bool | None, device: torch.device) -> torch.autocast:
                          "on a CPU) and slower than float32: train with the preset's bf16=False, or None to decide "
                          "by device")
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=native if bf16 is None else bf16)
+
+
+def loss_function(loss: Callable, compiled: bool, device: torch.device) -> Callable:
+    """`loss` itself, or with `compiled` torch.compile's fusion of it: a few passes over the logits where
+    eager PyTorch makes one per operation, the same arithmetic rounded in another order. For a loss over a
+    vocabulary, such as EAGLE-3's soft cross-entropy over SmolLM2's 8k draft tokens, whose softmaxes are
+    most of a head step (about 2x a step on a 2-core Xeon). On a CPU it needs a C++ compiler (where none is
+    found: `loss` itself, said aloud); elsewhere than a CPU or CUDA, `loss` itself."""
+    if not compiled or device.type not in ("cpu", "cuda"):
+        return loss
+    if device.type == "cpu" and not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")):
+        print(f"note: no C++ compiler (g++, clang++ or $CXX) for torch.compile: {loss.__name__} runs eagerly")
+        return loss
+    return torch.compile(loss, dynamic=False)
 
 
 def precision_name(precision: torch.autocast) -> str:

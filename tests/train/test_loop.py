@@ -1,13 +1,16 @@
-"""speclab.train.loop: the training steps' precision (step_precision) and whole saves (save_whole)."""
+"""speclab.train.loop: the training steps' precision (step_precision), compiled losses (loss_function) and whole saves
+(save_whole)."""
 from pathlib import Path
+
+import shutil
 
 import pytest
 import torch
 
 from speclab.methods.eagle import EagleHead
-from speclab.train.eagle import eagle3_loss
+from speclab.train.eagle import eagle3_loss, soft_cross_entropy
 from speclab.train.data import target_features
-from speclab.train.loop import precision_name, save_whole, step_precision
+from speclab.train.loop import loss_function, precision_name, save_whole, step_precision
 from tests.conftest import tiny_model
 
 BF16_UNITS = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
@@ -55,6 +58,41 @@ def test_bf16_by_device_follows_the_units():
     chosen = step_precision(None, torch.device("cpu"))
     assert chosen._enabled == BF16_UNITS
     assert precision_name(chosen) == ("bfloat16 autocast" if BF16_UNITS else "float32")
+
+
+def textbook_soft_ce(logits, teacher_logits, mask):
+    """-sum(p_teacher * log_softmax(logits)), masked mean: the form soft_cross_entropy rewrites."""
+    ce = -(torch.softmax(teacher_logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
+    return (ce * mask).sum() / mask.sum()
+
+
+def soft_ce_inputs():
+    g = torch.Generator().manual_seed(0)
+    logits = (torch.randn(2, 7, 50, generator=g) * 3).requires_grad_()
+    teacher = torch.randn(2, 7, 50, generator=g) * 3
+    mask = (torch.rand(2, 7, generator=g) > 0.3).float()
+    return logits, teacher, mask
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_soft_cross_entropy_and_its_compiled_fusion_are_the_textbook_loss_and_gradient(compiled):
+    if compiled and not (shutil.which("g++") or shutil.which("clang++")):
+        pytest.skip("torch.compile on a CPU needs a C++ compiler")
+    ce = loss_function(soft_cross_entropy, compiled, torch.device("cpu"))
+    assert (ce is soft_cross_entropy) != compiled
+    logits, teacher, mask = soft_ce_inputs()
+    want = textbook_soft_ce(logits, teacher, mask)
+    (want_grad,) = torch.autograd.grad(want, logits)
+    got = ce(logits, teacher, mask)
+    (got_grad,) = torch.autograd.grad(got, logits)
+    assert torch.allclose(got, want, rtol=1e-5) and torch.allclose(got_grad, want_grad, atol=1e-7)
+
+
+def test_a_loss_is_left_eager_where_no_compiler_is_found(monkeypatch, capsys):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert loss_function(soft_cross_entropy, True, torch.device("cpu")) is soft_cross_entropy
+    assert "no C++ compiler" in capsys.readouterr().out
+    assert loss_function(soft_cross_entropy, True, torch.device("mps")) is soft_cross_entropy
 
 
 def test_a_save_killed_mid_write_leaves_the_last_whole_file(tmp_path, monkeypatch):
