@@ -149,3 +149,14 @@ def test_costs_alone_times_each_pass_of_the_loop_by_itself(pair):
     costs = profiling.costs_alone(target, draft, context=12, width=4, repeats=2)
     assert list(costs) == ["target step", "verify pass", "draft step", "draft step after a target pass"]
     assert all(ms > 0 for ms in costs.values())
+
+
+def test_the_last_level_cache_is_the_highest_level_the_system_reports(tmp_path):
+    for index, level, size in (("index0", 1, "48K"), ("index2", 2, "2048K"), ("index3", 3, "491520K")):
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "level").write_text(f"{level}\n")
+        (tmp_path / index / "size").write_text(f"{size}\n")
+    assert profiling.last_level_cache_mb(str(tmp_path)) == 480.0
+    (tmp_path / "index3" / "size").write_text("32M\n")
+    assert profiling.last_level_cache_mb(str(tmp_path)) == 32.0
+    assert profiling.last_level_cache_mb(str(tmp_path / "missing")) is None
