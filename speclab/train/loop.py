@@ -71,12 +71,20 @@ def loss_function(loss: Callable, compiled: bool, device: torch.device) -> Calla
     """`loss` itself, or with `compiled` torch.compile's fusion of it: a few passes over the logits where
     eager PyTorch makes one per operation, the same arithmetic rounded in another order. For a loss over a
     vocabulary, such as EAGLE-3's soft cross-entropy over SmolLM2's 8k draft tokens, whose softmaxes are
-    most of a head step (about 2x a step on a 2-core Xeon). On a CPU it needs a C++ compiler (where none is
-    found: `loss` itself, said aloud); elsewhere than a CPU or CUDA, `loss` itself."""
-    if not compiled or device.type not in ("cpu", "cuda"):
+    most of a head step (about 2x a step on a 2-core Xeon). It needs a C++ compiler on a CPU and Triton on
+    CUDA; where they are missing, and elsewhere than a CPU or CUDA, `loss` itself (said aloud)."""
+    if not compiled:
         return loss
-    if device.type == "cpu" and not any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")):
-        print(f"note: no C++ compiler (g++, clang++ or $CXX) for torch.compile: {loss.__name__} runs eagerly")
+    if device.type == "cpu":
+        missing = None if any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")) \
+            else "no C++ compiler (g++, clang++ or $CXX)"
+    elif device.type == "cuda":
+        from torch.utils._triton import has_triton
+        missing = None if has_triton() else "no Triton"
+    else:
+        missing = f"no compiled losses on {device.type}"
+    if missing:
+        print(f"note: {missing} for torch.compile: {loss.__name__} runs eagerly")
         return loss
     return torch.compile(loss, dynamic=False)
 

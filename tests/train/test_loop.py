@@ -93,6 +93,9 @@ def test_a_loss_is_left_eager_where_no_compiler_is_found(monkeypatch, capsys):
     assert loss_function(soft_cross_entropy, True, torch.device("cpu")) is soft_cross_entropy
     assert "no C++ compiler" in capsys.readouterr().out
     assert loss_function(soft_cross_entropy, True, torch.device("mps")) is soft_cross_entropy
+    monkeypatch.setattr("torch.utils._triton.has_triton", lambda: False)
+    assert loss_function(soft_cross_entropy, True, torch.device("cuda")) is soft_cross_entropy
+    assert "no Triton" in capsys.readouterr().out
 
 
 def test_a_save_killed_mid_write_leaves_the_last_whole_file(tmp_path, monkeypatch):
