@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.utils._triton import has_triton
 from tqdm.auto import tqdm
 
 # What a trainer's step function returns: the loss to backpropagate, and what to append to the log's
@@ -79,7 +80,6 @@ def loss_function(loss: Callable, compiled: bool, device: torch.device) -> Calla
         missing = None if any(shutil.which(c) for c in (os.environ.get("CXX", "g++"), "g++", "clang++")) \
             else "no C++ compiler (g++, clang++ or $CXX)"
     elif device.type == "cuda":
-        from torch.utils._triton import has_triton
         missing = None if has_triton() else "no Triton"
     else:
         missing = f"no compiled losses on {device.type}"
