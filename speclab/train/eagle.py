@@ -257,8 +257,9 @@ def unrolled_confidence(head: torch.nn.Module, embed: torch.nn.Module, lm_head: 
     were accepted. Greedy (temperature 0) acceptance is 1 or 0, the token being the target's argmax
     or not; at a temperature it is the chance the rejection rule accepts the point mass, the target's
     probability of the token there. Returns (confidence, acceptance), each (steps, B, n). Under greedy
-    decoding the cumulative products over steps are a path's score e^score and whether the whole
-    path is accepted, exactly: an accepted path is the true one the head was fed."""
+    decoding the cumulative products over steps stand for a path's score e^score and whether the whole
+    path is accepted; exactly so only where the rows are the target's own greedy text (an accepted path is
+    then the one the head was fed), since the head is fed the rows' tokens, not its drafts."""
     outputs = unroll(head, embed, tokens, head.fuse(inputs[:, :-1].float()), steps)
     n = tokens.shape[1] - steps
     target_logits = lm_head(final_h.float())
