@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "and, only when named, " + ", ".join(REFERENCE_METHODS) + " (Arctic Inference's suffix decoding: "
                    "bash .ci/install-arctic-suffix.sh .venv)")
     b.add_argument("--all", action="store_true", help="every row that fits the target, each method's variants "
-                   "and transformers' own target-only too (several times the default's 1 to 3 minutes on 2 CPU cores: "
+                   "and transformers' own target-only too (several times the default's 1 to 3.5 minutes on 2 CPU cores: "
                    "README)")
     add_weights_args(b, used="the {name} rows")  # --heads, --eagle, --eagle3, --mtp (Method.weights_flag)
     for sweep in registered_sweeps().values():  # declared by the methods' modules (Sweep), a row per value

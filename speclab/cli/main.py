@@ -40,7 +40,7 @@ MAP = """python -m speclab: the map of what speclab can do.
              --k-schedule heuristic and --confidence-threshold for adaptive K)
   bench      target-only vs the course's main methods (draft model, prompt lookup, Medusa, EAGLE-1 and
              EAGLE-3 heads) vs transformers' assisted generation and prompt lookup, side by side,
-             rows timed as they run (1 to 3 minutes on 2 cores); --all: every drafting method and
+             rows timed as they run (1 to 3.5 minutes on 2 cores, README); --all: every drafting method and
              variant (adaptive K, suffix, lookahead, EAGLE-2's trees, MTP, layer skipping, PARD,
              prompt lookup in front of a drafter, ...); on one or more workloads (code, prose, the
              copying sets edit and quote, the chat prompts by task chat-*, or chat for all seven),
