@@ -1,5 +1,6 @@
 """speclab.course.bookstats counts what book-style.md measures, and `python -m speclab book` prints it."""
 import json
+import re
 
 import nbformat
 
@@ -77,3 +78,22 @@ def test_execute_takes_a_page_by_its_full_name_or_a_chapter_by_its_prefix():
     assert stems(["08_eagle"]) == stems(["08_eagle.ipynb"]) == ["08_eagle"]
     assert len(stems(["08"])) > 1 and all(s.startswith("08") for s in stems(["08"]))
     assert stems(None) == [p.stem for p in bookstats.book_pages()]
+
+
+def test_every_chapter_ends_in_the_same_frame():
+    """book-style rule 9: each chapter's last page closes with what to remember, then the exercises, then its lab
+    (chapter 0: its labs), in that order, once each."""
+    last: dict[str, object] = {}
+    for path in bookstats.book_pages():  # in toc order: a chapter's last page comes last
+        if re.match(r"\d\d_", path.name):
+            last[path.name[:2]] = path
+    problems = []
+    for chapter, path in last.items():
+        nb = nbformat.read(path, as_version=4)
+        heads = [line[3:].lower() for c in nb.cells if c.cell_type == "markdown"
+                 for line in c.source.splitlines() if line.startswith("## ")]
+        kinds = [k for h in heads for k in ("remember", "exercises", "lab")
+                 if (k in h if k != "lab" else h.startswith("lab"))]
+        if kinds != ["remember", "exercises", "lab"]:
+            problems.append(f"{path.name}: closing sections {kinds}, not remember, exercises, lab")
+    assert len(last) == 14 and not problems, "\n".join(problems)
