@@ -23,9 +23,10 @@ COMMANDS = {
     "workloads": ("workloads", "show the prompt sets; --build rewrites the shipped copying sets"),
     "train": ("train", "python -m speclab train pair --out DIR | train draft --target DIR --out DIR | "
                        "train medusa|eagle|eagle3|mtp|exit|shared-draft|pard --target DIR --out DIR | "
-                       "train eagle-tree | train answers | train scale"),
+                       "train eagle-tree --target DIR --head DIR | "
+                       "train answers --target DIR --out DIR | train scale --target DIR --stream DIR"),
     "labs": ("labs", "python -m speclab labs build | grade DIR --out scores.csv"),
-    "book": ("book", "python -m speclab book stats | book execute [--pages 08 09] | book screenshots"),
+    "book": ("book", "python -m speclab book stats | book execute [--pages 08 09] | book screenshots --out DIR"),
     "export": ("export", "a method's weights in vLLM's or SGLang's layout, with the engine's settings; "
                          "--table: every engine's settings for every method"),
 }
@@ -43,9 +44,9 @@ MAP = """python -m speclab: the map of what speclab can do.
              rows timed as they run (1 to 3.5 minutes on 2 cores, README); --all: every drafting method and
              variant (adaptive K, suffix, lookahead, EAGLE-2's trees, MTP, layer skipping, PARD,
              prompt lookup in front of a drafter, ...); on one or more workloads (code, prose, the
-             copying sets edit and quote, the chat prompts by task chat-*, or chat for all seven),
-             and the speedup model checked against the costs measured in the loop; --fast
-             [static|compiled|graphs]: every row again on the fast path
+             copying sets edit and quote, edits (a series, chapter 13), the chat prompts by task chat-*, or chat
+             for all seven), and the speedup model checked against the costs measured in the loop;
+             --fast [static|compiled|graphs]: every speclab row again on the fast path
   profile    forward time vs positions, ms/token of each model, cost ratio c, bandwidth; --fast:
              where a decode step's time goes on each path, against the bandwidth floor (and the
              fast step and the floor on one thread and on all: what a second core buys each)
@@ -53,11 +54,11 @@ MAP = """python -m speclab: the map of what speclab can do.
              the chi-square check of sampling's first two tokens, and of a broken rule
   card       measure the bundled pair and write its model card (--pair smollm2: that pair's
              card, from its training and bench records)
-  theory     tokens per round, speedup, breakeven acceptance and best K for given a, c
+  theory     breakeven acceptance and speedup by K, and the best K, for given a (--alpha), c (--c)
   pairs      the pairs load_pair knows: the bundled pair, smollm2 (SmolLM2-135M-Instruct from the
              package registry, converted once), the hub pairs
-  workloads  the prompt sets bench runs on (code, prose, the copying sets edit and quote, and
-             the chat prompts by task: Spec-Bench's six categories and code);
+  workloads  the prompt sets bench runs on (code, prose, the copying sets edit and quote, edits (a
+             series, chapter 13), and the chat prompts by task: Spec-Bench's six categories and code);
              --build rewrites the shipped copying sets from this Python's standard library
   train      train the bundled pair (python -m speclab train pair --out DIR), new drafts for an
              existing target (train draft --target DIR --out DIR), Medusa heads for a frozen
@@ -90,8 +91,8 @@ speclab/drafting.py; the methods, a module each in speclab/methods/, named once 
 speclab/methods/__init__.py (REGISTRY; speclab.load_drafter loads any of them).
 
 python -m speclab COMMAND --help lists a command's options. Each command is a module of speclab.cli
-(speclab/cli/COMMAND.py, with build_parser() and main(argv)); this one imports none of them, nor torch,
-until a command is named.
+(speclab/cli/COMMAND.py, with main(argv), and build_parser() but for labs); this one imports none of
+them, nor torch, until a command is named.
 """
 
 
