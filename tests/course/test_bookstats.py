@@ -88,7 +88,7 @@ def test_every_chapter_ends_in_the_same_frame():
         if re.match(r"\d\d_", path.name):
             last[path.name[:2]] = path
     problems = []
-    for chapter, path in last.items():
+    for path in last.values():
         nb = nbformat.read(path, as_version=4)
         heads = [line[3:].lower() for c in nb.cells if c.cell_type == "markdown"
                  for line in c.source.splitlines() if line.startswith("## ")]
