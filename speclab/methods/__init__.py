@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import importlib
 from pathlib import Path
 
@@ -170,7 +170,8 @@ def _load_layer_skip(target, **options) -> Drafter:
     return layer_skip.load_layer_skip(target, bundled=shipped_weights(layer_skip.NAME, target), **options)
 
 
-def _load_lookup_first(target, drafter: str = draft_model.NAME, max_ngram: int = 3, min_ngram: int = 2,
+def _load_lookup_first(target, drafter: str = draft_model.NAME, max_ngram: int = 3,
+                       min_ngram: int = lookup_first.MIN_NGRAM,
                        **options) -> Drafter:
     """Prompt lookup in front of `drafter` (a registered method's name, loaded with `options`)."""
     if drafter in (*lookup_first.DRAFTLESS, lookup_first.NAME):
@@ -183,6 +184,10 @@ def _lookup_first_settings(engine: str, o: Options) -> dict:
     """Prompt lookup in front of o.then (None: the draft model). llama.cpp has this very precedence for a comma-separated
     --spec-type (a draftless type before a drafter); TensorRT-LLM's nearest puts another matcher in front."""
     then = o.then or draft_model.NAME
+    o = replace(o, min_ngram=lookup_first.MIN_NGRAM) if o.min_ngram is None else o  # the loader's default
+    if o.min_ngram > o.max_ngram:
+        raise ValueError(f"lookup_first needs min_ngram <= max_ngram (min_ngram is {lookup_first.MIN_NGRAM} unless "
+                         f"set); got {o.min_ngram}..{o.max_ngram}")
     if then in (*lookup_first.DRAFTLESS, lookup_first.NAME) or then not in REGISTRY or not REGISTRY[then].engine_settings:
         raise ValueError(f"lookup_first puts prompt lookup in front of a trained drafter; then={then!r} is not one")
     behind = REGISTRY[then].engine_settings(engine, o) if engine in ("speclab", "llama.cpp") else None

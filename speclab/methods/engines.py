@@ -21,7 +21,7 @@ class Options:
     k: int = 4  # tokens drafted a round (an EAGLE or Medusa chain's depth)
     path: str | None = None  # the draft model's or head's directory, as the engine should read it
     max_ngram: int = 3  # prompt lookup's n-gram sizes
-    min_ngram: int = 1
+    min_ngram: int | None = None  # None: the method's own (prompt lookup 1; lookup_first's precedence 2)
     # "chain", "dynamic" (EAGLE-2's tree: top_k, depth = k, total_tokens) or a static tree as a list of paths
     # (speclab.trees' medusa_choices)
     tree: str | Sequence[Sequence[int]] = "chain"

@@ -25,6 +25,7 @@ from speclab.sampling import SamplingParams
 NAME = "lookup_first"  # speclab's name: neither vLLM nor SGLang has this combination
 # the methods that draft from the text itself, which lookup would only stand in front of
 DRAFTLESS = (NGRAM, SUFFIX, LOOKAHEAD)
+MIN_NGRAM = 2  # the precedence threshold's default: a 1-token match too often copies the wrong continuation
 LOOKUP, DRAFTER = "lookup", "drafter"  # who drafted a round
 
 
@@ -34,7 +35,7 @@ class LookupFirstDrafter(Drafter):
     started last (LOOKUP or DRAFTER, in round order; rounds that drafted nothing are not listed), and
     `lookup_rounds`, `drafter_rounds` count them."""
 
-    def __init__(self, drafter: Drafter, max_ngram: int = 3, min_ngram: int = 2):
+    def __init__(self, drafter: Drafter, max_ngram: int = 3, min_ngram: int = MIN_NGRAM):
         draftless = (PromptLookupDrafter, SuffixDrafter, LookaheadDrafter, LookupFirstDrafter)
         if not isinstance(drafter, Drafter) or isinstance(drafter, draftless):
             raise ValueError("lookup_first puts prompt lookup in front of a trained drafter (draft_model, eagle3, "

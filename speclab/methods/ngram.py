@@ -2,6 +2,8 @@
 occurrence of the sequence's last few tokens. No model and no probabilities."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from speclab.drafting import Draft, Drafter
@@ -101,6 +103,7 @@ class PromptLookupDrafter(Drafter):
 # ---------------------------------------------------------------- engine settings
 def engine_settings(engine: str, o: Options) -> dict:
     """Prompt lookup's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
+    o = replace(o, min_ngram=1) if o.min_ngram is None else o  # the drafter's own default
     if engine == "speclab":
         return {"method": NAME, "k": o.k, "max_ngram": o.max_ngram, "min_ngram": o.min_ngram,
                 **by_batch(engine, o)}

@@ -91,7 +91,7 @@ def engine_settings(method: str, engine: str, options: Options | None = None, **
 def _check(o: Options) -> None:
     if not isinstance(o.k, int) or o.k < 1:
         raise ValueError(f"k must be a whole number of draft tokens, at least 1; got {o.k!r}")
-    if not 1 <= o.min_ngram <= o.max_ngram:
+    if o.min_ngram is not None and not 1 <= o.min_ngram <= o.max_ngram:
         raise ValueError(f"n-gram sizes need 1 <= min_ngram <= max_ngram, got {o.min_ngram} and {o.max_ngram}")
     if o.k_by_batch is not None:
         expected = 1

@@ -221,7 +221,8 @@ LAB12_FUSED = ("def fused_layers(config, engine, num_target_layers):\n"
                "    if nested:\n        return [i + 1 for i in nested] if engine == 'sglang' else list(nested)\n"
                "    return [2, num_target_layers // 2, num_target_layers - 3]")
 LAB12_ROLLOUT = ("def rollout(baseline, canary, max_regression=0.05):\n"
-                 "    if [r['rate'] for r in baseline] != [r['rate'] for r in canary]:\n        raise ValueError('rates')\n"
+                 "    if not baseline or [r['rate'] for r in baseline] != [r['rate'] for r in canary]:\n"
+                 "        raise ValueError('rates')\n"
                  "    failing = []\n    for base, new in zip(baseline, canary):\n"
                  "        slower = new['tpot_ms_p95'] > base['tpot_ms_p95'] * (1 + max_regression)\n"
                  "        fewer = new['tokens_per_s'] < base['tokens_per_s'] * (1 - max_regression)\n"
@@ -751,7 +752,7 @@ MISTAKES = [
     ("lab12", "q4", "exactly at the margin",
      lab12_but(LAB12_ROLLOUT, "new['tokens_per_s'] < base", "new['tokens_per_s'] <= base")),
     ("lab12", "q4", "a different number of rows is an error",
-     lab12_but(LAB12_ROLLOUT, "    if [r['rate'] for r in baseline] != [r['rate'] for r in canary]:\n",
+     lab12_but(LAB12_ROLLOUT, "    if not baseline or [r['rate'] for r in baseline] != [r['rate'] for r in canary]:\n",
                "    if any(b['rate'] != c['rate'] for b, c in zip(baseline, canary)):  # zip drops the extra rows\n")),
     ("lab13", "q1", "capped at 1", LAB13_MISTAKES["capped"]),
     ("lab13", "q1", "a running product", LAB13_MISTAKES["running"]),
@@ -1133,6 +1134,8 @@ RULES = [
      "def crossover(speedups):\n    sizes = sorted(speedups)\n"
      "    if all(speedups[b] <= 1 for b in sizes):\n        return None  # never paying taken for no crossover\n"
      "    return next((b for i, b in enumerate(sizes) if all(speedups[c] <= 1 for c in sizes[i:])), None)"),
+    ("lab12", "q4", "No rows at all are no evidence", "no rows are no evidence",
+     lab12_but(LAB12_ROLLOUT, "if not baseline or [r", "if [r")),
     ("lab12", "q4", "in the order of the rows", "the failing rates in the order of the rows",
      lab12_but(LAB12_ROLLOUT, "    return ('hold' if failing else 'promote'), failing",
                "    return ('hold' if failing else 'promote'), sorted(failing)")),

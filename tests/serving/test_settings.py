@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import pytest
 
-from speclab.methods import REGISTRY
+from speclab.methods import REGISTRY, _load_lookup_first
+from speclab.methods.ngram import PromptLookupDrafter
 from speclab.serving.settings import (ENGINES, Options, Unsupported, engine_settings, k_by_batch, writers,
                                       mapping_table)
 
@@ -208,6 +210,15 @@ def test_vllm_builds_its_own_config_from_the_settings():
         "ngram", 3, 4, 2)
     with pytest.raises(Exception):
         SpeculativeConfig(method="ngram", num_speculative_tokens=3, prompt_lookup_maximum=4)
+
+
+def test_unset_n_gram_minimum_is_each_methods_own_default():
+    # what a user pastes from engine_settings runs what speclab's loader would have built
+    loader_default = inspect.signature(_load_lookup_first).parameters["min_ngram"].default
+    assert engine_settings("lookup_first", "speclab").settings["min_ngram"] == loader_default == 2
+    assert engine_settings("ngram", "speclab").settings["min_ngram"] == PromptLookupDrafter().min_ngram == 1
+    with pytest.raises(ValueError, match="min_ngram is 2 unless set"):
+        engine_settings("lookup_first", "speclab", max_ngram=1)
 
 
 def test_lookup_in_front_of_a_drafter_is_written_where_an_engine_has_that_precedence():

@@ -189,7 +189,8 @@ lab.question("q4", "rollout", points=2, title="promote or hold")
 HINT_Q4 = ("The gate of chapter 12.5, as q4's text states it: compare the canary with the baseline rate by rate, "
            "at every rate, on both conditions (the p95 time per token may rise by the margin at most, the output "
            "fall by it at most; exactly at the margin passes). Rows that do not pair up, at other rates or a "
-           "different number of them, cannot be compared at all: that is a ValueError before any decision.")
+           "different number of them, cannot be compared at all: that is a ValueError before any decision, and so "
+           "are no rows at all.")
 
 
 def rows(*values):
@@ -258,6 +259,13 @@ def _(f):
     expect_value_error(lambda: f(rows((1, 50, 20.0)), rows((1, 50, 20.0), (8, 300, 40.0)), 0.05),
                        "rollout(baseline at rate [1] only, canary at rates [1, 8])",
                        why="the baseline was not measured at 8 req/s: nothing to compare the canary with there")
+
+
+@lab.case("q4", "no rows are no evidence", hint=HINT_Q4)
+def _(f):
+    expect_value_error(lambda: f([], [], 0.05), "rollout(baseline [], canary [])",
+                       why="a load test that measured nothing cannot show the canary is no worse: promoting it would "
+                       "ship it unseen")
 
 
 @lab.case("q4", "the failing rates in the order of the rows",
