@@ -158,7 +158,8 @@ def bench_argv(point: Path, pair: str = "smollm2", device: str | None = None) ->
 def point_speeds(bench: dict) -> dict:
     """A point's bench.json summed up: for the draft and the EAGLE-3 head ("head"), on each path (eager, fast),
     the setting that decoded fastest over every workload (the chat categories' prompts together: their tokens
-    over their seconds), its speed over target-only's on the same path, and its tokens a round; "exact":
+    over their seconds), its speed over target-only's on the same path, and its tokens a round; "host":
+    where it was timed (bench_host); "exact":
     whether every row compared with target-only decoded its tokens (None where none was compared). Rows that
     decoded alike (the same rounds and accepted lengths on every prompt set) are one setting timed twice, and
     count once, at their pooled speed: the faster of two timings of one setting would flatter it."""
@@ -174,7 +175,7 @@ def point_speeds(bench: dict) -> dict:
             if row["matches_target_only"] is not None:
                 compared.append(row["matches_target_only"])
     drafters = {"draft": draft_model_method().row(), "head": EAGLE[3].row()}
-    speeds: dict = {"exact": all(compared) if compared else None}
+    speeds: dict = {"exact": all(compared) if compared else None, "host": bench_host(bench)}
     for path, suffix in (("eager", ""), ("fast", FAST)):
         on_path = {method.removesuffix(suffix): total for method, total in totals.items()
                    if method.endswith(FAST) == (path == "fast")}
@@ -196,6 +197,15 @@ def point_speeds(bench: dict) -> dict:
             speeds.setdefault(name, {})[path] = {"row": rows[-1], "speedup": round(tokens / seconds / base, 3),
                                                  "tokens_per_round": round(tokens / rounds, 3), **alike}
     return speeds
+
+
+def bench_host(bench: dict) -> str | None:
+    """The machine a bench.json was timed on, as its first workload names it: the GPU, or the CPU and its
+    threads (a curve's points may be timed on different hosts, and speeds compare only on one)."""
+    first = bench["workloads"][0]
+    if first.get("gpu"):
+        return first["gpu"]
+    return f"{first['cpu']}, {first['threads']} CPU threads" if first.get("cpu") else None
 
 
 def in_loop_acceptance(bench: dict, categories: tuple[str, ...] | None = None) -> dict:

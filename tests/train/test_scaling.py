@@ -186,6 +186,14 @@ def test_a_points_speeds_are_each_drafters_fastest_row_over_target_only_on_the_s
     assert point_speeds({"workloads": [{"rows": rows[:1]}]})["exact"] is None  # nothing compared: not "exact"
 
 
+def test_a_points_speeds_name_the_host_they_were_timed_on():
+    rows = [bench_row("speclab target-only", 10, exact=None), bench_row("speclab eagle3", 15, 2.5)]
+    cpu = {"cpu": "Intel(R) Xeon(R) Processor (family 6, model 167)", "gpu": None, "threads": 2, "rows": rows}
+    assert point_speeds({"workloads": [cpu]})["host"] == "Intel(R) Xeon(R) Processor (family 6, model 167), 2 CPU threads"
+    assert point_speeds({"workloads": [{**cpu, "gpu": "NVIDIA H200"}]})["host"] == "NVIDIA H200"
+    assert point_speeds({"workloads": [{"rows": rows}]})["host"] is None  # a record that names none
+
+
 def test_a_points_speeds_add_up_every_workloads_tokens_and_seconds():
     """`--workload chat` is seven categories, each a summary with the same rows: a row's speed is its tokens over its
     seconds in all of them (the head at 30 then 10 tokens/s, 64 tokens each: 15 tokens/s), not the last one's."""
