@@ -336,8 +336,8 @@ def tokens_a_round(curve: dict, point: dict) -> dict[tuple[str, str], float | No
 def scaling_rows(curve: dict) -> list[tuple[str, list]]:
     """The data-scaling curve's measures, a (label, values by point) pair each, the points by training tokens
     (None: not measured): the data, training steps and minutes, how often the first draft is the target's
-    token on held-out answers, tokens a round (tokens_a_round), and speed over target-only on the bench's
-    chat prompts."""
+    token on held-out answers, tokens a round (tokens_a_round), speed over target-only on the bench's chat
+    prompts, and the host each point's speeds were timed on."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
     rounds = [tokens_a_round(curve, p) for p in points]
     rows = [("conversations trained on", [trained_on(p["conversations"]) for p in points]),
@@ -355,16 +355,28 @@ def scaling_rows(curve: dict) -> list[tuple[str, list]]:
     rows += [(f"speed on the bench, {path}: {d}",
               [p.get("speeds", {}).get(d, {}).get(path, {}).get("speedup") for p in points])
              for d in DRAFTERS for path in ("eager", "fast")]
+    # speeds compare only on one machine: each point's bench names its own
+    rows.append(("speeds timed on", [p.get("speeds", {}).get("host") for p in points]))
     return rows
+
+
+def short_host(host: str | None) -> str:
+    """A bench's host (scaling.bench_host) without its threads and trademarks, for a figure's legend."""
+    if host is None:
+        return "host not recorded"
+    return host.rsplit(", ", 1)[0].replace("(R)", "").replace(" Processor", "")
 
 
 def scaling_figure(curve: dict) -> Figure:
     """A data-scaling curve (`python -m speclab train scale`'s curve.json) against each point's conversations:
     left, each drafter's tokens a round, greedy, K = 4, on the same prompts at every point (ROUNDS_WHERE);
     right, each drafter's speed over target-only on the bench's chat prompts, eager and on the fast path
-    (the timed points only; a bar joins two timings of one setting)."""
+    (the timed points only, a line joining those timed on one host, each host after the first in hollow
+    markers; a bar joins two timings of one setting)."""
     points = sorted(curve["points"], key=lambda p: p["tokens"])
-    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 4.6))
+    hosts = list(dict.fromkeys(p["speeds"].get("host") for p in points if "speeds" in p))
+    legend_rows = max(len(DRAFTERS) * len(ROUNDS_WHERE), 2 * len(DRAFTERS) * max(len(hosts), 1))
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 2.8 + 0.3 * legend_rows))  # the legends below the panels
     colors = {"head": "#4c72b0", "draft": "#999999"}
     for d in DRAFTERS:
         for where, style in ROUNDS_STYLE.items():
@@ -374,10 +386,16 @@ def scaling_figure(curve: dict) -> Figure:
                 axes[0].plot(*zip(*have), ("o" if d == "head" else "s") + style, color=colors[d],
                              label=f"{DRAFTERS[d]}, {ROUNDS_WHERE[where]}")
         for path, style in (("eager", "-"), ("fast", ":")):
-            have = [p for p in points if path in p.get("speeds", {}).get(d, {})]
-            axes[1].plot([p["tokens"] / 1e6 for p in have], [p["speeds"][d][path]["speedup"] for p in have],
-                         ("o" if d == "head" else "s") + style, color=colors[d], label=f"{DRAFTERS[d]}, {path}")
-            for p in have:  # where one setting was timed twice, both timings
+            timed = [p for p in points if path in p.get("speeds", {}).get(d, {})]
+            # a line joins the points timed on one host only: speeds from two machines do not compare
+            for host in dict.fromkeys(p["speeds"].get("host") for p in timed):
+                have = [p for p in timed if p["speeds"].get("host") == host]
+                where = f" ({short_host(host)})" if len(hosts) > 1 else ""
+                axes[1].plot([p["tokens"] / 1e6 for p in have], [p["speeds"][d][path]["speedup"] for p in have],
+                             ("o" if d == "head" else "s") + style, color=colors[d],
+                             markerfacecolor=colors[d] if hosts.index(host) == 0 else "white",
+                             label=f"{DRAFTERS[d]}, {path}{where}")
+            for p in timed:  # where one setting was timed twice, both timings
                 each = p["speeds"][d][path].get("each")
                 if each:
                     axes[1].plot([p["tokens"] / 1e6] * 2, [min(each), max(each)], "-", color=colors[d], lw=3,
@@ -395,7 +413,7 @@ def scaling_figure(curve: dict) -> Figure:
         ax.set_xlabel("conversations (and their tokens)", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.3))
+            ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.42))
     fig.tight_layout()
     return fig
 
@@ -542,6 +560,8 @@ def scaling_table(curve: dict):
     def show(label: str, value) -> str:
         if value is None:
             return "-"
+        if isinstance(value, str):
+            return value
         if label.startswith("tokens in"):
             return f"{value / 1e6:.2f}M"
         if isinstance(value, int) or label.startswith("training minutes"):

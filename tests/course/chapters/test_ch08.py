@@ -144,7 +144,7 @@ def test_the_ablation_order_of_8_2_is_read_from_the_record_and_fails_when_it_doe
 
 
 def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points_speeds():
-    def point(n, tokens, top1, timed=True):
+    def point(n, tokens, top1, timed=True, host="CPU A, 2 CPU threads"):
         p = {"tokens": tokens, "conversations": n,
              "head": {"steps": n, "train_minutes": n / 100, "heldout_top1_by_step": [top1 + 0.05],
                       "heldout_answer_top1_by_step": [top1]},
@@ -153,7 +153,7 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
         speeds = {name: {path: {"speedup": base + tokens / 1e7 + extra, "row": "r", "tokens_per_round": 2.0}
                          for path, extra in (("eager", 0.1), ("fast", 0.3))}
                   for name, base in (("head", 1.0), ("draft", 0.0))}
-        return {**p, "speeds": speeds} if timed else p
+        return {**p, "speeds": {**speeds, "host": host}} if timed else p
     same = {kind: {"about": "", "points": {  # every point decoded the same prompts; the hand-written ones at two
         str(n): {"head": {"tokens_per_round": 2.0 + i / 2 + extra}, "draft": {"tokens_per_round": 1.8 + i / 2}}
         for i, n in enumerate(points)}} for kind, extra, points in (("everyday forms", 0.0, (1400, 4000, 14000)),
@@ -177,6 +177,7 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
     assert rows["tokens a round, hand-written prompts: draft"] == ["1.80", "2.30", "-"]
     assert rows["speed on the bench, fast: head"] == [f"{1 + 0.035 + 0.3:.2f}x", f"{1.1 + 0.3:.2f}x", "-"]
     assert rows["speed on the bench, eager: draft"] == [f"{0.035 + 0.1:.2f}x", f"{0.1 + 0.1:.2f}x", "-"]
+    assert rows["speeds timed on"] == ["CPU A, 2 CPU threads"] * 2 + ["-"]
     fig = ch08.scaling_figure(curve)
     left, right = fig.axes
     assert fits_the_column(fig) and smallest_font(fig) >= ch08.FONT
@@ -192,6 +193,13 @@ def test_the_scaling_table_and_figure_show_every_point_and_only_the_timed_points
                                  "draft, eager": (0.0, 0.1), "draft, fast": (0.0, 0.3)}.items():
         assert list(speeds[label].get_xdata()) == [0.35, 1.0]  # the timed points only
         assert list(speeds[label].get_ydata()) == pytest.approx([base + 0.035 + extra, base + 0.1 + extra])
+    # a point timed on another machine: no line joins its speeds to the others', and the legend names both hosts
+    curve["points"][2] = point(14000, 3_500_000, 0.7, host="Intel(R) Xeon(R) Processor (family 6, model 167), 2 CPU threads")
+    right = ch08.scaling_figure(curve).axes[1]
+    speeds = {line.get_label(): line for line in right.lines if not line.get_label().startswith("_")}
+    assert list(speeds["EAGLE-3 head, eager (CPU A)"].get_xdata()) == [0.35, 1.0]
+    assert list(speeds["EAGLE-3 head, eager (Intel Xeon (family 6, model 167))"].get_xdata()) == [3.5]
+    assert len(speeds) == 8
     older = {"points": [point(1400, 350_000, 0.5, False)]}  # a curve from before the same requests were decoded
     assert ch08.tokens_a_round(older, older["points"][0])["head", "varied forms"] is None
     assert not ch08.scaling_figure(older).axes[0].lines
