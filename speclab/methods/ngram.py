@@ -12,12 +12,13 @@ from speclab.methods.engines import Options, by_batch, no
 from speclab.methods.flags import Flag, Setting, Sweep, named
 
 NAME = "ngram"  # the method's name in the registry (vLLM's)
+MIN_NGRAM = 1  # the shortest match that drafts, unless set
 
 
 MATCH_CHOICES = ("latest", "first", "frequent", "longest")
 
 
-def lookup_continuation(seq: list[int], num_tokens: int, max_ngram: int = 3, min_ngram: int = 1,
+def lookup_continuation(seq: list[int], num_tokens: int, max_ngram: int = 3, min_ngram: int = MIN_NGRAM,
                         choose: str = "latest") -> list[int]:
     """Prompt lookup's proposal for the sequence `seq`: up to num_tokens of what followed an earlier
     occurrence of its last n tokens (the longest n from max_ngram down to min_ngram with a match; [] when
@@ -81,7 +82,7 @@ class PromptLookupDrafter(Drafter):
     name = NAME
     batched = True  # no state between rounds: each sequence's proposal reads only its own ids
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, num_tokens: int | None = None,
+    def __init__(self, max_ngram: int = 3, min_ngram: int = MIN_NGRAM, num_tokens: int | None = None,
                  choose: str = "frequent"):
         if not isinstance(min_ngram, int) or not isinstance(max_ngram, int) or not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need integers 1 <= min_ngram <= max_ngram; got min_ngram={min_ngram!r}, "
@@ -103,7 +104,7 @@ class PromptLookupDrafter(Drafter):
 # ---------------------------------------------------------------- engine settings
 def engine_settings(engine: str, o: Options) -> dict:
     """Prompt lookup's settings as `engine` takes them (speclab.serving.settings.engine_settings)."""
-    o = replace(o, min_ngram=1) if o.min_ngram is None else o  # the drafter's own default
+    o = replace(o, min_ngram=MIN_NGRAM) if o.min_ngram is None else o  # the drafter's own default
     if engine == "speclab":
         return {"method": NAME, "k": o.k, "max_ngram": o.max_ngram, "min_ngram": o.min_ngram,
                 **by_batch(engine, o)}
