@@ -132,9 +132,20 @@ class Pair(NamedTuple):
     device: torch.device
 
 
+def refuse_pair_name(name_or_path: str | Path) -> None:
+    """A converted pair's name ("smollm2") is not a model directory: without this, transformers asks the hub
+    for a model of that name and fails after its retries with a message about the network."""
+    name = str(name_or_path)
+    if name in CONVERTED_PAIRS and not Path(name).exists():
+        raise ValueError(f"{name!r} names a pair, not a model directory: load_pair({name!r}) loads it, and "
+                         f"speclab.packaged.ensure_converted({CONVERTED_PAIRS[name].packaged!r}) returns the "
+                         "directory its target is converted to (the command line's --target takes the name)")
+
+
 def load_model(name_or_path: str | Path, device: str | torch.device | None = None,
                dtype: torch.dtype | None = None) -> torch.nn.Module:
     """A causal LM in eval mode on `device` (auto-picked) in `dtype` (the device's default)."""
+    refuse_pair_name(name_or_path)
     dev = pick_device(device)
     dtype = dtype or default_dtype(dev)
     hf_logging.disable_progress_bar()  # a bar per load clutters notebooks and logs
@@ -152,6 +163,7 @@ def load_model(name_or_path: str | Path, device: str | torch.device | None = Non
 def load_tokenizer(name_or_path: str | Path, plain_fast: bool = False) -> PreTrainedTokenizerBase:
     """AutoTokenizer, or with plain_fast the tokenizer.json read directly (the bundled pair's
     tokenizer is a plain byte-level BPE; this skips AutoTokenizer's 2-3 s of imports)."""
+    refuse_pair_name(name_or_path)
     if plain_fast:
         return PreTrainedTokenizerFast.from_pretrained(name_or_path)
     try:

@@ -80,6 +80,13 @@ def test_unreachable_hub_model_fails_with_a_clear_message(monkeypatch):
         load_model("no-such-org/no-such-model-speclab", device="cpu")
 
 
+def test_a_pair_name_given_as_a_model_directory_says_how_to_load_it():
+    # before the hub is asked: no retries, and the message names load_pair, not the network
+    for load in (load_model, speclab.models.load_tokenizer):
+        with pytest.raises(ValueError, match=r"load_pair\('smollm2'\)"):
+            load("smollm2")
+
+
 def test_unknown_pair_name_lists_the_known_ones():
     with pytest.raises(ValueError, match="qwen2.5-1.5b"):
         load_pair("no-such-pair")
