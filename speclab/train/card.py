@@ -232,20 +232,29 @@ def tree_label(head_dir: Path) -> str:
     return describe_tree(settings) if settings else "EagleDrafter's defaults"
 
 
+def measure_head(pair_dir, method: Method, chain: str, tree: str, num_prompts: int, max_new_tokens: int
+                 ) -> tuple[dict, torch.nn.Module, dict[str, GenerationStats], str]:
+    """A bundled head's record and measure_drafting's runs of it: a chain at K = 4 (named `chain`) and EAGLE-2's
+    dynamic tree at the head's measured settings (named `tree` and those settings)."""
+    head_dir = Path(pair_dir) / method.bundled
+    record = json.loads((head_dir / "record.json").read_text())
+    target, runs, same = measure_drafting(pair_dir, {
+        name: (lambda t, shape=shape: load_drafter(method.name, t, head=head_dir, tree=shape), k)
+        for name, shape, k in ((f"{chain}, K = 4", "chain", 4),
+                               (f"{tree} ({tree_label(head_dir)})", "dynamic", tree_depth(head_dir)))},
+        num_prompts, max_new_tokens)
+    return record, target, runs, same
+
+
 def eagle_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, method: Method | None = None) -> str:
     """The model card's section on the EAGLE head shipped with the bundled target: how it was trained
     (from its record), held-out losses and accuracy, and tokens per target pass measured now (greedy,
     held-out prompts) for EAGLE-1's chain and EAGLE-2's dynamic tree."""
-    pair_dir, method = Path(pair_dir), method or section_method(eagle_card)
-    head_dir = pair_dir / method.bundled
-    record = json.loads((head_dir / "record.json").read_text())
+    method = method or section_method(eagle_card)
+    record, _, runs, same = measure_head(pair_dir, method, "EAGLE-1 chain", "EAGLE-2 dynamic tree",
+                                         num_prompts, max_new_tokens)
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
-    _, runs, same = measure_drafting(pair_dir, {
-        name: (lambda t, tree=tree: load_drafter(method.name, t, head=head_dir, tree=tree), k)
-        for name, tree, k in (("EAGLE-1 chain, K = 4", "chain", 4),
-                              (f"EAGLE-2 dynamic tree ({tree_label(head_dir)})", "dynamic", tree_depth(head_dir)))},
-        num_prompts, max_new_tokens)
     lines = [
         EAGLE_HEADING, "",
         f"An EAGLE-1 head (Li et al. 2024) in the reference's layout (SafeAILab/EAGLE eagle/model/cnets1.py): "
@@ -275,17 +284,11 @@ def eagle3_card(pair_dir, num_prompts: int = 4, max_new_tokens: int = 128, metho
     """The model card's section on the EAGLE-3 head shipped with the bundled target: how it was trained
     (from its record), held-out accuracy by draft position before and after training, and tokens per
     target pass measured now (greedy, held-out prompts) with EAGLE-2's dynamic tree and a chain."""
-    pair_dir, method = Path(pair_dir), method or section_method(eagle3_card)
-    head_dir = pair_dir / method.bundled
-    record = json.loads((head_dir / "record.json").read_text())
+    method = method or section_method(eagle3_card)
+    record, target, runs, same = measure_head(pair_dir, method, "EAGLE-3 chain",
+                                              "EAGLE-3 head, EAGLE-2 dynamic tree", num_prompts, max_new_tokens)
     m, log = record["preset"], record["log"]
     first, last = log["evals"][0], log["evals"][-1]
-    target, runs, same = measure_drafting(pair_dir, {
-        name: (lambda t, tree=tree: load_drafter(method.name, t, head=head_dir, tree=tree), k)
-        for name, tree, k in (("EAGLE-3 chain, K = 4", "chain", 4),
-                              (f"EAGLE-3 head, EAGLE-2 dynamic tree ({tree_label(head_dir)})", "dynamic",
-                               tree_depth(head_dir)))},
-        num_prompts, max_new_tokens)
     lines = [
         EAGLE3_HEADING, "",
         f"An EAGLE-3 head (Li et al. 2025): the target's hidden states at layers {record['feature_layers']} "
