@@ -31,7 +31,7 @@ from speclab.train.parallel_draft import PRESETS as PARD_PRESETS
 from speclab.train.parallel_draft import train_parallel_draft
 from speclab.train.shared_draft import PRESETS as SHARED_PRESETS
 from speclab.train.scaling import POINTS as SCALE_POINTS
-from speclab.train.scaling import bench_argv, scale
+from speclab.train.scaling import STREAM_FILES, bench_argv, scale
 from speclab.train.shared_draft import train_shared_draft
 from speclab.train.tuning import CANDIDATES, PROMPTS, choose_eagle_tree
 
@@ -254,8 +254,10 @@ def add_eagle_tree_command(sub) -> None:
     cmd.add_argument("--head", type=Path, required=True,
                      help="the head's directory (e.g. speclab/pairs/smollm2/eagle3)")
     cmd.add_argument("--prompts", choices=PROMPTS, default="code", help="what the settings are timed on: held-out "
-                     "library code, or chat requests (a chat target's; none is a bench prompt)")
-    cmd.add_argument("--trained-on", type=Path, default=None, help="with --prompts chat: the chat_conversations.pt "
+                     "library code, or chat requests (a chat target's; none is a bench prompt) in the everyday "
+                     "forms (chat) or the varied ones (varied: for a head whose training used up the everyday "
+                     "forms' requests)")
+    cmd.add_argument("--trained-on", type=Path, default=None, help="with --prompts chat or varied: the chat_conversations.pt "
                      "the head learnt from; every request it holds is skipped (default: the one beside the head, "
                      "if any)")
     cmd.add_argument("--candidates", choices=sorted(CANDIDATES), default="deep", help="the settings tried: deep "
@@ -344,13 +346,16 @@ def run_head(args) -> None:
         print(f"installed into {install(args.out, folder, pair_folder(args))}")
 
 
-def choose_preset_tree(target: str, head_dir: Path, device: str, preset: str) -> None:
-    """choose_tree with the tuning the head's training preset names (its corpus's prompts, sizes, candidates),
-    chat requests drawn outside the conversations it learnt from (beside it, in its --out)."""
+def choose_preset_tree(target: str, head_dir: Path, device: str, preset: str, forms: str = "chat",
+                       training: Path | None = None) -> None:
+    """choose_tree with the tuning the head's training preset names (its corpus's prompts, sizes, candidates):
+    for a chat corpus, requests in `forms` ("chat", the everyday ones, or "varied") drawn outside `training`
+    (default: the conversations it learnt from, beside it in its --out)."""
     m = EAGLE_PRESETS[preset]
-    choose_tree(target, head_dir, device, prompts="chat" if m.corpus == "chat" else "code",
+    chat = m.corpus == "chat"
+    choose_tree(target, head_dir, device, prompts=forms if chat else "code",
                 candidate_set=m.tree_candidates, num_prompts=m.tree_prompts, max_new_tokens=m.tree_tokens,
-                repeats=m.tree_repeats, training=conversations_beside(head_dir) if m.corpus == "chat" else None)
+                repeats=m.tree_repeats, training=(training or conversations_beside(head_dir)) if chat else None)
 
 
 def conversations_beside(head_dir: Path) -> Path | None:
@@ -410,14 +415,19 @@ def time_point(args, point: Path) -> None:
     (scaling.bench_argv)."""
     head = point / EAGLE[3].bundled
     if not (head / "tree.json").exists():
-        choose_preset_tree(args.target, head, args.device, args.preset)
+        # every point of a curve tuned alike, on requests none of the stream's conversations holds: in the varied
+        # forms, since by 14,000 conversations the everyday forms' qa and code requests are used up
+        choose_preset_tree(args.target, head, args.device, args.preset, forms="varied",
+                           training=args.stream / STREAM_FILES[0])
     speclab_main(bench_argv(point, args.pair or args.target, args.device))
 
 
 def run_eagle_tree(args) -> None:
-    trained_on = args.trained_on or (conversations_beside(args.head) if args.prompts == "chat" else None)
-    if trained_on is not None and args.prompts != "chat":
-        raise SystemExit("--trained-on applies to --prompts chat: code prompts are held out by construction")
+    chat = args.prompts in ("chat", "varied")
+    trained_on = args.trained_on or (conversations_beside(args.head) if chat else None)
+    if trained_on is not None and not chat:
+        raise SystemExit("--trained-on applies to --prompts chat or varied: code prompts are held out by "
+                         "construction")
     choose_tree(args.target, args.head, args.device, prompts=args.prompts, candidate_set=args.candidates,
                 num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, repeats=args.repeats,
                 training=trained_on)

@@ -19,7 +19,8 @@ from speclab.measure.workloads import TUNING, encode_chat, tuning_prompts
 from speclab.methods.eagle import TREE_SETTINGS, EagleDrafter, FeatureHead, head_dtype, measured_settings
 from speclab.models import load_model, load_tokenizer
 from speclab.train.chat_data import check_disjoint
-from speclab.train.chat_requests import TUNING_CATEGORIES, tuning_requests
+from speclab.train import chat_requests, varied_requests
+from speclab.train.chat_requests import TUNING_CATEGORIES
 from speclab.train.data import hardware
 
 # (top_k, depth, total_tokens, min_confidence): chains of several depths (one-row head passes are the
@@ -42,25 +43,30 @@ EAGLE_SHORT_SAMPLED_CANDIDATES = ((1, 1, 1, None), (1, 2, 2, None), (1, 3, 3, No
                                   (1, 8, 8, 0.2), (2, 2, 4, None))
 CANDIDATES = {"deep": (EAGLE_TREE_CANDIDATES, EAGLE_SAMPLED_CANDIDATES),
               "short": (EAGLE_SHORT_CANDIDATES, EAGLE_SHORT_SAMPLED_CANDIDATES)}
-PROMPTS = ("code", "chat")  # what the settings are timed on: held-out library code, or chat requests
+# what the settings are timed on: held-out library code, or chat requests in the everyday forms or the varied ones
+PROMPTS = ("code", "chat", "varied")
 
 
 def tuning_inputs(tokenizer, prompts: str, n: int, training: Path | None = None) -> tuple[list[torch.Tensor], str]:
     """The token ids of n tuning prompts and what they are: "code", held-out library code
     (speclab.measure.workloads.tuning_prompts); "chat", everyday requests through the chat template
-    (speclab.train.chat_requests.tuning_requests), none of them in `training` (a chat_conversations.pt the
+    (speclab.train.chat_requests.tuning_requests), or "varied", requests in the varied forms
+    (speclab.train.varied_requests.tuning_requests), none of them in `training` (a chat_conversations.pt the
     head learnt from, where given), for a chat target."""
     if prompts == "code":
         return ([tokenizer(p, return_tensors="pt").input_ids[0] for p in tuning_prompts(n)],
                 f"held-out code prompts {TUNING.start + 1}-{TUNING.start + n}")
-    if prompts == "chat":
+    if prompts in ("chat", "varied"):
         texts = trained_texts(tokenizer, training) if training is not None else None
-        requests = tuning_requests(n, None if texts is None else lambda r: any(r in t for t in texts))
+        held = None if texts is None else "\n\x00".join(texts)  # one string: a search per request, not per text
+        module = chat_requests if prompts == "chat" else varied_requests
+        requests = module.tuning_requests(n, None if held is None else lambda r: r in held)
         check_disjoint(requests)
         held_out = "" if texts is None else f", none in the head's {len(texts):,} training conversations"
+        forms = "" if prompts == "chat" else " in the varied forms"
         return ([encode_chat(tokenizer, messages) for messages in requests],
-                f"{n} chat requests ({', '.join(TUNING_CATEGORIES)} in turn; chat_requests.tuning_requests"
-                f"{held_out})")
+                f"{n} chat requests{forms} ({', '.join(TUNING_CATEGORIES)} in turn; {module.__name__.split('.')[-1]}"
+                f".tuning_requests{held_out})")
     raise ValueError(f"unknown tuning prompts {prompts!r}; choose from {PROMPTS}")
 
 

@@ -264,3 +264,18 @@ def held_out_requests(n: int, categories: tuple[str, ...], seen: Callable[[str],
     drawn over passages)."""
     return chat_requests.unseen_requests(lambda c, rng: varied_request(c, rng, [], []), n, categories, "held out",
                                          seen)
+
+
+def tuning_requests(n: int, seen: Callable[[str], bool] | None = None) -> list[list[dict]]:
+    """n first user messages in these forms for timing EAGLE-2's settings, chat_requests.TUNING_CATEGORIES in
+    turn, drawn with a seed of their own (neither the stream's nor held_out_requests'), none that `seen` says
+    the head trained on: for a head whose training used up the everyday forms' tuning requests (by 14,000
+    conversations a stream holds nearly every qa and code request those forms make)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"ask for at least one tuning request, not {n!r}")
+    texts = chat_requests.unseen_requests(lambda c, rng: varied_request(c, rng, [], []), n,
+                                          chat_requests.TUNING_CATEGORIES, f"tuning {chat_requests.TUNING_SEED}",
+                                          seen, "tuning requests in the varied forms outside the training data",
+                                          "ask for fewer (--num-prompts)")
+    return [[{"role": "user", "content": text}] for text in texts]
+

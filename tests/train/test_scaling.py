@@ -338,3 +338,21 @@ def test_one_time_budget_covers_both_trainers_of_a_point(tmp_path, monkeypatch):
     scaling.train_point("target", tmp_path, 8, "micro-chat")
     assert given == {"head": None, "draft": None}
 
+
+
+def test_a_point_is_tuned_on_varied_requests_that_none_of_the_streams_conversations_holds(tmp_path, monkeypatch):
+    """By 14,000 conversations the everyday forms' qa and code requests are used up: `train scale --bench`
+    tunes every point on the varied forms, outside the whole stream (each point's conversations are its first)."""
+    import speclab.cli.train as cli
+    calls = {}
+    monkeypatch.setattr(cli, "choose_tree", lambda target, head, device, **tuning: calls.update(tuning))
+    monkeypatch.setattr(cli, "speclab_main", lambda argv: calls.update(argv=argv))
+    (tmp_path / "c4" / "eagle3").mkdir(parents=True)
+    args = SimpleNamespace(target="smollm2", pair="smollm2", device="cpu", preset="smollm2-everyday", stream=tmp_path)
+    cli.time_point(args, tmp_path / "c4")
+    assert calls["prompts"] == "varied" and calls["training"] == tmp_path / "chat_conversations.pt"
+    assert calls["argv"] == bench_argv(tmp_path / "c4", "smollm2", "cpu")
+    calls.clear()
+    (tmp_path / "c4" / "eagle3" / "tree.json").write_text("{}")  # tuned already: only the bench runs
+    cli.time_point(args, tmp_path / "c4")
+    assert list(calls) == ["argv"]

@@ -6,6 +6,9 @@ import pytest
 import torch
 
 from speclab.train import chat_data, varied_requests
+from speclab.train.tuning import tuning_inputs
+from speclab.measure.workloads import encode_chat
+from speclab.models import BUNDLED_DIR, load_tokenizer
 from speclab.train.chat_requests import CATEGORIES
 from tests.conftest import tiny_model
 from tests.test_packaged import chat_tokenizer
@@ -105,3 +108,26 @@ def test_held_out_requests_are_different_reproducible_and_none_a_stream_holds():
         varied_requests.held_out_requests(2, ("qa", "rag"), seen=lambda text: False)
     with pytest.raises(ValueError, match="found only 0 of 2"):
         varied_requests.held_out_requests(2, categories, seen=lambda text: True)
+
+
+def test_tuning_requests_in_the_varied_forms_skip_the_training_and_are_not_the_held_out_set(tmp_path):
+    plain = varied_requests.tuning_requests(8)
+    texts = [r[0]["content"] for r in plain]
+    assert plain == varied_requests.tuning_requests(8) and len(set(texts)) == 8
+    assert texts[2].endswith(varied_requests.MATH_ENDINGS)  # TUNING_CATEGORIES in turn: conversation, qa, math, code
+    assert not set(texts) & set(varied_requests.held_out_requests(32, ("conversation", "qa", "math", "code"),
+                                                                  seen=lambda text: False))  # a seed of their own
+    kept = varied_requests.tuning_requests(8, seen=lambda text: text in texts[:4])
+    assert not set(texts[:4]) & {r[0]["content"] for r in kept}
+    with pytest.raises(ValueError, match="at least one"):
+        varied_requests.tuning_requests(0)
+    with pytest.raises(ValueError, match="found only 0 of 2 tuning requests in the varied forms"):
+        varied_requests.tuning_requests(2, seen=lambda text: True)
+    # through tuning_inputs, as `train eagle-tree --prompts varied` and `train scale --bench` ask for them
+    tok = load_tokenizer(BUNDLED_DIR / "target")  # round-trips text (a request is found in a decoded conversation)
+    torch.save({"conversations": [encode_chat(tok, plain[0]).to(torch.int32)]},
+               tmp_path / "chat_conversations.pt")
+    ids, described = tuning_inputs(tok, "varied", 4, tmp_path / "chat_conversations.pt")
+    skipped = varied_requests.tuning_requests(4, seen=lambda text: text == texts[0])
+    assert [i.tolist() for i in ids] == [encode_chat(tok, r).tolist() for r in skipped]
+    assert "in the varied forms" in described and "none in the head's 1 training conversations" in described
