@@ -63,6 +63,9 @@ def test_the_fallback_and_ngram_claims_of_12_4_fail_when_the_record_says_otherwi
     calm = [{**r, "tpot_ms_p95": off_p95[r["rate"]]} for r in load["rows"]["ngram"]]
     with pytest.raises(AssertionError, match="n-gram raises the p95"):
         ch12.check_load_claims({**load, "rows": {**load["rows"], "ngram": calm}}, batch)
+    varying = [{**r, "drafts": r["drafts"] + r["rate"]} for r in load["rows"]["ngram"]]
+    with pytest.raises(AssertionError, match="the same at every rate"):
+        ch12.check_load_claims({**load, "rows": {**load["rows"], "ngram": varying}}, batch)
 
 
 def test_the_lookup_row_is_the_registered_method_without_weights():
