@@ -62,7 +62,7 @@ def tuning_inputs(tokenizer, prompts: str, n: int, training: Path | None = None)
         module = chat_requests if prompts == "chat" else varied_requests
         requests = module.tuning_requests(n, None if held is None else lambda r: r in held)
         check_disjoint(requests)
-        held_out = "" if texts is None else f", none in the head's {len(texts):,} training conversations"
+        held_out = "" if texts is None else f", none in the {len(texts):,} conversations the head's training drew from"
         forms = "" if prompts == "chat" else " in the varied forms"
         return ([encode_chat(tokenizer, messages) for messages in requests],
                 f"{n} chat requests{forms} ({', '.join(TUNING_CATEGORIES)} in turn; {module.__name__.split('.')[-1]}"

@@ -119,7 +119,7 @@ def test_tuning_requests_skip_the_heads_training_conversations(tmp_path):
     ids, described = tuning_inputs(tok, "chat", 4, tmp_path / "chat_conversations.pt")
     assert [i.tolist() for i in ids] == [encode_chat(tok, r).tolist() for r in
                                          chat_requests.tuning_requests(4, seen=lambda t: t == plain[0][0]["content"])]
-    assert "none in the head's 1 training conversations" in described
+    assert "none in the 1 conversations the head's training drew from" in described
     with pytest.raises(FileNotFoundError, match="no training conversations"):
         tuning_inputs(tok, "chat", 4, tmp_path / "missing.pt")
 

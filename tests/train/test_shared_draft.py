@@ -50,7 +50,8 @@ def test_an_eagle3_head_of_the_same_preset_reuses_the_chat_features_and_drafts_e
     # EAGLE-2's settings, timed on chat requests (a chat corpus) among the short candidates
     tree = json.loads((out / "eagle3" / "tree.json").read_text())
     assert tree["prompts"].startswith("1 chat requests") and tree["sampled"]["temperature"] == 1
-    assert "none in the head's" in tree["prompts"] and tree["held_out"]  # drawn outside the conversations in --out
+    # drawn outside the conversations in --out
+    assert "conversations the head's training drew from" in tree["prompts"] and tree["held_out"]
     assert len(tree["table"]) == len(speclab.train.tuning.EAGLE_SHORT_CANDIDATES)
     # and again on another machine (or other prompts), by its own command
     train_main(["eagle-tree", "--target", "smollm2", "--head", str(out / "eagle3"), "--prompts", "code",

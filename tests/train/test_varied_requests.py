@@ -130,4 +130,4 @@ def test_tuning_requests_in_the_varied_forms_skip_the_training_and_are_not_the_h
     ids, described = tuning_inputs(tok, "varied", 4, tmp_path / "chat_conversations.pt")
     skipped = varied_requests.tuning_requests(4, seen=lambda text: text == texts[0])
     assert [i.tolist() for i in ids] == [encode_chat(tok, r).tolist() for r in skipped]
-    assert "in the varied forms" in described and "none in the head's 1 training conversations" in described
+    assert "in the varied forms" in described and "none in the 1 conversations the head's training drew from" in described
