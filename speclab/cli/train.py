@@ -257,7 +257,8 @@ def add_eagle_tree_command(sub) -> None:
                      "library code, or chat requests (a chat target's; none is a bench prompt) in the everyday "
                      "forms (chat) or the varied ones (varied: for a head whose training used up the everyday "
                      "forms' requests)")
-    cmd.add_argument("--trained-on", type=Path, default=None, help="with --prompts chat or varied: the chat_conversations.pt "
+    cmd.add_argument("--trained-on", type=Path, default=None, help="with --prompts chat or varied: the "
+                     "chat_conversations.pt "
                      "the head learnt from; every request it holds is skipped (default: the one beside the head, "
                      "if any)")
     cmd.add_argument("--candidates", choices=sorted(CANDIDATES), default="deep", help="the settings tried: deep "
